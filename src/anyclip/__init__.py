@@ -1,0 +1,35 @@
+"""anyclip: TensorFlow's clipping and norm functions for any array library.
+
+Eight functions with TensorFlow 2.21's names, arguments, results, errors and gradients, written
+once against the Python array API standard. They take and return NumPy, PyTorch, JAX (and any
+array-API) arrays, keeping the array type, dtype and device.
+
+>>> import numpy as np
+>>> import anyclip
+>>> anyclip.clip_by_norm(np.array([3.0, 4.0], dtype=np.float32), 1.0)
+array([0.6, 0.8], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from anyclip._clip import (
+    clip_by_average_norm,
+    clip_by_global_norm,
+    clip_by_norm,
+    clip_by_value,
+    global_norm,
+)
+from anyclip._norms import l2_normalize, norm, normalize
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "clip_by_average_norm",
+    "clip_by_global_norm",
+    "clip_by_norm",
+    "clip_by_value",
+    "global_norm",
+    "l2_normalize",
+    "norm",
+    "normalize",
+]

@@ -1,0 +1,427 @@
+"""Public clipping functions: argument checks, namespace resolution and docs.
+
+The arithmetic lives in :mod:`anyclip._core`; the dtype policy in :mod:`anyclip._convert`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from anyclip import _core
+from anyclip._compat import dtype_name, is_array, is_numpy_scalar, namespace
+from anyclip._convert import (
+    as_input,
+    as_operand,
+    check_broadcastable,
+    dtype_kind,
+    is_sequence_of_arrays,
+    normalize_axes,
+    require_kind,
+)
+
+__all__ = [
+    "clip_by_average_norm",
+    "clip_by_global_norm",
+    "clip_by_norm",
+    "clip_by_value",
+    "global_norm",
+]
+
+ArrayT = TypeVar("ArrayT")
+
+_FLOATS = "a floating dtype (float16, bfloat16, float32 or float64)"
+
+
+def clip_by_value(
+    t: ArrayT, clip_value_min: Any, clip_value_max: Any, name: str | None = None
+) -> ArrayT:
+    """Clip values elementwise to ``[clip_value_min, clip_value_max]``, as ``tf.clip_by_value``.
+
+    Computes ``maximum(minimum(t, clip_value_max), clip_value_min)``.
+
+    Parameters
+    ----------
+    t : array
+        Input of a real dtype (floating or integer). Python numbers and lists are converted as
+        TF converts them (ints to int32, floats to float32).
+    clip_value_min, clip_value_max : number or array
+        The bounds. Python numbers are converted to ``t``'s dtype; arrays must have ``t``'s
+        dtype and broadcast to ``t``'s shape without enlarging it.
+    name : str, optional
+        Accepted for compatibility with TF and ignored.
+
+    Returns
+    -------
+    array
+        Same type, dtype, shape and device as ``t``.
+
+    Raises
+    ------
+    TypeError
+        If ``t`` is bool or complex, if a bound is a Python float while ``t`` is an integer
+        array, or if a bound is an array of another dtype.
+    ValueError
+        If a bound is None, or would broadcast ``t`` to a larger shape.
+
+    See Also
+    --------
+    tf.clip_by_value : The TensorFlow function this mirrors.
+
+    Notes
+    -----
+    TF's rules are kept on purpose:
+
+    * The upper bound is applied first and the lower bound last, so when
+      ``clip_value_min > clip_value_max`` every element becomes ``clip_value_min`` (NumPy, torch
+      and JAX ``clip`` give ``clip_value_max``).
+    * NaN propagates: a NaN element, or a NaN bound, gives NaN.
+    * No type promotion: a Python int bound outside an integer dtype's range wraps around as in
+      TF (``int8`` with a bound of 1000 uses -24), and NumPy scalar bounds are cast silently
+      (``np.float32(3.7)`` is 3 on an int32 array).
+    * Gradients follow TF: an element exactly at a bound passes its gradient to ``t``; a NaN
+      element sends its gradient to ``clip_value_min``; broadcast bounds receive the sum.
+    * The sign of a zero result is not specified (TF's own depends on SIMD lanes).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyclip
+    >>> anyclip.clip_by_value(np.array([-2.0, 0.5, 3.0], dtype=np.float32), -1.0, 1.0)
+    array([-1. ,  0.5,  1. ], dtype=float32)
+    >>> anyclip.clip_by_value(np.array([0, 5, 10]), 6, 4)  # min > max: min wins, as in TF
+    array([6, 6, 6])
+    """
+    xp = namespace(t, clip_value_min, clip_value_max)
+    t = as_input(t, xp, "t")
+    require_kind(xp, t, "t", ("int", "real"), "a real dtype (floating or integer)")
+    lo = as_operand(clip_value_min, xp, t, "clip_value_min")
+    hi = as_operand(clip_value_max, xp, t, "clip_value_max")
+    check_broadcastable(tuple(lo.shape), tuple(t.shape), "clip_value_min", "t")
+    check_broadcastable(tuple(hi.shape), tuple(t.shape), "clip_value_max", "t")
+    return _core.clip_by_value(xp, t, lo, hi)
+
+
+def _clip_norm_operand(xp: Any, clip_norm: Any, t: Any) -> Any:
+    """``clip_norm`` as ``tf.clip_by_norm`` converts it (negative becomes 0)."""
+    if clip_norm is None:
+        msg = "`clip_norm` must be a number or an array, got None"
+        raise ValueError(msg)
+    if isinstance(clip_norm, (bool, int, float)) or is_numpy_scalar(clip_norm):
+        if clip_norm < 0:  # a Python comparison, as in TF; NaN passes through
+            clip_norm = 0
+        return as_operand(clip_norm, xp, t, "clip_norm")
+    if is_array(clip_norm):
+        require_kind(xp, clip_norm, "clip_norm", ("bool", "int", "real"), "a real dtype")
+        zero = as_operand(0, xp, clip_norm, "clip_norm")
+        clipped = _core._maximum(xp, clip_norm, zero)
+        return as_operand(clipped, xp, t, "clip_norm", cast_arrays=True)
+    if isinstance(clip_norm, (list, tuple)):
+        c = as_operand(clip_norm, xp, t, "clip_norm")
+        return _core._maximum(xp, c, as_operand(0, xp, t, "clip_norm"))
+    msg = f"`clip_norm` must be a number or an array, got {type(clip_norm).__name__}"
+    raise TypeError(msg)
+
+
+def clip_by_norm(t: ArrayT, clip_norm: Any, axes: Any = None, name: str | None = None) -> ArrayT:
+    """Scale ``t`` so its L2 norm over ``axes`` is at most ``clip_norm``, as ``tf.clip_by_norm``.
+
+    Computes ``t * clip_norm / maximum(l2norm(t, axes), clip_norm)``.
+
+    Parameters
+    ----------
+    t : array
+        Input of a real floating dtype.
+    clip_norm : number or array
+        The largest norm. A negative number is replaced by 0. An array may have any real dtype
+        (it is clamped at 0 in its own dtype, then cast to ``t``'s, as TF does) and may
+        broadcast to ``t``'s shape, giving one bound per element.
+    axes : int or sequence of int, optional
+        Axes of the norm. ``None`` (default) uses every axis; ``[]`` clips each element on its
+        own (``sign(t) * minimum(abs(t), clip_norm)``).
+    name : str, optional
+        Accepted for compatibility with TF and ignored.
+
+    Returns
+    -------
+    array
+        Same type, dtype, shape and device as ``t``.
+
+    Raises
+    ------
+    TypeError
+        If ``t`` is not a real floating array, or ``clip_norm`` has an unusable type.
+    ValueError
+        If ``clip_norm`` is None or would enlarge ``t``, or an axis is repeated or out of range.
+
+    See Also
+    --------
+    tf.clip_by_norm : The TensorFlow function this mirrors.
+
+    Notes
+    -----
+    TF's behaviour is kept on purpose:
+
+    * There is no shortcut when the norm is already small: the result is ``(t * c) / c``, which
+      can differ from ``t`` by one rounding, and ``t * c`` can overflow or underflow.
+    * The squares are summed in ``t``'s dtype: a float16 element of magnitude 256 or more makes
+      the norm inf and the result 0.
+    * An all-zero ``t`` stays zero with a finite gradient (TF's double ``where``); with
+      ``clip_norm`` 0 it gives NaN, and ``clip_norm`` inf gives NaN everywhere.
+    * When the norm equals ``clip_norm`` the gradient is the clipping branch's, as in TF.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyclip
+    >>> anyclip.clip_by_norm(np.array([3.0, 4.0], dtype=np.float32), 1.0)
+    array([0.6, 0.8], dtype=float32)
+    >>> m = np.array([[3.0, 4.0], [0.3, 0.4]], dtype=np.float32)
+    >>> anyclip.clip_by_norm(m, 1.0, axes=1)  # one norm per row
+    array([[0.6, 0.8],
+           [0.3, 0.4]], dtype=float32)
+    """
+    xp = namespace(t, clip_norm)
+    t = as_input(t, xp, "t")
+    require_kind(xp, t, "t", ("real",), _FLOATS)
+    c = _clip_norm_operand(xp, clip_norm, t)
+    check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t")
+    ax = normalize_axes(axes, t.ndim, "axes")
+    return _core.clip_by_norm(xp, t, c, ax)
+
+
+def _check_t_list(t_list: Any) -> list[Any]:
+    if not is_sequence_of_arrays(t_list):
+        msg = (
+            "`t_list` must be a sequence (list or tuple) of arrays, "
+            f"got {type(t_list).__module__}.{type(t_list).__qualname__}"
+        )
+        raise TypeError(msg)
+    return list(t_list)
+
+
+def _floating_list(xp: Any, t_list: list[Any]) -> list[Any | None]:
+    """Convert the entries, check they share one floating dtype; None entries are kept."""
+    out: list[Any | None] = []
+    first = None
+    for i, v in enumerate(t_list):
+        if v is None:
+            out.append(None)
+            continue
+        v = as_input(v, xp, f"t_list[{i}]")
+        require_kind(xp, v, f"t_list[{i}]", ("real",), _FLOATS)
+        if first is None:
+            first = v
+        elif v.dtype != first.dtype:
+            msg = (
+                "`t_list` must hold arrays of one dtype (TF does not promote), got "
+                f"{dtype_name(first.dtype)} and {dtype_name(v.dtype)} at t_list[{i}]"
+            )
+            raise TypeError(msg)
+        out.append(v)
+    return out
+
+
+def global_norm(t_list: Sequence[Any], name: str | None = None) -> Any:
+    """The L2 norm of all arrays in ``t_list`` together, as ``tf.linalg.global_norm``.
+
+    Computes ``sqrt(sum(sum(t * t) / 2 for t in t_list) * 2)``.
+
+    Parameters
+    ----------
+    t_list : list or tuple of arrays
+        Arrays of one real floating dtype; ``None`` entries are skipped.
+    name : str, optional
+        Accepted for compatibility with TF and ignored.
+
+    Returns
+    -------
+    array
+        A 0-d array of the arrays' dtype, on their device. For an empty list (or only ``None``
+        entries) a float32 zero, as TF returns; without any array to take a library from, it
+        is a NumPy array.
+
+    Raises
+    ------
+    TypeError
+        If ``t_list`` is not a list or tuple (a lone array, a generator or a dict), or its
+        arrays are not floating or do not share one dtype.
+
+    See Also
+    --------
+    tf.linalg.global_norm : The TensorFlow function this mirrors.
+
+    Notes
+    -----
+    As in TF, squares are summed in the arrays' own dtype (a float16 element of magnitude 256
+    or more gives inf), and the gradient at an all-zero input is NaN (the derivative of the
+    square root at 0).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyclip
+    >>> a = np.array([3.0, 4.0], dtype=np.float32)
+    >>> b = np.array([[12.0]], dtype=np.float32)
+    >>> anyclip.global_norm([a, None, b])
+    array(13., dtype=float32)
+    """
+    items = _check_t_list(t_list)
+    xp = namespace(*items)
+    arrays = [v for v in _floating_list(xp, items) if v is not None]
+    if arrays:
+        return _core.global_norm(xp, arrays, arrays[0].dtype, arrays[0])
+    return _core.global_norm(xp, [], xp.float32, None)
+
+
+def clip_by_global_norm(
+    t_list: Sequence[Any],
+    clip_norm: Any,
+    use_norm: Any = None,
+    name: str | None = None,
+) -> tuple[list[Any], Any]:
+    """Scale every array in ``t_list`` by one factor so their global norm is at most ``clip_norm``.
+
+    Mirrors ``tf.clip_by_global_norm``: every array is multiplied by
+    ``clip_norm * minimum(1 / use_norm, 1 / clip_norm)``, where ``use_norm`` defaults to
+    :func:`global_norm` of ``t_list``.
+
+    Parameters
+    ----------
+    t_list : list or tuple of arrays
+        Arrays of one real floating dtype; ``None`` entries are kept as ``None``.
+    clip_norm : number or array
+        The largest global norm. An array must have ``use_norm``'s dtype.
+    use_norm : array, optional
+        A precomputed global norm (a 0-d floating array). Its dtype is the dtype of the scale,
+        which is then cast to each array's dtype.
+    name : str, optional
+        Accepted for compatibility with TF and ignored.
+
+    Returns
+    -------
+    list_clipped : list
+        The scaled arrays (always a list, even for a tuple input), ``None`` entries kept.
+    global_norm : array
+        ``use_norm``, or the computed global norm, unchanged.
+
+    Raises
+    ------
+    TypeError
+        If ``t_list`` is not a list or tuple, its arrays are not floating or do not share one
+        dtype, ``use_norm`` is not an array, or ``clip_norm`` is an array of another dtype.
+    ValueError
+        If ``clip_norm`` is None.
+
+    See Also
+    --------
+    tf.clip_by_global_norm : The TensorFlow function this mirrors.
+
+    Notes
+    -----
+    TF's behaviour is kept on purpose:
+
+    * If the global norm is inf or NaN, **every** output is NaN, finite entries included.
+    * There is no shortcut below the threshold: the factor is ``c * (1 / c)``, which is not
+      exactly 1 for some ``c`` (41 gives ``0.99999994`` in float32).
+    * A negative ``clip_norm`` leaves the arrays unchanged; a negative ``use_norm`` flips their
+      signs; ``clip_norm`` 0 on an all-zero input gives NaN.
+    * The gradient flows through the global norm; at an all-zero input it is NaN even though
+      nothing is clipped. At a norm exactly equal to ``clip_norm`` it is the clipping branch's.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyclip
+    >>> a = np.array([3.0, 4.0], dtype=np.float32)
+    >>> b = np.array([[12.0]], dtype=np.float32)
+    >>> clipped, norm = anyclip.clip_by_global_norm([a, None, b], 6.5)
+    >>> clipped
+    [array([1.5, 2. ], dtype=float32), None, array([[6.]], dtype=float32)]
+    >>> norm
+    array(13., dtype=float32)
+    """
+    items = _check_t_list(t_list)
+    xp = namespace(*items, clip_norm, use_norm)
+    values = _floating_list(xp, items) if use_norm is None else _any_list(xp, items)
+    if use_norm is None:
+        use_norm = global_norm(values)
+        xp = namespace(*values, clip_norm, use_norm)
+    elif not is_array(use_norm):
+        msg = (
+            "`use_norm` must be a 0-d floating array (the precomputed global norm), "
+            f"got {type(use_norm).__name__}"
+        )
+        raise TypeError(msg)
+    else:
+        require_kind(xp, use_norm, "use_norm", ("real",), _FLOATS)
+    c = as_operand(clip_norm, xp, use_norm, "clip_norm")
+    return _core.clip_by_global_norm(xp, values, c, use_norm), use_norm
+
+
+def _any_list(xp: Any, t_list: list[Any]) -> list[Any | None]:
+    """Entries converted to arrays, any real dtype (TF scales integers by a truncated factor)."""
+    out: list[Any | None] = []
+    for i, v in enumerate(t_list):
+        if v is None:
+            out.append(None)
+            continue
+        v = as_input(v, xp, f"t_list[{i}]")
+        require_kind(xp, v, f"t_list[{i}]", ("int", "real"), "a real dtype")
+        out.append(v)
+    return out
+
+
+def clip_by_average_norm(t: ArrayT, clip_norm: Any, name: str | None = None) -> ArrayT:
+    """Clip ``t`` so its L2 norm divided by its size is at most ``clip_norm``.
+
+    Mirrors ``tf.compat.v1.clip_by_average_norm``: computes
+    ``t * clip_norm * minimum(size(t) / l2norm(t), 1 / clip_norm)``.
+
+    Parameters
+    ----------
+    t : array
+        A float32 array (TF accepts no other dtype).
+    clip_norm : number or array
+        The largest average norm: a Python number or a float32 array broadcastable to ``t``.
+    name : str, optional
+        Accepted for compatibility with TF and ignored.
+
+    Returns
+    -------
+    array
+        Same type, dtype, shape and device as ``t``.
+
+    Raises
+    ------
+    TypeError
+        If ``t`` is not float32, or ``clip_norm`` is an array of another dtype.
+    ValueError
+        If ``clip_norm`` is None or would enlarge ``t``.
+
+    See Also
+    --------
+    tf.compat.v1.clip_by_average_norm : The TensorFlow function this mirrors.
+    clip_by_norm : ``clip_by_norm(t, clip_norm * size(t))`` gives close, not identical, bits.
+
+    Notes
+    -----
+    As in TF: only float32 is accepted; a negative ``clip_norm`` leaves ``t`` unchanged; an
+    all-zero ``t`` stays zero (and gives NaN with ``clip_norm`` 0); inf or NaN ``clip_norm``
+    gives NaN.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyclip
+    >>> anyclip.clip_by_average_norm(np.array([3.0, 4.0], dtype=np.float32), 1.0)
+    array([1.2, 1.6], dtype=float32)
+    """
+    xp = namespace(t, clip_norm)
+    t = as_input(t, xp, "t")
+    if dtype_kind(xp, t.dtype) != "real" or t.dtype != xp.float32:
+        msg = f"`t` must have dtype float32 (the only one TF accepts), got {dtype_name(t.dtype)}"
+        raise TypeError(msg)
+    c = as_operand(clip_norm, xp, t, "clip_norm")
+    check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t")
+    return _core.clip_by_average_norm(xp, t, c)

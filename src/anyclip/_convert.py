@@ -1,0 +1,250 @@
+"""anyclip's dtype and argument policy, written down once.
+
+TensorFlow never promotes: every argument is converted to the dtype of the main input, and what
+cannot be converted is refused. anyclip follows it:
+
+* The main input (``t``, ``tensor``, ``x``) is an array of any supported library. A Python scalar
+  or (nested) list is converted as TF's ``convert_to_tensor`` does: bool → bool, int → int32,
+  float → float32, complex → complex64, in the namespace of the other array arguments (NumPy when
+  there is none).
+* A Python scalar argument (a bound, ``clip_norm``, ``epsilon``) is converted to the main input's
+  dtype: a float (or complex) on an integer dtype is a ``TypeError``; an integer outside an integer
+  dtype's range wraps around, as in TF; a float beyond a floating dtype's range becomes ±inf.
+* A NumPy scalar (``np.float32(3.7)``) is a *value* in TF and is cast silently, truncating towards
+  zero on an integer dtype, as TF does.
+* An array argument (a 0-d array included) must come from the main input's library and have its
+  dtype, or the call raises ``TypeError``: anyclip never casts an array silently (except where the
+  TF function itself casts, such as ``clip_by_norm``'s ``clip_norm``).
+* An argument may broadcast against the main input but never enlarge it (``ValueError``).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+from anyclip._compat import (
+    Namespace,
+    constant,
+    dtype_name,
+    float_overflow_threshold,
+    is_array,
+    is_numpy_scalar,
+)
+
+__all__ = [
+    "as_input",
+    "as_operand",
+    "check_broadcastable",
+    "dtype_kind",
+    "normalize_axes",
+    "require_kind",
+]
+
+
+def dtype_kind(xp: Namespace, dtype: Any) -> str:
+    """``"bool"``, ``"int"``, ``"real"`` (floating), ``"complex"`` or ``"other"``."""
+    if xp.isdtype(dtype, "bool"):
+        return "bool"
+    if xp.isdtype(dtype, "integral"):
+        return "int"
+    if xp.isdtype(dtype, "real floating"):
+        return "real"
+    if xp.isdtype(dtype, "complex floating"):
+        return "complex"
+    return "other"
+
+
+def require_kind(xp: Namespace, x: Any, name: str, kinds: tuple[str, ...], what: str) -> str:
+    """Raise ``TypeError`` unless ``x``'s dtype is of one of ``kinds``; return its kind."""
+    kind = dtype_kind(xp, x.dtype)
+    if kind not in kinds:
+        msg = f"`{name}` must have {what}, got {dtype_name(x.dtype)}"
+        raise TypeError(msg)
+    return kind
+
+
+# ---------------------------------------------------------------- main input
+def _python_kind(value: Any) -> str:
+    """The TF conversion kind of a Python scalar or nested list."""
+    if isinstance(value, (list, tuple)):
+        kinds = {_python_kind(v) for v in value}
+        for kind in ("complex", "float", "int", "bool"):
+            if kind in kinds:
+                return kind
+        return "float"  # an empty list converts to float32 in TF
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, complex):
+        return "complex"
+    msg = f"expected an array, a Python number or a list of numbers, got {type(value).__name__}"
+    raise TypeError(msg)
+
+
+def as_input(value: Any, xp: Namespace, name: str) -> Any:
+    """The main input as an array of ``xp`` (Python data is converted as TF does)."""
+    if is_array(value):
+        return value
+    if value is None:
+        msg = f"`{name}` must be an array, got None"
+        raise ValueError(msg)
+    if is_numpy_scalar(value):
+        import numpy as np
+
+        return xp.asarray(np.asarray(value))
+    try:
+        kind = _python_kind(value)
+    except TypeError as exc:
+        msg = f"`{name}`: {exc}"
+        raise TypeError(msg) from None
+    dtype = {"bool": xp.bool, "int": xp.int32, "float": xp.float32, "complex": xp.complex64}[kind]
+    return xp.asarray(value, dtype=dtype)
+
+
+# ----------------------------------------------------------- other arguments
+def _scalar_for(xp: Namespace, value: Any, dtype: Any, kind: str, name: str) -> Any:
+    """A Python scalar converted to a Python value that ``dtype`` holds, as TF converts it."""
+    if isinstance(value, complex) and kind != "complex":
+        msg = f"`{name}` must be real for a {dtype_name(dtype)} input, got {value!r}"
+        raise TypeError(msg)
+    if kind == "int":
+        if isinstance(value, float):
+            msg = (
+                f"`{name}` must be an integer for an input of dtype {dtype_name(dtype)} "
+                f"(a Python float is not converted to an integer dtype), got {value!r}"
+            )
+            raise TypeError(msg)
+        info = xp.iinfo(dtype)
+        span = 1 << info.bits
+        return (int(value) - int(info.min)) % span + int(info.min)  # wraps, as TF does
+    if kind == "bool":
+        return bool(value)
+    if kind == "complex":
+        return complex(value)
+    # real floating
+    try:
+        as_float = float(value)
+    except OverflowError:  # an int too large for a double
+        as_float = math.inf if value > 0 else -math.inf
+    if math.isfinite(as_float) and abs(as_float) >= float_overflow_threshold(xp, dtype):
+        as_float = math.copysign(math.inf, as_float)
+    return as_float
+
+
+def _numpy_scalar_for(value: Any, kind: str) -> Any:
+    """A NumPy scalar cast the way TF casts NumPy values (truncation on integer dtypes)."""
+    item = value.item()
+    if kind == "int":
+        if isinstance(item, complex):
+            item = item.real
+        return int(item) if math.isfinite(item) else 0
+    return item
+
+
+def _convert_nested(xp: Namespace, value: Any, dtype: Any, kind: str, name: str) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_convert_nested(xp, v, dtype, kind, name) for v in value]
+    if is_numpy_scalar(value):
+        value = _numpy_scalar_for(value, kind)
+    if not isinstance(value, (bool, int, float, complex)):
+        msg = f"`{name}` must be a number, a list of numbers or an array, got {value!r}"
+        raise TypeError(msg)
+    return _scalar_for(xp, value, dtype, kind, name)
+
+
+def as_operand(
+    value: Any,
+    xp: Namespace,
+    like: Any,
+    name: str,
+    *,
+    dtype: Any = None,
+    cast_arrays: bool = False,
+) -> Any:
+    """Convert argument ``value`` to an array of ``dtype`` (default ``like.dtype``).
+
+    Python data and NumPy scalars are converted as TF converts them. Arrays must already have
+    ``dtype``, unless ``cast_arrays`` (then they are cast with ``astype``).
+    """
+    target = like.dtype if dtype is None else dtype
+    if value is None:
+        msg = f"`{name}` must be a number or an array, got None"
+        raise ValueError(msg)
+    if is_array(value):
+        if value.dtype != target:
+            if cast_arrays:
+                return xp.astype(value, target)
+            msg = (
+                f"`{name}` must have the dtype {dtype_name(target)} of the input "
+                f"(anyclip never promotes), got an array of dtype {dtype_name(value.dtype)}"
+            )
+            raise TypeError(msg)
+        return value
+    kind = dtype_kind(xp, target)
+    converted = _convert_nested(xp, value, target, kind, name)
+    return constant(xp, converted, target, like)
+
+
+def check_broadcastable(shape: tuple[int, ...], target: tuple[int, ...], name: str, tname: str):
+    """Raise ``ValueError`` unless ``shape`` broadcasts to ``target`` without enlarging it."""
+    ok = len(shape) <= len(target) and all(
+        s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False)
+    )
+    if not ok:
+        msg = (
+            f"`{name}` of shape {tuple(shape)} must broadcast to the shape {tuple(target)} "
+            f"of `{tname}` without enlarging it"
+        )
+        raise ValueError(msg)
+
+
+# ---------------------------------------------------------------------- axes
+def _flatten_axes(axes: Any, name: str) -> list[int]:
+    if is_array(axes):
+        if type(axes).__module__ != "numpy":
+            msg = f"`{name}` must be Python or NumPy integers, got {type(axes).__name__}"
+            raise TypeError(msg)
+        axes = axes.tolist()
+    if isinstance(axes, (list, tuple)):
+        out: list[int] = []
+        for a in axes:
+            out.extend(_flatten_axes(a, name))
+        return out
+    if isinstance(axes, float) or (is_numpy_scalar(axes) and not hasattr(axes, "__index__")):
+        msg = f"`{name}` must contain integers, got {axes!r}"
+        raise TypeError(msg)
+    try:
+        return [operator.index(axes)]
+    except TypeError:
+        msg = f"`{name}` must be None, an integer or a sequence of integers, got {axes!r}"
+        raise TypeError(msg) from None
+
+
+def normalize_axes(axes: Any, ndim: int, name: str) -> tuple[int, ...] | None:
+    """``axes`` as a tuple of distinct non-negative axis indices (``None`` stays ``None``)."""
+    if axes is None:
+        return None
+    flat = _flatten_axes(axes, name)
+    out = []
+    for a in flat:
+        if not -ndim <= a < ndim:
+            msg = f"`{name}` contains {a}, which is out of range for an input with {ndim} dims"
+            raise ValueError(msg)
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        msg = f"`{name}` must not repeat an axis, got {flat}"
+        raise ValueError(msg)
+    return tuple(out)
+
+
+def is_sequence_of_arrays(value: Any) -> bool:
+    """Whether ``value`` is a list-like that TF accepts as ``t_list``."""
+    return (
+        isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and not is_array(value)
+    )

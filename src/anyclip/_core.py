@@ -1,0 +1,245 @@
+"""The array-API core: TF's formulas, op for op, for arrays that are already validated.
+
+Every function takes the namespace ``xp`` first and arrays that the public layer has already
+checked and converted (dtypes agree, axes normalised, shapes broadcastable). The operation order
+is TF 2.21's, with no shortcut when nothing needs clipping, so results round as TF's do. There
+is no Python ``if`` on an array value anywhere below: only shapes and dtypes steer the code, so
+everything traces under ``jax.jit`` and ``torch.compile``.
+
+``maximum``, ``minimum`` and ``abs`` come from :mod:`anyclip._gradients`, which gives them TF's
+gradient rules on the autodiff backends.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from anyclip import _gradients as g
+from anyclip._compat import Namespace, as_array, constant, device, quiet
+
+__all__ = [
+    "clip_by_average_norm",
+    "clip_by_global_norm",
+    "clip_by_norm",
+    "clip_by_value",
+    "global_norm",
+    "l2_normalize",
+    "norm",
+    "normalize",
+]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _kernel(fn: F) -> F:
+    """Run a core function without NumPy's inf/NaN warnings; return arrays, not NumPy scalars."""
+
+    @functools.wraps(fn)
+    def wrapper(xp: Namespace, *args: Any, **kwargs: Any) -> Any:
+        with quiet(xp):
+            out = fn(xp, *args, **kwargs)
+        if isinstance(out, (tuple, list)):
+            return type(out)(None if o is None else as_array(xp, o) for o in out)
+        return as_array(xp, out)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _scalar(xp: Namespace, value: float, like: Any) -> Any:
+    """A 0-d constant of ``like``'s dtype on ``like``'s device."""
+    return constant(xp, value, like.dtype, like)
+
+
+def _broadcast_pair(xp: Namespace, x: Any, y: Any) -> tuple[Any, Any]:
+    if tuple(x.shape) == tuple(y.shape):
+        return x, y
+    x, y = xp.broadcast_arrays(x, y)
+    return x, y
+
+
+def _maximum(xp: Namespace, x: Any, y: Any) -> Any:
+    return g.maximum(xp, *_broadcast_pair(xp, x, y))
+
+
+def _minimum(xp: Namespace, x: Any, y: Any) -> Any:
+    return g.minimum(xp, *_broadcast_pair(xp, x, y))
+
+
+def _sum(xp: Namespace, x: Any, axis: Any, keepdims: bool) -> Any:
+    """``reduce_sum`` in ``x``'s own dtype (the standard would widen integers)."""
+    return xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+
+def _reduced_shape(shape: tuple[int, ...], axis: Any) -> tuple[int, ...]:
+    axes = range(len(shape)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _max(xp: Namespace, x: Any, axis: Any) -> Any:
+    """``reduce_max`` with ``keepdims``; an empty reduction gives the lowest value, as in TF."""
+    shape = tuple(x.shape)
+    axes = range(len(shape)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    if any(shape[a] == 0 for a in axes):
+        if xp.isdtype(x.dtype, "integral"):
+            lowest = xp.iinfo(x.dtype).min
+        else:
+            lowest = -math.inf
+        out_shape = _reduced_shape(shape, axis)
+        return xp.full(out_shape, lowest, dtype=x.dtype, device=device(x))  # static shape
+    return xp.max(x, axis=axis, keepdims=True)
+
+
+def _squeeze_reduced(xp: Namespace, r: Any, axis: Any) -> Any:
+    """Drop the axes a ``keepdims`` reduction over ``axis`` kept (``None``: all of them)."""
+    if axis is None:
+        return xp.reshape(r, ())
+    return xp.squeeze(r, axis=axis)
+
+
+# ----------------------------------------------------------------- clipping
+@_kernel
+def clip_by_value(xp: Namespace, t: Any, lo: Any, hi: Any) -> Any:
+    """``maximum(minimum(t, hi), lo)``: the upper bound first, so ``lo`` wins when ``lo > hi``."""
+    shape = tuple(t.shape)
+    if tuple(hi.shape) != shape:
+        hi = xp.broadcast_to(hi, shape)
+    if tuple(lo.shape) != shape:
+        lo = xp.broadcast_to(lo, shape)
+    return g.maximum(xp, g.minimum(xp, t, hi), lo)
+
+
+@_kernel
+def clip_by_norm(xp: Namespace, t: Any, clip_norm: Any, axes: tuple[int, ...] | None) -> Any:
+    """``(t * c) / maximum(l2norm, c)`` with TF's double ``where`` for a finite gradient at 0."""
+    l2sum = _sum(xp, t * t, axes, keepdims=True)
+    pred = l2sum > 0
+    ones = xp.ones_like(l2sum)
+    l2norm = xp.where(pred, xp.sqrt(xp.where(pred, l2sum, ones)), l2sum)
+    intermediate = t * clip_norm
+    return intermediate / _maximum(xp, l2norm, clip_norm)
+
+
+@_kernel
+def global_norm(xp: Namespace, arrays: Sequence[Any], dtype: Any, like: Any) -> Any:
+    """``sqrt(sum(l2_loss(t) for t) * 2)`` with ``l2_loss(t) = sum(t * t) / 2``."""
+    if not arrays:
+        return constant(xp, 0.0, dtype, like)
+    half = [_sum(xp, v * v, None, keepdims=False) * _scalar(xp, 0.5, v) for v in arrays]
+    total = _sum(xp, xp.stack(half), None, keepdims=False)
+    return xp.sqrt(total * _scalar(xp, 2.0, total))
+
+
+@_kernel
+def clip_by_global_norm(
+    xp: Namespace, t_list: Sequence[Any | None], clip_norm: Any, use_norm: Any
+) -> list[Any | None]:
+    """Scale every array by ``c * minimum(1 / use_norm, 1 / c)``; NaN for a non-finite norm."""
+    one = _scalar(xp, 1.0, use_norm)
+    scale_for_finite = clip_norm * _minimum(xp, one / use_norm, one / clip_norm)
+    scale = scale_for_finite + (use_norm - use_norm)
+    out: list[Any | None] = []
+    for v in t_list:
+        if v is None:
+            out.append(None)
+            continue
+        s = scale if scale.dtype == v.dtype else xp.astype(scale, v.dtype)
+        out.append(v * s)
+    return out
+
+
+@_kernel
+def clip_by_average_norm(xp: Namespace, t: Any, clip_norm: Any) -> Any:
+    """``t * c * minimum(rsqrt(sum(t * t)) * size(t), 1 / c)``."""
+    n_element = _scalar(xp, float(math.prod(t.shape)), t)
+    axes = tuple(range(t.ndim))
+    l2norm_inv = _scalar(xp, 1.0, t) / xp.sqrt(_sum(xp, t * t, axes, keepdims=False))
+    bound = _minimum(xp, l2norm_inv * n_element, _scalar(xp, 1.0, t) / clip_norm)
+    return t * clip_norm * bound
+
+
+# -------------------------------------------------------------------- norms
+@_kernel
+def norm(
+    xp: Namespace,
+    x: Any,
+    ord: Any,
+    axis: int | tuple[int, int] | None,
+    keepdims: bool,
+) -> Any:
+    """``tf.norm`` for validated arguments: ``axis`` is ``None``, an int or a 2-tuple of ints."""
+    is_matrix = isinstance(axis, tuple)
+    if ord in ("fro", "euclidean", 2) and not (is_matrix and ord == 2):
+        sq = x * xp.conj(x) if xp.isdtype(x.dtype, "complex floating") else x * x
+        r = xp.sqrt(_sum(xp, sq, axis, keepdims=True))
+    elif is_matrix and ord == 2:
+        r = _spectral_norm(xp, x, axis)
+    else:
+        a = g.abs(xp, x)
+        if ord == 1:
+            if is_matrix:
+                r = _max(xp, _sum(xp, a, axis[0], keepdims=True), axis[1])
+            else:
+                r = _sum(xp, a, axis, keepdims=True)
+        elif ord == math.inf:
+            if is_matrix:
+                r = _max(xp, _sum(xp, a, axis[1], keepdims=True), axis[0])
+            else:
+                r = _max(xp, a, axis)
+        else:
+            p = _scalar(xp, ord, a)
+            inv_p = _scalar(xp, 1.0 / ord, a)
+            r = _sum(xp, a**p, axis, keepdims=True) ** inv_p
+    if keepdims:
+        return r
+    return _squeeze_reduced(xp, r, axis)
+
+
+def _spectral_norm(xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
+    """Largest singular value over the two ``axis``, kept as two size-1 axes."""
+    ndim = x.ndim
+    rest = [i for i in range(ndim) if i not in axis]
+    perm = (*rest, *axis)
+    moved = xp.permute_dims(x, perm) if perm != tuple(range(ndim)) else x
+    s = xp.linalg.svdvals(moved)
+    r = xp.expand_dims(_max(xp, s, s.ndim - 1), axis=-1)
+    inverse = [perm.index(i) for i in range(ndim)]
+    return xp.permute_dims(r, tuple(inverse)) if perm != tuple(range(ndim)) else r
+
+
+@_kernel
+def l2_normalize(xp: Namespace, x: Any, axis: tuple[int, ...] | None, epsilon: Any) -> Any:
+    """``x * rsqrt(maximum(sum(x * x), epsilon))``: ``epsilon`` floors the *squared* norm."""
+    if xp.isdtype(x.dtype, "complex floating"):
+        re, im = xp.real(x), xp.imag(x)
+        square_sum = _sum(xp, re * re + im * im, axis, keepdims=True)
+        x_inv_norm = _scalar(xp, 1.0, square_sum) / xp.sqrt(_maximum(xp, square_sum, epsilon))
+        return x * xp.astype(x_inv_norm, x.dtype)
+    square_sum = _sum(xp, x * x, axis, keepdims=True)
+    x_inv_norm = _scalar(xp, 1.0, x) / xp.sqrt(_maximum(xp, square_sum, epsilon))
+    return x * x_inv_norm
+
+
+#: TF's true division of integers: int8/int16 (and uint8/uint16) give float32, wider give float64.
+_TRUEDIV_FLOAT_BITS = {8: 32, 16: 32, 32: 64, 64: 64}
+
+
+@_kernel
+def normalize(
+    xp: Namespace,
+    x: Any,
+    ord: Any,
+    axis: int | tuple[int, int] | None,
+) -> tuple[Any, Any]:
+    """``(x / norm, norm)`` with the norm kept over ``axis`` and cast to ``x``'s dtype."""
+    n = norm(xp, x, ord, axis, keepdims=True)
+    if n.dtype != x.dtype:
+        n = xp.astype(n, x.dtype)
+    if xp.isdtype(x.dtype, "integral"):
+        bits = _TRUEDIV_FLOAT_BITS[xp.iinfo(x.dtype).bits]
+        fdt = xp.float32 if bits == 32 else xp.float64
+        return xp.astype(x, fdt) / xp.astype(n, fdt), n
+    return x / n, n

@@ -1,0 +1,120 @@
+"""TF's gradient rules for the few primitives where backends disagree with TF.
+
+Values come from the backend's own op; only the gradient rule is replaced, and only on the
+backends with autodiff (torch autograd, JAX). Every other backend gets the plain op.
+
+* ``maximum(x, y)``: TF sends the whole gradient to ``x`` where ``x >= y`` and to ``y`` elsewhere
+  (a tie goes to the first operand; a NaN in ``x`` sends it to ``y``). torch and JAX split ties
+  and route NaNs differently.
+* ``minimum(x, y)``: likewise, to ``x`` where ``x <= y``.
+* ``abs(x)``: TF's gradient is ``sign(x)``, 0 at 0; JAX's is 1 at 0.
+
+The arguments must already have one shape and dtype: callers broadcast first (through the
+backend's ``broadcast_to``, whose own gradient sums back to the original shape).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from anyclip._compat import Namespace, is_jax, is_torch
+
+__all__ = ["abs", "maximum", "minimum"]
+
+
+def _torch_needs_grad(*tensors: Any) -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+@functools.cache
+def _torch_functions() -> dict[str, Any]:
+    import torch
+
+    class _Select(torch.autograd.Function):
+        """Elementwise binary max/min whose gradient goes to the side ``mask`` names."""
+
+        @staticmethod
+        def forward(x: Any, y: Any, take_max: bool) -> Any:
+            return torch.maximum(x, y) if take_max else torch.minimum(x, y)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+            x, y, take_max = inputs
+            mask = x >= y if take_max else x <= y
+            ctx.save_for_backward(mask)
+            ctx.save_for_forward(mask)
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            (mask,) = ctx.saved_tensors
+            zero = torch.zeros((), dtype=grad.dtype, device=grad.device)
+            return torch.where(mask, grad, zero), torch.where(mask, zero, grad), None
+
+        @staticmethod
+        def jvp(ctx: Any, tx: Any, ty: Any, _: Any) -> Any:
+            (mask,) = ctx.saved_tensors
+            return torch.where(mask, tx, ty)
+
+    return {"select": _Select}
+
+
+@functools.cache
+def _jax_functions() -> dict[str, Any]:
+    import jax
+    import jax.numpy as jnp
+
+    # custom_jvp (not custom_vjp) so that forward mode (jax.jvp, jacfwd, hessians) works too;
+    # reverse mode follows by transposing the linear tangent rule.
+    def make(take_max: bool) -> Any:
+        @jax.custom_jvp
+        def select(x: Any, y: Any) -> Any:
+            return jnp.maximum(x, y) if take_max else jnp.minimum(x, y)
+
+        @select.defjvp
+        def select_jvp(primals: Any, tangents: Any) -> Any:
+            x, y = primals
+            tx, ty = tangents
+            mask = x >= y if take_max else x <= y
+            return select(x, y), jnp.where(mask, tx, ty)
+
+        return select
+
+    @jax.custom_jvp
+    def tf_abs(x: Any) -> Any:
+        return jnp.abs(x)
+
+    @tf_abs.defjvp
+    def tf_abs_jvp(primals: Any, tangents: Any) -> Any:
+        (x,) = primals
+        (tx,) = tangents
+        return jnp.abs(x), jnp.sign(x) * tx
+
+    return {"maximum": make(True), "minimum": make(False), "abs": tf_abs}
+
+
+def maximum(xp: Namespace, x: Any, y: Any) -> Any:
+    """``maximum(x, y)`` with TF's gradient: to ``x`` where ``x >= y``, else to ``y``."""
+    if is_torch(xp) and _torch_needs_grad(x, y):
+        return _torch_functions()["select"].apply(x, y, True)
+    if is_jax(xp):
+        return _jax_functions()["maximum"](x, y)
+    return xp.maximum(x, y)
+
+
+def minimum(xp: Namespace, x: Any, y: Any) -> Any:
+    """``minimum(x, y)`` with TF's gradient: to ``x`` where ``x <= y``, else to ``y``."""
+    if is_torch(xp) and _torch_needs_grad(x, y):
+        return _torch_functions()["select"].apply(x, y, False)
+    if is_jax(xp):
+        return _jax_functions()["minimum"](x, y)
+    return xp.minimum(x, y)
+
+
+def abs(xp: Namespace, x: Any) -> Any:
+    """``abs(x)`` with TF's gradient ``sign(x)`` (0 at 0) for real ``x``."""
+    if is_jax(xp) and not xp.isdtype(x.dtype, "complex floating"):
+        return _jax_functions()["abs"](x)
+    return xp.abs(x)

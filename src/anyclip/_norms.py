@@ -1,0 +1,291 @@
+"""Public norm functions: ``norm``, ``l2_normalize`` and ``normalize``.
+
+Argument checks follow ``tf.norm``'s own validation (which ``ord`` goes with which ``axis``);
+the arithmetic lives in :mod:`anyclip._core`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, TypeVar
+
+from anyclip import _core
+from anyclip._compat import dtype_name, is_numpy_scalar, namespace
+from anyclip._convert import as_input, as_operand, dtype_kind, normalize_axes, require_kind
+
+__all__ = ["l2_normalize", "norm", "normalize"]
+
+ArrayT = TypeVar("ArrayT")
+
+_REAL_OF_COMPLEX = {"complex64": lambda xp: xp.float32, "complex128": lambda xp: xp.float64}
+_MATRIX_ORDS = "['euclidean', 'fro', 1, 2, inf]"
+_AXIS_MSG = "`axis` must be None, an integer, or a tuple of 2 unique integers, got {!r}"
+
+
+def _canonical_ord(ord: Any, is_matrix: bool) -> Any:
+    """``ord`` as ``'euclidean'``, ``'fro'``, ``1``, ``2``, ``math.inf`` or a float ``p > 0``."""
+    if is_matrix:
+        if isinstance(ord, str):
+            if ord in ("euclidean", "fro"):
+                return ord
+        elif _is_real_number(ord) and ord in (1, 2, math.inf):
+            return {1: 1, 2: 2}.get(ord, math.inf)
+        msg = f"`ord` must be a supported matrix norm in {_MATRIX_ORDS}, got {ord}"
+        raise ValueError(msg)
+    if isinstance(ord, str):
+        if ord == "euclidean":
+            return ord
+        msg = f"`ord` must be a supported vector norm ('euclidean', 1, 2, inf or p > 0), got {ord}"
+        raise ValueError(msg)
+    if not _is_real_number(ord):
+        msg = f"`ord` must be a string or a real number, got {ord!r} of type {type(ord).__name__}"
+        raise TypeError(msg)
+    if ord == 1:
+        return 1
+    if ord == 2:
+        return 2
+    if ord == math.inf:
+        return math.inf
+    if not ord > 0 and not math.isnan(ord):
+        msg = f"`ord` must be a supported vector norm ('euclidean', 1, 2, inf or p > 0), got {ord}"
+        raise ValueError(msg)
+    return float(ord)
+
+
+def _is_real_number(value: Any) -> bool:
+    if isinstance(value, numbers.Real):
+        return True
+    return is_numpy_scalar(value) and not isinstance(value, complex) and value.dtype.kind in "biuf"
+
+
+def _canonical_axis(axis: Any, ndim: int) -> int | tuple[int, int] | None:
+    """``tf.norm``'s axis rule: None, a Python int, or a pair of distinct Python ints."""
+    if isinstance(axis, (tuple, list)) and len(axis) == 2:
+        if not all(isinstance(a, int) for a in axis) or axis[0] == axis[1]:
+            raise ValueError(_AXIS_MSG.format(axis))
+        pair = normalize_axes(list(axis), ndim, "axis")
+        assert pair is not None
+        return (pair[0], pair[1])
+    if axis is None:
+        return None
+    if not isinstance(axis, int):
+        raise ValueError(_AXIS_MSG.format(axis))
+    (single,) = normalize_axes(axis, ndim, "axis") or ()
+    return single
+
+
+def _check_norm_dtype(xp: Any, x: Any, ord: Any, name: str) -> None:
+    kind = dtype_kind(xp, x.dtype)
+    if kind in ("real", "complex"):
+        return
+    if kind == "int" and ord in (1, math.inf):
+        return
+    msg = (
+        f"`{name}` must have a floating or complex dtype for ord={ord!r} "
+        f"(integers only with ord 1 or inf), got {dtype_name(x.dtype)}"
+    )
+    raise TypeError(msg)
+
+
+def _prepare_norm(tensor: Any, ord: Any, axis: Any) -> tuple[Any, Any, Any, Any]:
+    is_matrix = isinstance(axis, (tuple, list)) and len(axis) == 2
+    canonical_ord = _canonical_ord(ord, is_matrix)
+    xp = namespace(tensor)
+    x = as_input(tensor, xp, "tensor")
+    ax = _canonical_axis(axis, x.ndim)
+    _check_norm_dtype(xp, x, canonical_ord, "tensor")
+    return xp, x, canonical_ord, ax
+
+
+def norm(
+    tensor: ArrayT,
+    ord: Any = "euclidean",
+    axis: Any = None,
+    keepdims: bool | None = None,
+    name: str | None = None,
+) -> ArrayT:
+    """Vector or matrix norm, as ``tf.norm``.
+
+    Parameters
+    ----------
+    tensor : array
+        Input of a floating or complex dtype (or integer, with ``ord`` 1 or inf).
+    ord : {'euclidean', 'fro', 1, 2, inf} or float, optional
+        Vector norms (``axis`` None or an int): ``'euclidean'`` (default), 1, 2, inf or any
+        ``p > 0``. Matrix norms (``axis`` a pair): ``'euclidean'``/``'fro'`` (Frobenius), 1
+        (max column sum), 2 (largest singular value) and inf (max row sum).
+    axis : None, int or pair of int, optional
+        ``None`` flattens the input and takes a **vector** norm, whatever its rank. Axes must be
+        Python ints (NumPy integers and one-element lists are refused, as in TF).
+    keepdims : bool, optional
+        Keep the reduced axes with size 1.
+    name : str, optional
+        Accepted for compatibility with TF and ignored.
+
+    Returns
+    -------
+    array
+        The norm, of the input's dtype (complex input: complex for 'euclidean', 2 and 'fro'
+        vector norms, real otherwise, as in TF), on the input's device.
+
+    Raises
+    ------
+    ValueError
+        For an ``ord`` TF refuses (``ord <= 0``, ``-inf``, ``'nuc'``, ``'fro'`` on a vector, a
+        matrix ``ord`` outside the list above) or an ``axis`` that is not None, an int or a pair
+        of distinct ints, or is out of range.
+    TypeError
+        For ``ord=None`` or a complex ``ord``, a bool input, or an integer input with an ``ord``
+        other than 1 or inf.
+
+    See Also
+    --------
+    tf.norm : The TensorFlow function this mirrors.
+
+    Notes
+    -----
+    TF's behaviour is kept on purpose: ``axis=None`` on a matrix gives a vector norm (NumPy,
+    JAX and ``torch.linalg.norm`` give a matrix norm); p-norms are
+    ``sum(abs(x) ** p) ** (1 / p)`` without rescaling, so they overflow like TF's; the maximum
+    of an empty input (``ord`` inf, matrix ``ord`` 2) is ``-inf``; squares are summed in the
+    input's dtype (float16 overflows at 256). The gradient of the Euclidean norm at 0 is NaN,
+    as in TF (``torch.linalg.vector_norm`` gives 0).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyclip
+    >>> m = np.array([[1.0, -2.0], [3.0, 4.0]], dtype=np.float32)
+    >>> anyclip.norm(m)
+    array(5.477226, dtype=float32)
+    >>> anyclip.norm(m, ord=1)  # axis None: a vector norm, not the matrix 1-norm
+    array(10., dtype=float32)
+    >>> anyclip.norm(m, ord=1, axis=(0, 1))  # the matrix 1-norm: max column sum
+    array(6., dtype=float32)
+    """
+    xp, x, canonical_ord, ax = _prepare_norm(tensor, ord, axis)
+    return _core.norm(xp, x, canonical_ord, ax, bool(keepdims))
+
+
+def l2_normalize(
+    x: ArrayT,
+    axis: Any = None,
+    epsilon: Any = 1e-12,
+    name: str | None = None,
+    dim: Any = None,
+) -> ArrayT:
+    """Divide ``x`` by its L2 norm over ``axis``, as ``tf.math.l2_normalize``.
+
+    Computes ``x * rsqrt(maximum(sum(x * x, axis), epsilon))``.
+
+    Parameters
+    ----------
+    x : array
+        Input of a floating or complex dtype.
+    axis : int or sequence of int, optional
+        Axes of the norm; ``None`` (default) normalizes over **all** elements.
+    epsilon : number or array, optional
+        Lower bound of the **squared** norm (default 1e-12, that is a norm floor of 1e-6),
+        converted to ``x``'s (real) dtype.
+    name : str, optional
+        Accepted for compatibility with TF and ignored.
+    dim : int or sequence of int, optional
+        Deprecated alias of ``axis``.
+
+    Returns
+    -------
+    array
+        Same type, dtype, shape and device as ``x``.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not floating or complex, or ``epsilon`` is an array of another dtype.
+    ValueError
+        If both ``axis`` and ``dim`` are given, or an axis is repeated or out of range.
+
+    See Also
+    --------
+    tf.math.l2_normalize : The TensorFlow function this mirrors.
+    normalize : Divides by the norm itself, without epsilon.
+
+    Notes
+    -----
+    As in TF: in float16 the default epsilon rounds to 0, so a zero vector gives NaN (and an
+    infinite gradient); an element of magnitude 256 or more gives zeros in float16; the sign of
+    zeros is kept. ``torch.nn.functional.normalize`` floors the norm (not its square) and uses
+    ``dim=1``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyclip
+    >>> anyclip.l2_normalize(np.array([3.0, 4.0], dtype=np.float32))
+    array([0.6, 0.8], dtype=float32)
+    >>> anyclip.l2_normalize(np.array([1e-7, 0.0], dtype=np.float32))  # below the norm floor
+    array([0.1, 0. ], dtype=float32)
+    """
+    if axis is not None and dim is not None:
+        msg = "`axis` and `dim` must not both be given (`dim` is the deprecated name of `axis`)"
+        raise ValueError(msg)
+    if axis is None:
+        axis = dim
+    xp = namespace(x, epsilon)
+    x = as_input(x, xp, "x")
+    kind = require_kind(xp, x, "x", ("real", "complex"), "a floating or complex dtype")
+    real_dtype = x.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
+    eps = as_operand(epsilon, xp, x, "epsilon", dtype=real_dtype)
+    ax = normalize_axes(axis, x.ndim, "axis")
+    return _core.l2_normalize(xp, x, ax, eps)
+
+
+def normalize(
+    tensor: ArrayT,
+    ord: Any = "euclidean",
+    axis: Any = None,
+    name: str | None = None,
+) -> tuple[ArrayT, ArrayT]:
+    """Divide ``tensor`` by its norm and return both, as ``tf.linalg.normalize``.
+
+    Parameters
+    ----------
+    tensor : array
+        Input of a floating or complex dtype (or integer, with ``ord`` 1 or inf).
+    ord, axis
+        As in :func:`norm`.
+    name : str, optional
+        Accepted for compatibility with TF and ignored.
+
+    Returns
+    -------
+    normalized : array
+        ``tensor / norm``. For integer input this is float64 (float32 for 8- and 16-bit
+        integers), as TF's true division gives.
+    norm : array
+        The norm with the reduced axes kept (size 1), cast to ``tensor``'s dtype.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`norm`.
+
+    See Also
+    --------
+    tf.linalg.normalize : The TensorFlow function this mirrors.
+    l2_normalize : Multiplies by ``rsqrt`` with an epsilon instead.
+
+    Notes
+    -----
+    There is no epsilon: a zero vector gives NaN, as in TF.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import anyclip
+    >>> normalized, n = anyclip.normalize(np.array([3.0, 4.0], dtype=np.float32))
+    >>> normalized, n
+    (array([0.6, 0.8], dtype=float32), array([5.], dtype=float32))
+    """
+    xp, x, canonical_ord, ax = _prepare_norm(tensor, ord, axis)
+    return _core.normalize(xp, x, canonical_ord, ax)

@@ -1,0 +1,76 @@
+"""Fixtures shared by the unit tests in ``tests/``.
+
+The root ``conftest.py`` provides ``backend`` (every backend and device, one at a time) and
+``grad_backend``. This file adds small helpers bound to the current backend:
+
+* ``make(values, dtype)``: NumPy data on the backend with ``dtype``; skips when the backend has
+  no such dtype (float16 on array-api-strict, bfloat16 on NumPy, ...).
+* ``check(actual, desired, dtype, ulp=0, what="")``: :func:`anyclip._testing.assert_array` with
+  ``desired`` first rounded to ``dtype`` (so that a float32 value copied from ``tf-semantics.md``,
+  printed as the shortest decimal that round-trips, becomes the exact float32 TF returned).
+
+Expected values in the tests come from ``../shared/tf-semantics.md`` (cited by section), from an
+independent NumPy float64 formula, or from a mathematical property; never from anyclip itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from anyclip._testing import Backend, assert_array
+
+#: ULP budgets for float32 results, from tf-semantics.md §11 (what a faithful port of TF's op
+#: order was measured to reach): clip_by_value is bit-exact, the reductions are not.
+ULP_VALUE = 0
+ULP_CLIP_NORM = 2
+ULP_GLOBAL = 3
+ULP_L2 = 3
+ULP_PNORM = 5
+
+
+def rounded(values: Any, dtype: str) -> np.ndarray:
+    """``values`` rounded to ``dtype`` (bfloat16 through ml_dtypes), for exact comparisons."""
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return np.asarray(np.asarray(values, dtype=np.float32), dtype=ml_dtypes.bfloat16)
+    with np.errstate(over="raise"):
+        return np.asarray(values, dtype=dtype)
+
+
+@pytest.fixture
+def make(backend: Backend) -> Callable[..., Any]:
+    """Build a backend array from NumPy data, skipping dtypes the backend lacks."""
+
+    def _make(values: Any, dtype: str = "float32") -> Any:
+        backend.dtype(dtype)  # skips when absent
+        return backend.asarray(values, dtype)
+
+    return _make
+
+
+@pytest.fixture
+def check(backend: Backend) -> Callable[..., float]:
+    """Compare ``actual`` with ``desired`` rounded to ``dtype`` (namespace/dtype/shape first)."""
+
+    def _check(actual: Any, desired: Any, dtype: str, ulp: float = 0, what: str = "") -> float:
+        return assert_array(
+            actual, rounded(desired, dtype), backend=backend, dtype=dtype, ulp=ulp, what=what
+        )
+
+    return _check
+
+
+@pytest.fixture
+def weights(backend: Backend) -> Callable[..., Any]:
+    """``w = 1..n`` reshaped like ``shape``: the loss weights of tf-semantics.md §9."""
+
+    def _weights(shape: tuple[int, ...], dtype: str = "float32") -> Any:
+        n = int(np.prod(shape))
+        return backend.asarray(np.arange(1, n + 1, dtype=np.float64).reshape(shape), dtype)
+
+    return _weights

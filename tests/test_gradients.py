@@ -1,0 +1,338 @@
+"""Gradients under torch autograd and ``jax.grad`` against TF's GradientTape (tf-semantics.md §9).
+
+The loss is ``sum(f(x) * w)`` with ``w = 1..n`` (§9). Budgets: exact where TF's value is exact;
+otherwise a few ULP, more where the gradient is a small difference of large terms (the ULP is
+then counted at a value much smaller than the terms: TF's own l2_normalize gradient at [3,4] is
+6 ULP away from the exact -0.064 / 0.048).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import anyclip
+
+NAN = math.nan
+INF = math.inf
+ULP = 4
+ULP_CANCEL = 16
+
+
+@pytest.fixture
+def backend(grad_backend):
+    """Only the autodiff backends here; ``make`` / ``check`` / ``weights`` follow this one."""
+    return grad_backend
+
+
+def concat(backend, arrays):
+    return backend.xp.concat([backend.xp.reshape(a, (-1,)) for a in arrays])
+
+
+# -------------------------------------------------------------- clip_by_value (§9.1)
+def test_clip_by_value_array_bounds(grad_backend, make, check, weights):
+    b = grad_backend
+    x = make([-2, -1, 0, 1, 2, NAN])
+    gx, gmin, gmax = b.grad(anyclip.clip_by_value, [x, make(-1.0), make(1.0)], weights((6,)))
+    # the tie at a bound goes to x; the NaN element's gradient goes to clip_value_min (B3)
+    check(gx, [0, 2, 3, 4, 0, 0], "float32", what="d/dx")
+    check(gmin, np.float32(7), "float32", what="d/dmin")
+    check(gmax, np.float32(5), "float32", what="d/dmax")
+
+
+def test_clip_by_value_python_bounds(grad_backend, make, check, weights):
+    x = make([-2, -1, 0, 1, 2, NAN, INF])
+    (gx,) = grad_backend.grad(lambda t: anyclip.clip_by_value(t, -1.0, 1.0), [x], weights((7,)))
+    check(gx, [0, 2, 3, 4, 0, 0, 0], "float32")
+
+
+def test_clip_by_value_min_equals_max(grad_backend, make, check, weights):
+    x = make([-1, 0, 1])
+    gx, gmin, gmax = grad_backend.grad(
+        anyclip.clip_by_value, [x, make(0.0), make(0.0)], weights((3,))
+    )
+    check(gx, [0, 2, 0], "float32", what="d/dx")
+    check(gmin, np.float32(1), "float32", what="d/dmin")
+    check(gmax, np.float32(3), "float32", what="d/dmax")
+
+
+def test_clip_by_value_min_greater_than_max(grad_backend, make, check, weights):
+    x = make([-2, 0, 2])
+    gx, gmin, gmax = grad_backend.grad(
+        anyclip.clip_by_value, [x, make(1.0), make(-1.0)], weights((3,))
+    )
+    check(gx, [0, 0, 0], "float32", what="d/dx")
+    check(gmin, np.float32(6), "float32", what="d/dmin")
+    check(gmax, np.float32(0), "float32", what="d/dmax")
+
+
+def test_clip_by_value_broadcast_bound(grad_backend, make, check, weights):
+    x = make([[0, 5], [0, 5]])
+    gx, gmin = grad_backend.grad(
+        lambda t, lo: anyclip.clip_by_value(t, lo, 3.0), [x, make([[1.0], [-1.0]])], weights((2, 2))
+    )
+    check(gx, [[0, 2], [3, 4]], "float32", what="d/dx")
+    check(gmin, [[1], [0]], "float32", what="d/dmin (reduced over broadcast dims)")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_clip_by_value_other_dtypes(grad_backend, make, check, weights, dtype):
+    x = make([-2, -1, 0, 1, 2], dtype)
+    (gx,) = grad_backend.grad(
+        lambda t: anyclip.clip_by_value(t, -1, 1), [x], weights((5,), dtype)
+    )
+    check(gx, [0, 2, 3, 4, 0], dtype)
+
+
+# --------------------------------------------------------------- clip_by_norm (§9.2)
+@pytest.mark.parametrize(
+    ("t", "clip", "expected", "ulp"),
+    [
+        ([3, 4], 1.0, [-0.063999996, 0.048000008], ULP_CANCEL),  # active
+        ([3, 4], 10.0, [1, 2], 0),  # inactive
+        ([3, 4], 5.0, [-0.31999993, 0.24000001], ULP_CANCEL),  # norm == clip: active branch
+        ([0, 0], 1.0, [1, 2], 0),  # finite thanks to the double where
+        ([0, 0], 0.0, [NAN, NAN], 0),
+        ([INF, 1], 1.0, [NAN, NAN], 0),
+        ([1e-30, 1e-30], 1.0, [1, 2], 0),  # x*x underflows to 0
+    ],
+    ids=["active", "inactive", "tie", "zeros", "zeros-clip0", "inf", "underflow"],
+)
+def test_clip_by_norm(grad_backend, make, check, weights, t, clip, expected, ulp):
+    (gx,) = grad_backend.grad(lambda x: anyclip.clip_by_norm(x, clip), [make(t)], weights((2,)))
+    check(gx, expected, "float32", ulp)
+
+
+@pytest.mark.parametrize(
+    ("clip", "gx_expected", "gc_expected"),
+    [
+        (1.0, [-0.063999996, 0.048000008], 2.2),
+        (10.0, [1, 2], 0),
+        (5.0, [-0.31999993, 0.24000001], 2.2),  # tie: active branch
+        (-1.0, [0, 0], 0),  # max(c, 0)
+    ],
+    ids=["active", "inactive", "tie", "negative"],
+)
+def test_clip_by_norm_wrt_clip(grad_backend, make, check, weights, clip, gx_expected, gc_expected):
+    gx, gc = grad_backend.grad(anyclip.clip_by_norm, [make([3, 4]), make(clip)], weights((2,)))
+    check(gx, gx_expected, "float32", ULP_CANCEL, what="d/dx")
+    check(gc, np.float32(gc_expected), "float32", ULP, what="d/dclip_norm")
+
+
+def test_clip_by_norm_axes_zero_row(grad_backend, make, check, weights):
+    (gx,) = grad_backend.grad(
+        lambda x: anyclip.clip_by_norm(x, 1.0, axes=1), [make([[3, 4], [0, 0]])], weights((2, 2))
+    )
+    check(gx, [[-0.063999996, 0.048000008], [3, 4]], "float32", ULP_CANCEL)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_clip_by_norm_zeros_other_dtypes(grad_backend, make, check, weights, dtype):
+    (gx,) = grad_backend.grad(
+        lambda x: anyclip.clip_by_norm(x, 1.0), [make([0, 0], dtype)], weights((2,), dtype)
+    )
+    check(gx, [1, 2], dtype)
+
+
+# ------------------------------------------------- global_norm / clip_by_global_norm (§9.3)
+def test_global_norm(grad_backend, make, check):
+    ga, gb = grad_backend.grad(
+        lambda a, b: anyclip.global_norm([a, b]), [make([3, 4]), make([12])], make(1.0)
+    )
+    check(ga, [0.23076925, 0.30769232], "float32", ULP, what="d/da")
+    check(gb, [0.923077], "float32", ULP, what="d/db")
+
+
+def test_global_norm_at_zero_is_nan(grad_backend, make, check):
+    (ga,) = grad_backend.grad(lambda a: anyclip.global_norm([a]), [make([0, 0])], make(1.0))
+    check(ga, [NAN, NAN], "float32")
+
+
+def _cbgn(backend, clip, **kwargs):
+    def fn(a, b):
+        out, _ = anyclip.clip_by_global_norm([a, b], clip, **kwargs)
+        return concat(backend, out)
+
+    return fn
+
+
+# weights w = 1..n per tensor: a gets [1, 2], b gets [1]
+@pytest.mark.parametrize(
+    ("clip", "ga_expected", "gb_expected", "ulp"),
+    [
+        (6.5, [0.295858, 0.7278106], [-0.31656802], ULP_CANCEL),  # through the global norm
+        (100.0, [1, 2], [1], 0),
+        (13.0, [0.591716, 1.4556212], [-0.63313603], ULP_CANCEL),  # tie: active branch
+    ],
+    ids=["active", "inactive", "tie"],
+)
+def test_clip_by_global_norm(grad_backend, make, check, clip, ga_expected, gb_expected, ulp):
+    b = grad_backend
+    ga, gb = b.grad(_cbgn(b, clip), [make([3, 4]), make([12])], make([1, 2, 1]))
+    check(ga, ga_expected, "float32", ulp, what="d/da")
+    check(gb, gb_expected, "float32", ulp, what="d/db")
+
+
+@pytest.mark.parametrize(("a", "bval"), [([0, 0], [0]), ([INF, 1], [1])], ids=["zeros", "inf"])
+def test_clip_by_global_norm_nan_gradients(grad_backend, make, check, a, bval):
+    # B9: all-zero input, nothing clipped, still NaN (sqrt's gradient at 0)
+    b = grad_backend
+    ga, _ = b.grad(_cbgn(b, 1.0), [make(a), make(bval)], make([1, 2, 1]))
+    check(ga, [NAN, NAN], "float32")
+
+
+def test_clip_by_global_norm_stop_gradient_use_norm(grad_backend, make, check):
+    b = grad_backend
+    fixed = make(13.0)  # use_norm given as a constant: no gradient through the norm
+
+    def fn(x, y):
+        out, _ = anyclip.clip_by_global_norm([x, y], 6.5, use_norm=fixed)
+        return concat(b, out)
+
+    ga, gb = b.grad(fn, [make([3, 4]), make([12])], make([1, 2, 1]))
+    check(ga, [0.5, 1], "float32", 0, what="d/da")
+    check(gb, [0.5], "float32", 0, what="d/db")
+
+
+@pytest.mark.parametrize(
+    ("clip", "ga_expected", "gc_expected"),
+    [(1.0, [-0.063999996, 0.048000008], 2.2), (10.0, [1, 2], 0)],
+    ids=["active", "inactive"],
+)
+def test_clip_by_global_norm_wrt_clip(grad_backend, make, check, weights, clip, ga_expected, gc_expected):
+    def fn(a, c):
+        out, _ = anyclip.clip_by_global_norm([a], c)
+        return out[0]
+
+    ga, gc = grad_backend.grad(fn, [make([3, 4]), make(clip)], weights((2,)))
+    check(ga, ga_expected, "float32", ULP_CANCEL, what="d/da")
+    check(gc, np.float32(gc_expected), "float32", ULP, what="d/dclip_norm")
+
+
+def test_clip_by_global_norm_wrt_use_norm(grad_backend, make, check, weights):
+    def fn(a, use):
+        out, _ = anyclip.clip_by_global_norm([a], 6.5, use_norm=use)
+        return out[0]
+
+    ga, gu = grad_backend.grad(fn, [make([3, 4]), make(26.0)], weights((2,)))
+    check(ga, [0.25, 0.5], "float32", ULP, what="d/da")
+    check(gu, np.float32(-0.10576923), "float32", ULP, what="d/duse_norm")
+
+
+# ---------------------------------------------------------------------- norm (§9.4)
+@pytest.mark.parametrize(
+    ("t", "kwargs", "expected", "ulp"),
+    [
+        ([3, 4], {}, [0.6, 0.8], ULP),
+        ([0, 0], {}, [NAN, NAN], 0),
+        ([0, -2, 3], {"ord": 1}, [0, -1, 1], 0),
+        ([3, -3, 1], {"ord": np.inf}, [0.5, -0.5, 0], 0),  # ties split evenly
+        ([0, 0], {"ord": 3}, [NAN, NAN], 0),
+        ([1, 0], {"ord": 3}, [1, 0], ULP),
+        ([1, 0], {"ord": 0.5}, [1, NAN], ULP),
+    ],
+    ids=["euclid", "euclid-zeros", "ord1", "ordinf-tie", "ord3-zeros", "ord3", "ord0.5"],
+)
+def test_norm_vector(grad_backend, make, check, t, kwargs, expected, ulp):
+    (gx,) = grad_backend.grad(lambda x: anyclip.norm(x, **kwargs), [make(t)], make(1.0))
+    check(gx, expected, "float32", ulp)
+
+
+def test_norm_zeros_axis_keepdims(grad_backend, make, check):
+    (gx,) = grad_backend.grad(
+        lambda x: anyclip.norm(x, axis=0, keepdims=True), [make([0, 0])], make([1.0])
+    )
+    check(gx, [NAN, NAN], "float32")
+
+
+@pytest.mark.parametrize(
+    ("m", "ord", "expected"),
+    [
+        ([[1, 0], [0, 1]], 2, [[0.5, 0], [0, 0.5]]),  # repeated singular value: split evenly
+        ([[2, 0], [0, 1]], 2, [[1, 0], [0, 0]]),
+        ([[0, 0], [0, 0]], "fro", [[NAN, NAN], [NAN, NAN]]),
+    ],
+    ids=["ord2-identity", "ord2-diag", "fro-zeros"],
+)
+def test_norm_matrix(grad_backend, make, check, m, ord, expected):
+    (gx,) = grad_backend.grad(
+        lambda x: anyclip.norm(x, ord=ord, axis=(0, 1)), [make(m)], make(1.0)
+    )
+    check(gx, expected, "float32", ULP)
+
+
+# ------------------------------------------------------ l2_normalize / normalize (§9.5)
+@pytest.mark.parametrize(
+    ("t", "expected", "ulp"),
+    [
+        ([3, 4], [-0.064000025, 0.047999978], ULP_CANCEL),
+        ([0, 0], [1e6, 2e6], ULP),  # w * rsqrt(epsilon)
+        ([1e-7, 0], [1e6, 2e6], ULP),  # epsilon branch
+    ],
+    ids=["3-4", "zeros", "tiny"],
+)
+def test_l2_normalize(grad_backend, make, check, weights, t, expected, ulp):
+    (gx,) = grad_backend.grad(anyclip.l2_normalize, [make(t)], weights((2,)))
+    check(gx, expected, "float32", ulp)
+
+
+def test_l2_normalize_float64_zeros(grad_backend, make, check, weights):
+    (gx,) = grad_backend.grad(anyclip.l2_normalize, [make([0, 0], "float64")], weights((2,), "float64"))
+    check(gx, [1e6, 2e6], "float64", ULP)
+
+
+def test_l2_normalize_float16_zeros_is_inf(grad_backend, make, check, weights):
+    # B15: epsilon is 0 in float16
+    (gx,) = grad_backend.grad(anyclip.l2_normalize, [make([0, 0], "float16")], weights((2,), "float16"))
+    check(gx, [INF, INF], "float16")
+
+
+@pytest.mark.parametrize(
+    ("t", "expected", "ulp"),
+    [([3, 4], [-0.063999996, 0.048000008], ULP_CANCEL), ([0, 0], [NAN, NAN], 0)],
+    ids=["3-4", "zeros"],
+)
+def test_normalize(grad_backend, make, check, weights, t, expected, ulp):
+    (gx,) = grad_backend.grad(lambda x: anyclip.normalize(x)[0], [make(t)], weights((2,)))
+    check(gx, expected, "float32", ulp)
+
+
+# ------------------------------------------------------------ clip_by_average_norm (§9.5)
+@pytest.mark.parametrize(
+    ("t", "expected", "ulp"),
+    [([3, 4], [-0.12800005, 0.095999956], ULP_CANCEL), ([0, 0], [1, 2], 0)],
+    ids=["3-4", "zeros"],
+)
+def test_clip_by_average_norm(grad_backend, make, check, weights, t, expected, ulp):
+    (gx,) = grad_backend.grad(
+        lambda x: anyclip.clip_by_average_norm(x, 1.0), [make(t)], weights((2,))
+    )
+    check(gx, expected, "float32", ulp)
+
+
+# ------------------------------------------------------------ analytic float64 references
+def test_clip_by_norm_active_matches_analytic_float64(grad_backend, make, check):
+    rng = np.random.default_rng(13)  # no gradient component near 0
+    x = rng.standard_normal(7)
+    w = rng.standard_normal(7)
+    c = 0.5
+    (gx,) = grad_backend.grad(
+        lambda t: anyclip.clip_by_norm(t, c), [make(x, "float64")], make(w, "float64")
+    )
+    n = np.linalg.norm(x)
+    # d/dx sum(w * c x / n) = (c/n) (w - x (x.w) / n^2)
+    check(gx, (c / n) * (w - x * np.dot(x, w) / n**2), "float64", 64)
+
+
+def test_l2_normalize_axis_matches_analytic_float64(grad_backend, make, check):
+    rng = np.random.default_rng(19)  # no gradient component near 0
+    x = rng.standard_normal((3, 5))
+    w = rng.standard_normal((3, 5))
+    (gx,) = grad_backend.grad(
+        lambda t: anyclip.l2_normalize(t, axis=1), [make(x, "float64")], make(w, "float64")
+    )
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    xw = np.sum(x * w, axis=1, keepdims=True)
+    check(gx, w / n - x * xw / n**3, "float64", 64)

@@ -1,0 +1,268 @@
+"""``anyclip.l2_normalize`` (§7) and ``anyclip.normalize`` (§8) against tf-semantics.md.
+
+Budgets: 3 ULP for l2_normalize in float32 (TF's vectorised rsqrt, §11); normalize divides by
+``tf.norm`` (§8.1), 2 ULP (3 with the spectral norm). Error paths are in test_errors.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import anyclip
+
+ULP = 3
+ULP_DIV = 2
+NAN = math.nan
+INF = math.inf
+M = [[3.0, 4.0], [6.0, 8.0]]
+M_ALL = [[0.26832816, 0.3577709], [0.5366563, 0.7155418]]
+
+
+def l2_formula(x: np.ndarray, axis=None, epsilon=1e-12) -> np.ndarray:
+    """§7.1 in float64 NumPy: x / sqrt(max(sum(x*x), epsilon))."""
+    x = np.asarray(x, dtype=np.float64)
+    ss = np.sum(x * x, axis=axis, keepdims=True)
+    return x / np.sqrt(np.maximum(ss, epsilon))
+
+
+# ------------------------------------------------------------------ l2_normalize (§7)
+@pytest.mark.parametrize(
+    ("dtype", "expected", "ulp"),
+    [
+        ("float16", [0.5996, 0.8], 1),
+        ("bfloat16", [0.601562, 0.800781], 1),
+        ("float32", [0.6, 0.8], ULP),
+        ("float64", [0.6, 0.8], ULP),
+    ],
+)
+def test_l2_dtypes(backend, make, check, dtype, expected, ulp):
+    check(anyclip.l2_normalize(make([3, 4], dtype)), expected, dtype, ulp)
+
+
+@pytest.mark.parametrize("axis", [None, [0, 1], (0, 1)], ids=str)
+def test_l2_axis_all(backend, make, check, axis):
+    # §7.2 / trap 3: axis None normalizes over every element
+    check(anyclip.l2_normalize(make(M), axis=axis), M_ALL, "float32", ULP)
+
+
+def test_l2_axis_0(backend, make, check):
+    expected = [[0.4472136, 0.4472136], [0.8944272, 0.8944272]]
+    check(anyclip.l2_normalize(make(M), axis=0), expected, "float32", ULP)
+
+
+@pytest.mark.parametrize("axis", [1, -1, np.int64(1), [1]], ids=str)
+def test_l2_axis_1(backend, make, check, axis):
+    check(anyclip.l2_normalize(make(M), axis=axis), [[0.6, 0.8], [0.6, 0.8]], "float32", ULP)
+
+
+def test_l2_dim(backend, make, check):
+    # §7.1: the deprecated `dim` is an alias of `axis`
+    check(anyclip.l2_normalize(make(M), dim=1), [[0.6, 0.8], [0.6, 0.8]], "float32", ULP)
+
+
+def test_l2_axis_empty_is_elementwise(backend, make, check):
+    check(anyclip.l2_normalize(make(M), axis=[]), [[1, 1], [1, 1]], "float32", ULP)
+
+
+def test_l2_zero_d(backend, make, check):
+    check(anyclip.l2_normalize(make(-3.0)), np.float32(-1), "float32", ULP)
+
+
+def test_l2_empty(backend, make, check):
+    check(anyclip.l2_normalize(make(np.zeros(0))), np.zeros(0), "float32")
+    check(anyclip.l2_normalize(make(np.zeros((2, 0))), axis=1), np.zeros((2, 0)), "float32")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float64"])
+def test_l2_zero_vector(backend, make, check, dtype):
+    check(anyclip.l2_normalize(make([0, 0], dtype)), [0, 0], dtype)
+
+
+def test_l2_signed_zeros_kept(backend, make, check):
+    out = anyclip.l2_normalize(make([-0.0, 0.0]))
+    check(out, [0, 0], "float32")
+    assert list(np.signbit(backend.to_numpy(out))) == [True, False]
+
+
+# §7.2 / trap 3: epsilon floors the squared norm (a norm floor of 1e-6).
+def test_l2_below_floor(backend, make, check):
+    check(anyclip.l2_normalize(make([1e-7, 0])), [0.1, 0], "float32", ULP)
+
+
+def test_l2_at_floor(backend, make, check):
+    check(anyclip.l2_normalize(make([1e-6, 0])), [1, 0], "float32", ULP)
+
+
+@pytest.mark.parametrize("epsilon", [0, -1, 0.0, -1.0])
+def test_l2_nonpositive_epsilon_zero_vector(backend, make, check, epsilon):
+    check(anyclip.l2_normalize(make([0, 0]), epsilon=epsilon), [NAN, NAN], "float32")
+
+
+def test_l2_negative_epsilon(backend, make, check):
+    check(anyclip.l2_normalize(make([3, 4]), epsilon=-1), [0.6, 0.8], "float32", ULP)
+
+
+def test_l2_large_epsilon(backend, make, check):
+    check(anyclip.l2_normalize(make([3, 4]), epsilon=100), [0.3, 0.4], "float32", ULP)
+
+
+def test_l2_nan_epsilon(backend, make, check):
+    check(anyclip.l2_normalize(make([3, 4]), epsilon=NAN), [NAN, NAN], "float32")
+
+
+def test_l2_epsilon_array(backend, make, check):
+    check(anyclip.l2_normalize(make([3, 4]), epsilon=make(1e-12)), [0.6, 0.8], "float32", ULP)
+
+
+def test_l2_epsilon_python_int(backend, make, check):
+    check(anyclip.l2_normalize(make([0, 0]), epsilon=1), [0, 0], "float32")
+
+
+def test_l2_epsilon_per_element(backend, make, check):
+    check(anyclip.l2_normalize(make([0, 0]), epsilon=make([1.0, 4.0])), [0, 0], "float32")
+    out = anyclip.l2_normalize(make([3, 4]), axis=[], epsilon=make([100.0, 4.0]))
+    check(out, [0.3, 1.0], "float32", ULP)
+
+
+# §7.2 / B15: float16 epsilon rounds to 0, so a zero vector gives NaN.
+def test_l2_float16_zero_vector_is_nan(backend, make, check):
+    check(anyclip.l2_normalize(make([0, 0], "float16")), [NAN, NAN], "float16")
+
+
+def test_l2_float16_square_overflow(backend, make, check):
+    check(anyclip.l2_normalize(make([300, 0], "float16")), [0, 0], "float16")
+
+
+def test_l2_float32_square_overflow(backend, make, check):
+    check(anyclip.l2_normalize(make([1e20, 1e20])), [0, 0], "float32")
+
+
+def test_l2_non_finite(backend, make, check):
+    check(anyclip.l2_normalize(make([NAN, 1])), [NAN, NAN], "float32")
+    check(anyclip.l2_normalize(make([INF, 1])), [NAN, 0], "float32")
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_l2_complex(backend, make, check, dtype):
+    check(anyclip.l2_normalize(make([3 + 4j, 0], dtype)), [0.6 + 0.8j, 0], dtype, ULP)
+    check(anyclip.l2_normalize(make([0, 0], dtype)), [0, 0], dtype)
+
+
+def test_l2_complex128_diagonal(backend, make, check):
+    s = 1 / math.sqrt(2)
+    check(anyclip.l2_normalize(make([1 + 1j], "complex128")), [s + s * 1j], "complex128", ULP)
+
+
+def test_l2_complex_axis(backend, make, check):
+    rng = np.random.default_rng(10)
+    z = rng.standard_normal((4, 3)) + 1j * rng.standard_normal((4, 3))
+    out = anyclip.l2_normalize(make(z, "complex128"), axis=1)
+    ss = np.sum(z.real**2 + z.imag**2, axis=1, keepdims=True)
+    check(out, z / np.sqrt(ss), "complex128", ULP)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_l2_random_matches_formula(backend, make, check, dtype):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((64, 33)).astype(dtype)
+    out = anyclip.l2_normalize(make(x, dtype), axis=1)
+    check(out, l2_formula(x, axis=1), dtype, ULP)
+
+
+# ------------------------------------------------------------------ normalize (§8)
+def test_normalize_vector(backend, make, check):
+    normalized, norm = anyclip.normalize(make([3, 4]))
+    check(normalized, [0.6, 0.8], "float32", ULP_DIV, what="normalized")
+    check(norm, [5], "float32", ULP_DIV, what="norm")
+
+
+def test_normalize_returns_tuple(backend, make):
+    result = anyclip.normalize(make([3, 4]))
+    assert isinstance(result, tuple)
+    assert len(result) == 2
+
+
+def test_normalize_matrix_default(backend, make, check):
+    normalized, norm = anyclip.normalize(make(M))
+    check(normalized, M_ALL, "float32", ULP_DIV, what="normalized")
+    check(norm, [[11.18034]], "float32", ULP_DIV, what="norm")
+
+
+def test_normalize_axis_1(backend, make, check):
+    normalized, norm = anyclip.normalize(make(M), axis=1)
+    check(normalized, [[0.6, 0.8], [0.6, 0.8]], "float32", ULP_DIV, what="normalized")
+    check(norm, [[5], [10]], "float32", ULP_DIV, what="norm")
+
+
+def test_normalize_ord_1_axis_1(backend, make, check):
+    normalized, norm = anyclip.normalize(make(M), ord=1, axis=1)
+    expected = [[0.42857143, 0.5714286], [0.42857143, 0.5714286]]
+    check(normalized, expected, "float32", ULP_DIV, what="normalized")
+    check(norm, [[7], [14]], "float32", 0, what="norm")
+
+
+def test_normalize_ord_inf_axis_0(backend, make, check):
+    normalized, norm = anyclip.normalize(make(M), ord=np.inf, axis=0)
+    check(normalized, [[0.5, 0.5], [1, 1]], "float32", 0, what="normalized")
+    check(norm, [[6, 8]], "float32", 0, what="norm")
+
+
+def test_normalize_ord_2_matrix(backend, make, check):
+    normalized, norm = anyclip.normalize(make(M), ord=2, axis=(0, 1))
+    expected = [[0.2683281, 0.35777083], [0.5366562, 0.71554166]]
+    check(normalized, expected, "float32", ULP_DIV + 3, what="normalized")
+    check(norm, [[11.180342]], "float32", 5, what="norm")
+
+
+def test_normalize_fro_list_axis(backend, make, check):
+    normalized, norm = anyclip.normalize(make(M), ord="fro", axis=[0, 1])
+    check(normalized, M_ALL, "float32", ULP_DIV, what="normalized")
+    check(norm, [[11.18034]], "float32", ULP_DIV, what="norm")
+
+
+def test_normalize_zero_vector_nan(backend, make, check):
+    # §8.2 / B16: no epsilon
+    normalized, norm = anyclip.normalize(make([0, 0]))
+    check(normalized, [NAN, NAN], "float32", what="normalized")
+    check(norm, [0], "float32", what="norm")
+
+
+def test_normalize_int_gives_float64_and_int_norm(backend, make, check):
+    # §8.2 / B16: int32 normalized is float64 (true division), the norm stays int32
+    normalized, norm = anyclip.normalize(make([3, 4], "int32"), ord=1)
+    check(normalized, [3 / 7, 4 / 7], "float64", 0, what="normalized")
+    check(norm, [7], "int32", what="norm")
+
+
+@pytest.mark.parametrize("ord", ["euclidean", 1])
+def test_normalize_complex(backend, make, check, ord):
+    # §8.2: the norm is cast to complex64
+    normalized, norm = anyclip.normalize(make([3 + 4j, 0], "complex64"), ord=ord)
+    check(normalized, [0.6 + 0.8j, 0], "complex64", ULP_DIV, what="normalized")
+    check(norm, [5 + 0j], "complex64", ULP_DIV, what="norm")
+
+
+def test_normalize_float16_overflow(backend, make, check):
+    normalized, norm = anyclip.normalize(make([300, 0], "float16"))
+    check(normalized, [0, 0], "float16", what="normalized")
+    check(norm, [INF], "float16", what="norm")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_normalize_dtypes(backend, make, check, dtype):
+    normalized, norm = anyclip.normalize(make([3, 4], dtype))
+    check(normalized, [0.6, 0.8], dtype, 1, what="normalized")
+    check(norm, [5], dtype, 0, what="norm")
+
+
+def test_normalize_is_division_by_norm(backend, make, check):
+    # §8.1: normalized == x / norm(x, keepdims=True), bit for bit (division, not rsqrt)
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((16, 9)).astype(np.float32)
+    normalized, norm = anyclip.normalize(make(x), axis=1)
+    norm_np = backend.to_numpy(norm)
+    check(norm, np.sqrt(np.sum(x.astype(np.float64) ** 2, axis=1, keepdims=True)), "float32", 2)
+    check(normalized, x / norm_np, "float32", 0, what="normalized vs x / norm")

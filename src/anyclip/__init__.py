@@ -12,6 +12,7 @@ array([0.6, 0.8], dtype=float32)
 
 from __future__ import annotations
 
+from anyclip import tree
 from anyclip._clip import (
     clip_by_average_norm,
     clip_by_global_norm,
@@ -32,4 +33,5 @@ __all__ = [
     "l2_normalize",
     "norm",
     "normalize",
+    "tree",
 ]

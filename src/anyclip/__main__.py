@@ -75,7 +75,7 @@ def _load(name: str) -> tuple[Any, Callable[[Any], Any], str] | None:
         elif name == "cupy":
             devices = f"cuda:{mod.cuda.Device().id}"
         return xp, lambda v: xp.asarray(v, dtype=xp.float32), devices
-    except Exception:
+    except Exception:  # noqa: BLE001 - anything that stops a backend loading: absent
         return None
 
 
@@ -94,7 +94,7 @@ def _show(x: Any) -> str:
         else:
             host = np.asarray(x)
         values = np.array2string(host, precision=8, separator=", ")
-    except Exception:
+    except Exception:  # noqa: BLE001 - fall back to str()
         values = str(x)
     return f"{values} {str(x.dtype).rsplit('.', 1)[-1]}"
 
@@ -118,7 +118,7 @@ def demo() -> int:
         for name, asarray in loaded.items():
             try:
                 shown = _show(fn(asarray))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - shown, not hidden
                 shown = f"raises {type(exc).__name__}: {exc}"
             print(f"    {name:<17} {shown}")
     return 0

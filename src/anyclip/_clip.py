@@ -18,6 +18,7 @@ from anyclip._convert import (
     is_sequence_of_arrays,
     normalize_axes,
     require_kind,
+    resolve_accumulate_dtype,
 )
 
 __all__ = [
@@ -123,7 +124,14 @@ def _clip_norm_operand(xp: Any, clip_norm: Any, t: Any) -> Any:
     raise TypeError(msg)
 
 
-def clip_by_norm(t: ArrayT, clip_norm: Any, axes: Any = None, name: str | None = None) -> ArrayT:
+def clip_by_norm(
+    t: ArrayT,
+    clip_norm: Any,
+    axes: Any = None,
+    name: str | None = None,
+    *,
+    accumulate_dtype: Any = None,
+) -> ArrayT:
     """Scale ``t`` so its L2 norm over ``axes`` is at most ``clip_norm``, as ``tf.clip_by_norm``.
 
     Computes ``t * clip_norm / maximum(l2norm(t, axes), clip_norm)``.
@@ -141,6 +149,10 @@ def clip_by_norm(t: ArrayT, clip_norm: Any, axes: Any = None, name: str | None =
         own (``sign(t) * minimum(abs(t), clip_norm)``).
     name : str, optional
         Accepted for compatibility with TF and ignored.
+    accumulate_dtype : dtype or str, optional
+        Not in TF. Compute in this floating dtype (e.g. ``"float32"`` for float16 input, so
+        squares cannot overflow) and cast the result back to ``t``'s dtype. ``None`` (default)
+        computes in ``t``'s dtype, as TF.
 
     Returns
     -------
@@ -184,10 +196,13 @@ def clip_by_norm(t: ArrayT, clip_norm: Any, axes: Any = None, name: str | None =
     xp = namespace(t, clip_norm)
     t = as_input(t, xp, "t")
     require_kind(xp, t, "t", ("real",), _FLOATS)
-    c = _clip_norm_operand(xp, clip_norm, t)
-    check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t")
     ax = normalize_axes(axes, t.ndim, "axes")
-    return _core.clip_by_norm(xp, t, c, ax)
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [t.dtype])
+    work = t if acc is None or acc == t.dtype else xp.astype(t, acc)
+    c = _clip_norm_operand(xp, clip_norm, work)
+    check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t")
+    out = _core.clip_by_norm(xp, work, c, ax)
+    return out if out.dtype == t.dtype else xp.astype(out, t.dtype)
 
 
 def _check_t_list(t_list: Any) -> list[Any]:
@@ -200,8 +215,8 @@ def _check_t_list(t_list: Any) -> list[Any]:
     return list(t_list)
 
 
-def _floating_list(xp: Any, t_list: list[Any]) -> list[Any | None]:
-    """Convert the entries, check they share one floating dtype; None entries are kept."""
+def _floating_list(xp: Any, t_list: list[Any], *, mixed_ok: bool = False) -> list[Any | None]:
+    """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype."""
     out: list[Any | None] = []
     first = None
     for i, v in enumerate(t_list):
@@ -212,7 +227,7 @@ def _floating_list(xp: Any, t_list: list[Any]) -> list[Any | None]:
         require_kind(xp, v, f"t_list[{i}]", ("real",), _FLOATS)
         if first is None:
             first = v
-        elif v.dtype != first.dtype:
+        elif v.dtype != first.dtype and not mixed_ok:
             msg = (
                 "`t_list` must hold arrays of one dtype (TF does not promote), got "
                 f"{dtype_name(first.dtype)} and {dtype_name(v.dtype)} at t_list[{i}]"
@@ -222,7 +237,9 @@ def _floating_list(xp: Any, t_list: list[Any]) -> list[Any | None]:
     return out
 
 
-def global_norm(t_list: Sequence[Any], name: str | None = None) -> Any:
+def global_norm(
+    t_list: Sequence[Any], name: str | None = None, *, accumulate_dtype: Any = None
+) -> Any:
     """The L2 norm of all arrays in ``t_list`` together, as ``tf.linalg.global_norm``.
 
     Computes ``sqrt(sum(sum(t * t) / 2 for t in t_list) * 2)``.
@@ -233,13 +250,18 @@ def global_norm(t_list: Sequence[Any], name: str | None = None) -> Any:
         Arrays of one real floating dtype; ``None`` entries are skipped.
     name : str, optional
         Accepted for compatibility with TF and ignored.
+    accumulate_dtype : dtype, str or "widest", optional
+        Not in TF. Cast every array to this floating dtype before squaring and summing, which
+        also lets arrays of different dtypes be mixed; ``"widest"`` picks the widest dtype of
+        the arrays (float32 for float16 with bfloat16). ``None`` (default) is TF's behaviour:
+        sum in the arrays' own dtype and refuse mixed dtypes.
 
     Returns
     -------
     array
-        A 0-d array of the arrays' dtype, on their device. For an empty list (or only ``None``
-        entries) a float32 zero, as TF returns; without any array to take a library from, it
-        is a NumPy array.
+        A 0-d array of the arrays' dtype (or ``accumulate_dtype``), on their device. For an
+        empty list (or only ``None`` entries) a float32 zero, as TF returns; without any array
+        to take a library from, it is a NumPy array.
 
     Raises
     ------
@@ -268,10 +290,19 @@ def global_norm(t_list: Sequence[Any], name: str | None = None) -> Any:
     """
     items = _check_t_list(t_list)
     xp = namespace(*items)
-    arrays = [v for v in _floating_list(xp, items) if v is not None]
+    return _global_norm(xp, items, accumulate_dtype)
+
+
+def _global_norm(xp: Any, items: list[Any], accumulate_dtype: Any) -> Any:
+    """``global_norm`` of checked ``items`` (arrays or None)."""
+    mixed_ok = accumulate_dtype is not None
+    arrays = [v for v in _floating_list(xp, items, mixed_ok=mixed_ok) if v is not None]
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [v.dtype for v in arrays])
+    if acc is not None:
+        arrays = [v if v.dtype == acc else xp.astype(v, acc) for v in arrays]
     if arrays:
         return _core.global_norm(xp, arrays, arrays[0].dtype, arrays[0])
-    return _core.global_norm(xp, [], xp.float32, None)
+    return _core.global_norm(xp, [], xp.float32 if acc is None else acc, None)
 
 
 def clip_by_global_norm(
@@ -279,6 +310,9 @@ def clip_by_global_norm(
     clip_norm: Any,
     use_norm: Any = None,
     name: str | None = None,
+    *,
+    accumulate_dtype: Any = None,
+    nonfinite: str = "tf",
 ) -> tuple[list[Any], Any]:
     """Scale every array in ``t_list`` by one factor so their global norm is at most ``clip_norm``.
 
@@ -297,6 +331,18 @@ def clip_by_global_norm(
         which is then cast to each array's dtype.
     name : str, optional
         Accepted for compatibility with TF and ignored.
+    accumulate_dtype : dtype, str or "widest", optional
+        Not in TF. As in :func:`global_norm`: the dtype the global norm (and so the scale) is
+        computed in; with it the arrays may have different floating dtypes, each of which is
+        kept. ``None`` (default) is TF's behaviour.
+    nonfinite : {"tf", "torch", "skip", "raise"}, optional
+        Not in TF. What a non-finite global norm does. ``"tf"`` (default): every output is NaN.
+        ``"torch"``: what ``torch.nn.utils.clip_grad_norm_`` gives, the bare factor
+        ``c * minimum(1 / norm, 1 / c)``: 0 for an inf norm (finite entries become 0, infinite
+        ones NaN), NaN for a NaN norm. ``"skip"``: the arrays are returned unchanged; the
+        returned norm, inf or NaN, is the report (``isfinite(norm)`` tells, with no host
+        sync). ``"raise"``: raise ``FloatingPointError``; this reads the norm on the host
+        (a device sync; not usable under ``jax.jit``).
 
     Returns
     -------
@@ -311,7 +357,9 @@ def clip_by_global_norm(
         If ``t_list`` is not a list or tuple, its arrays are not floating or do not share one
         dtype, ``use_norm`` is not an array, or ``clip_norm`` is an array of another dtype.
     ValueError
-        If ``clip_norm`` is None.
+        If ``clip_norm`` is None or ``nonfinite`` is not one of the policies.
+    FloatingPointError
+        With ``nonfinite="raise"``, if the global norm is inf or NaN.
 
     See Also
     --------
@@ -341,11 +389,14 @@ def clip_by_global_norm(
     >>> norm
     array(13., dtype=float32)
     """
+    if nonfinite not in _core.NONFINITE_POLICIES:
+        msg = f"`nonfinite` must be one of {_core.NONFINITE_POLICIES}, got {nonfinite!r}"
+        raise ValueError(msg)
     items = _check_t_list(t_list)
     xp = namespace(*items, clip_norm, use_norm)
-    values = _floating_list(xp, items) if use_norm is None else _any_list(xp, items)
     if use_norm is None:
-        use_norm = global_norm(values)
+        values = _floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
+        use_norm = _global_norm(xp, values, accumulate_dtype)
         xp = namespace(*values, clip_norm, use_norm)
     elif not is_array(use_norm):
         msg = (
@@ -354,9 +405,13 @@ def clip_by_global_norm(
         )
         raise TypeError(msg)
     else:
+        values = _any_list(xp, items)
         require_kind(xp, use_norm, "use_norm", ("real",), _FLOATS)
     c = as_operand(clip_norm, xp, use_norm, "clip_norm")
-    return _core.clip_by_global_norm(xp, values, c, use_norm), use_norm
+    if nonfinite == "raise" and not bool(xp.all(xp.isfinite(use_norm))):  # host sync
+        msg = f"the global norm is not finite ({float(use_norm)}); `nonfinite` is 'raise'"
+        raise FloatingPointError(msg)
+    return _core.clip_by_global_norm(xp, values, c, use_norm, nonfinite), use_norm
 
 
 def _any_list(xp: Any, t_list: list[Any]) -> list[Any | None]:

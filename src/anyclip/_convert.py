@@ -36,6 +36,8 @@ from anyclip._compat import (
 
 __all__ = [
     "as_input",
+    "resolve_accumulate_dtype",
+    "widest_float",
     "as_operand",
     "check_broadcastable",
     "dtype_kind",
@@ -248,3 +250,68 @@ def is_sequence_of_arrays(value: Any) -> bool:
     return (
         isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and not is_array(value)
     )
+
+
+# ------------------------------------------------------- accumulation dtype
+def _float_bits(xp: Namespace, dtype: Any) -> int:
+    return int(xp.finfo(dtype).bits)
+
+
+def widest_float(xp: Namespace, dtypes: Sequence[Any]) -> Any:
+    """The real floating dtype that holds every one of ``dtypes`` (float16 + bfloat16: float32)."""
+    widest = dtypes[0]
+    for dt in dtypes[1:]:
+        if dt == widest:
+            continue
+        a, b = _float_bits(xp, widest), _float_bits(xp, dt)
+        if a == b:  # float16 vs bfloat16: neither holds the other
+            widest = xp.float32 if a < 32 else widest
+        elif b > a:
+            widest = dt
+    return widest
+
+
+def resolve_accumulate_dtype(xp: Namespace, value: Any, dtypes: Sequence[Any]) -> Any:
+    """The dtype ``accumulate_dtype=value`` asks for, given the inputs' ``dtypes``.
+
+    ``None`` means TF's behaviour (reduce in the input dtype, refuse mixed dtypes) and is
+    returned as ``None``. ``"widest"`` picks :func:`widest_float` of ``dtypes``. A dtype name
+    (``"float32"``) or a dtype object of the namespace is taken as given; it must be a real
+    floating dtype.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value == "widest":
+        if not dtypes:
+            return xp.float32
+        return widest_float(xp, list(dtypes))
+    dtype = value
+    if isinstance(value, str):
+        dtype = getattr(xp, value, None)
+        if dtype is None and value == "bfloat16":
+            dtype = _bfloat16(xp)
+        if dtype is None:
+            msg = f"`accumulate_dtype` must name a floating dtype of the library, got {value!r}"
+            raise TypeError(msg)
+    try:
+        ok = xp.isdtype(dtype, "real floating")
+    except Exception:  # noqa: BLE001 - a foreign or bogus dtype object
+        ok = False
+    if not ok:
+        msg = f"`accumulate_dtype` must be a real floating dtype, 'widest' or None, got {value!r}"
+        raise TypeError(msg)
+    return dtype
+
+
+def _bfloat16(xp: Namespace) -> Any:
+    from anyclip._compat import library
+
+    if library(xp) == "torch":
+        import torch
+
+        return torch.bfloat16
+    if library(xp) == "jax":
+        import jax.numpy as jnp
+
+        return jnp.bfloat16
+    return None

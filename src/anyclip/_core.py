@@ -123,24 +123,59 @@ def clip_by_norm(xp: Namespace, t: Any, clip_norm: Any, axes: tuple[int, ...] | 
     return intermediate / _maximum(xp, l2norm, clip_norm)
 
 
+def half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any:
+    """``sum(l2_loss(t) for t in arrays)``, with ``l2_loss(t) = sum(t * t) * 0.5``.
+
+    The arrays share one dtype and device; the sum is over ``stack``, in list order, as TF's.
+    """
+    half = [_sum(xp, v * v, None, keepdims=False) * _scalar(xp, 0.5, v) for v in arrays]
+    return _sum(xp, xp.stack(half), None, keepdims=False)
+
+
+def norm_from_half_sums(xp: Namespace, partials: Sequence[Any]) -> Any:
+    """``sqrt(sum(partials) * 2)``; one partial (one device) is used as it is."""
+    total = partials[0] if len(partials) == 1 else _sum(xp, xp.stack(partials), None, False)
+    return xp.sqrt(total * _scalar(xp, 2.0, total))
+
+
 @_kernel
 def global_norm(xp: Namespace, arrays: Sequence[Any], dtype: Any, like: Any) -> Any:
     """``sqrt(sum(l2_loss(t) for t) * 2)`` with ``l2_loss(t) = sum(t * t) / 2``."""
     if not arrays:
         return constant(xp, 0.0, dtype, like)
-    half = [_sum(xp, v * v, None, keepdims=False) * _scalar(xp, 0.5, v) for v in arrays]
-    total = _sum(xp, xp.stack(half), None, keepdims=False)
-    return xp.sqrt(total * _scalar(xp, 2.0, total))
+    return norm_from_half_sums(xp, [half_squared_sum(xp, arrays)])
+
+
+#: The non-finite policies of the global-norm clippers (see ``clip_by_global_norm``).
+NONFINITE_POLICIES = ("tf", "torch", "skip", "raise")
+
+
+def global_scale(xp: Namespace, clip_norm: Any, use_norm: Any, nonfinite: str = "tf") -> Any:
+    """The factor ``clip_by_global_norm`` multiplies every array by, in ``use_norm``'s dtype.
+
+    ``c * minimum(1 / use_norm, 1 / c)``, plus ``use_norm - use_norm`` (NaN for a non-finite
+    norm) under the ``"tf"`` and ``"raise"`` policies; ``"torch"`` keeps the bare factor and
+    ``"skip"`` replaces it by 1 where the norm is not finite.
+    """
+    one = _scalar(xp, 1.0, use_norm)
+    scale_for_finite = clip_norm * _minimum(xp, one / use_norm, one / clip_norm)
+    if nonfinite == "torch":
+        return scale_for_finite
+    if nonfinite == "skip":
+        return xp.where(xp.isfinite(use_norm), scale_for_finite, one)
+    return scale_for_finite + (use_norm - use_norm)
 
 
 @_kernel
 def clip_by_global_norm(
-    xp: Namespace, t_list: Sequence[Any | None], clip_norm: Any, use_norm: Any
+    xp: Namespace,
+    t_list: Sequence[Any | None],
+    clip_norm: Any,
+    use_norm: Any,
+    nonfinite: str = "tf",
 ) -> list[Any | None]:
-    """Scale every array by ``c * minimum(1 / use_norm, 1 / c)``; NaN for a non-finite norm."""
-    one = _scalar(xp, 1.0, use_norm)
-    scale_for_finite = clip_norm * _minimum(xp, one / use_norm, one / clip_norm)
-    scale = scale_for_finite + (use_norm - use_norm)
+    """Multiply every array by :func:`global_scale`, cast to the array's dtype."""
+    scale = global_scale(xp, clip_norm, use_norm, nonfinite)
     out: list[Any | None] = []
     for v in t_list:
         if v is None:

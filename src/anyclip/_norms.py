@@ -12,7 +12,14 @@ from typing import Any, TypeVar
 
 from anyclip import _core
 from anyclip._compat import dtype_name, is_numpy_scalar, namespace
-from anyclip._convert import as_input, as_operand, dtype_kind, normalize_axes, require_kind
+from anyclip._convert import (
+    as_input,
+    as_operand,
+    dtype_kind,
+    normalize_axes,
+    require_kind,
+    resolve_accumulate_dtype,
+)
 
 __all__ = ["l2_normalize", "norm", "normalize"]
 
@@ -104,6 +111,8 @@ def norm(
     axis: Any = None,
     keepdims: bool | None = None,
     name: str | None = None,
+    *,
+    accumulate_dtype: Any = None,
 ) -> ArrayT:
     """Vector or matrix norm, as ``tf.norm``.
 
@@ -122,6 +131,10 @@ def norm(
         Keep the reduced axes with size 1.
     name : str, optional
         Accepted for compatibility with TF and ignored.
+    accumulate_dtype : dtype or str, optional
+        Not in TF. For real floating input: compute in this floating dtype (``"float32"`` for
+        float16 input never overflows at 256) and cast the norm back to the input's dtype.
+        ``None`` (default) computes in the input's dtype, as TF.
 
     Returns
     -------
@@ -165,7 +178,18 @@ def norm(
     array(6., dtype=float32)
     """
     xp, x, canonical_ord, ax = _prepare_norm(tensor, ord, axis)
-    return _core.norm(xp, x, canonical_ord, ax, bool(keepdims))
+    work = _accumulating(xp, x, accumulate_dtype, "tensor")
+    r = _core.norm(xp, work, canonical_ord, ax, bool(keepdims))
+    return r if work is x else xp.astype(r, x.dtype)
+
+
+def _accumulating(xp: Any, x: Any, accumulate_dtype: Any, name: str) -> Any:
+    """``x`` cast to ``accumulate_dtype`` (itself when None or already that dtype)."""
+    if accumulate_dtype is None:
+        return x
+    require_kind(xp, x, name, ("real",), "a real floating dtype when `accumulate_dtype` is set")
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+    return x if acc == x.dtype else xp.astype(x, acc)
 
 
 def l2_normalize(
@@ -174,6 +198,8 @@ def l2_normalize(
     epsilon: Any = 1e-12,
     name: str | None = None,
     dim: Any = None,
+    *,
+    accumulate_dtype: Any = None,
 ) -> ArrayT:
     """Divide ``x`` by its L2 norm over ``axis``, as ``tf.math.l2_normalize``.
 
@@ -192,6 +218,10 @@ def l2_normalize(
         Accepted for compatibility with TF and ignored.
     dim : int or sequence of int, optional
         Deprecated alias of ``axis``.
+    accumulate_dtype : dtype or str, optional
+        Not in TF. For real floating input: compute in this floating dtype and cast the result
+        back (float16 in float32: no overflow at 256, and epsilon no longer rounds to 0).
+        ``None`` (default) computes in the input's dtype, as TF.
 
     Returns
     -------
@@ -234,10 +264,12 @@ def l2_normalize(
     xp = namespace(x, epsilon)
     x = as_input(x, xp, "x")
     kind = require_kind(xp, x, "x", ("real", "complex"), "a floating or complex dtype")
-    real_dtype = x.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
-    eps = as_operand(epsilon, xp, x, "epsilon", dtype=real_dtype)
     ax = normalize_axes(axis, x.ndim, "axis")
-    return _core.l2_normalize(xp, x, ax, eps)
+    work = _accumulating(xp, x, accumulate_dtype, "x")
+    real_dtype = work.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
+    eps = as_operand(epsilon, xp, work, "epsilon", dtype=real_dtype)
+    out = _core.l2_normalize(xp, work, ax, eps)
+    return out if work is x else xp.astype(out, x.dtype)
 
 
 def normalize(

@@ -133,7 +133,11 @@ class Backend:
         dt = x.dtype
         if self.library == "torch":
             return str(dt).removeprefix("torch.")
-        return str(getattr(dt, "name", dt))
+        name = getattr(dt, "name", None)
+        if isinstance(name, str):
+            return name
+        # array-api-strict dtypes have no ``name``; str() gives "array_api_strict.float32"
+        return str(dt).rsplit(".", 1)[-1]
 
     # ---------------------------------------------------------------- autodiff
     def grad(self, fn: Callable[..., Any], args: Sequence[Any], weights: Any) -> list[Any]:

@@ -1,0 +1,233 @@
+"""The clip and norm functions over nested structures of arrays ("trees").
+
+TF clips flat lists only. These functions take any nesting of lists, tuples, dicts (torch
+``state_dict`` and ``dict(model.named_parameters())`` included), namedtuples and, when JAX is in
+use, JAX pytrees; they return the same structure, with ``None`` leaves kept as ``None``.
+
+Each function applies the top-level function of the same name: per leaf for ``clip_by_value``,
+``clip_by_norm`` and ``clip_by_average_norm``; over all leaves at once for ``global_norm`` and
+``clip_by_global_norm``. The formulas are the top-level ones, not a copy. Unlike TF, the leaves
+may have different floating dtypes: the global norm is accumulated in ``accumulate_dtype``
+(default ``"widest"``, the widest leaf dtype) and every leaf keeps its own dtype. With
+``accumulate_dtype=None`` and one dtype, results are TF's bit for bit.
+
+>>> import numpy as np
+>>> from anyclip import tree
+>>> grads = {"w": np.array([3.0, 4.0], dtype=np.float32), "b": None}
+>>> tree.clip_by_value(grads, -1.0, 1.0)
+{'w': array([1., 1.], dtype=float32), 'b': None}
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from anyclip import _clip
+from anyclip._compat import is_array
+
+__all__ = [
+    "clip_by_average_norm",
+    "clip_by_global_norm",
+    "clip_by_norm",
+    "clip_by_value",
+    "flatten",
+    "global_norm",
+    "map_leaves",
+]
+
+TreeT = TypeVar("TreeT")
+Rebuild = Callable[[Iterator[Any]], Any]
+
+
+def _is_namedtuple(node: Any) -> bool:
+    return isinstance(node, tuple) and hasattr(type(node), "_fields")
+
+
+def _structure(node: Any, leaves: list[Any], path: str) -> Rebuild:
+    """Append ``node``'s leaves to ``leaves``; return how to rebuild it from new leaves."""
+    if node is None or is_array(node):
+        leaves.append(node)
+        return next
+    if isinstance(node, dict):
+        keys = list(node)
+        subs = [_structure(node[k], leaves, f"{path}[{k!r}]") for k in keys]
+
+        def rebuild_dict(it: Iterator[Any]) -> Any:
+            out = copy.copy(node)  # keeps the mapping type and its attributes
+            out.update(zip(keys, [s(it) for s in subs], strict=True))
+            return out
+
+        return rebuild_dict
+    if isinstance(node, (list, tuple)):
+        subs = [_structure(c, leaves, f"{path}[{i}]") for i, c in enumerate(node)]
+        if _is_namedtuple(node):
+            return lambda it: type(node)(*[s(it) for s in subs])
+        return lambda it: type(node)([s(it) for s in subs])
+    jax_tree = _jax_structure(node, leaves)
+    if jax_tree is not None:
+        return jax_tree
+    msg = (
+        f"`tree` leaves must be arrays or None inside lists, tuples, dicts, namedtuples or "
+        f"JAX pytrees, got {type(node).__name__} at tree{path}"
+    )
+    raise TypeError(msg)
+
+
+def _jax_structure(node: Any, leaves: list[Any]) -> Rebuild | None:
+    """A JAX pytree node (only when JAX is already imported: anyclip never imports it)."""
+    if "jax" not in sys.modules:
+        return None
+    import jax
+
+    sub_leaves, treedef = jax.tree_util.tree_flatten(
+        node, is_leaf=lambda x: x is None or is_array(x)
+    )
+    if treedef.num_nodes == 1:  # not a registered container
+        return None
+    bad = [type(leaf).__name__ for leaf in sub_leaves if not (leaf is None or is_array(leaf))]
+    if bad:
+        return None
+    leaves.extend(sub_leaves)
+    n = len(sub_leaves)
+    return lambda it: jax.tree_util.tree_unflatten(treedef, [next(it) for _ in range(n)])
+
+
+def flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    """The leaves of ``tree`` (arrays and ``None``) and a function that rebuilds the structure.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> leaves, unflatten = tree.flatten({"a": [np.zeros(1), None]})
+    >>> len(leaves), unflatten([np.ones(1), None])
+    (2, {'a': [array([1.]), None]})
+    """
+    leaves: list[Any] = []
+    rebuild = _structure(tree, leaves, "")
+
+    def unflatten(new_leaves: list[Any]) -> Any:
+        return rebuild(iter(new_leaves))
+
+    return leaves, unflatten
+
+
+def map_leaves(fn: Callable[[Any], Any], tree: TreeT) -> TreeT:
+    """Apply ``fn`` to every array leaf of ``tree``; ``None`` leaves stay ``None``."""
+    leaves, unflatten = flatten(tree)
+    return unflatten([None if leaf is None else fn(leaf) for leaf in leaves])
+
+
+def clip_by_value(tree: TreeT, clip_value_min: Any, clip_value_max: Any) -> TreeT:
+    """:func:`anyclip.clip_by_value` on every leaf of ``tree``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> tree.clip_by_value([np.array([-3.0, 3.0], dtype=np.float32)], -1.0, 1.0)
+    [array([-1.,  1.], dtype=float32)]
+    """
+    return map_leaves(lambda t: _clip.clip_by_value(t, clip_value_min, clip_value_max), tree)
+
+
+def clip_by_norm(
+    tree: TreeT, clip_norm: Any, axes: Any = None, *, accumulate_dtype: Any = None
+) -> TreeT:
+    """:func:`anyclip.clip_by_norm` on every leaf of ``tree``, each with its own norm.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> tree.clip_by_norm({"w": np.array([3.0, 4.0], dtype=np.float32)}, 1.0)
+    {'w': array([0.6, 0.8], dtype=float32)}
+    """
+    return map_leaves(
+        lambda t: _clip.clip_by_norm(t, clip_norm, axes, accumulate_dtype=accumulate_dtype), tree
+    )
+
+
+def clip_by_average_norm(tree: TreeT, clip_norm: Any) -> TreeT:
+    """:func:`anyclip.clip_by_average_norm` on every leaf of ``tree`` (float32 leaves only)."""
+    return map_leaves(lambda t: _clip.clip_by_average_norm(t, clip_norm), tree)
+
+
+def global_norm(tree: Any, *, accumulate_dtype: Any = "widest") -> Any:
+    """:func:`anyclip.global_norm` of all leaves of ``tree``.
+
+    Parameters
+    ----------
+    tree : nested structure of arrays
+        Leaves of real floating dtypes, possibly different; ``None`` leaves are skipped.
+    accumulate_dtype : dtype, str, "widest" or None, optional
+        The dtype the squares are summed in. ``"widest"`` (default): the widest leaf dtype
+        (float32 for float16 with bfloat16). ``None``: TF's rule (one dtype only).
+
+    Returns
+    -------
+    array
+        A 0-d array of ``accumulate_dtype``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> grads = {"w": np.array([3.0, 4.0], dtype=np.float16), "b": np.array([12.0])}
+    >>> tree.global_norm(grads)  # float16 and float64 leaves: accumulated in float64
+    array(13.)
+    """
+    leaves, _ = flatten(tree)
+    return _clip.global_norm(leaves, accumulate_dtype=accumulate_dtype)
+
+
+def clip_by_global_norm(
+    tree: TreeT,
+    clip_norm: Any,
+    use_norm: Any = None,
+    *,
+    accumulate_dtype: Any = "widest",
+    nonfinite: str = "tf",
+) -> tuple[TreeT, Any]:
+    """:func:`anyclip.clip_by_global_norm` over all leaves of ``tree``, keeping its structure.
+
+    Parameters
+    ----------
+    tree : nested structure of arrays
+        Leaves of real floating dtypes, possibly different (each keeps its own).
+    clip_norm : number or array
+        The largest global norm.
+    use_norm : array, optional
+        A precomputed global norm.
+    accumulate_dtype : dtype, str, "widest" or None, optional
+        As in :func:`global_norm`.
+    nonfinite : {"tf", "torch", "skip", "raise"}, optional
+        What an inf or NaN global norm does; see :func:`anyclip.clip_by_global_norm`.
+
+    Returns
+    -------
+    clipped : same structure as ``tree``
+    global_norm : array
+        The global norm before clipping (``use_norm`` when given).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> grads = {"a": np.array([3.0, 4.0], dtype=np.float32), "b": np.array([12.0], np.float32)}
+    >>> clipped, norm = tree.clip_by_global_norm(grads, 6.5)
+    >>> clipped["a"], clipped["b"], norm
+    (array([1.5, 2. ], dtype=float32), array([6.], dtype=float32), array(13., dtype=float32))
+    """
+    leaves, unflatten = flatten(tree)
+    clipped, norm = _clip.clip_by_global_norm(
+        leaves,
+        clip_norm,
+        use_norm,
+        accumulate_dtype=accumulate_dtype,
+        nonfinite=nonfinite,
+    )
+    return unflatten(clipped), norm

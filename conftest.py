@@ -52,7 +52,7 @@ def get_backend(name: str) -> Backend:
     if name not in _CACHE:
         try:
             _CACHE[name] = load_backend(name)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any import or device failure: unavailable
             _CACHE[name] = f"{type(exc).__name__}: {exc}"
     loaded = _CACHE[name]
     if isinstance(loaded, str):

@@ -37,10 +37,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
@@ -55,6 +52,8 @@ ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 # ------------------------------------------------------------------------------- TensorFlow
 def _tf() -> Any:
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     warnings.filterwarnings("ignore")
     import tensorflow as tf
 
@@ -67,6 +66,12 @@ def _tf() -> Any:
         pass
     tf.config.set_visible_devices([], "GPU")
     return tf
+
+
+def _clear_scalar_cache() -> None:
+    from tensorflow.python import pywrap_tfe
+
+    pywrap_tfe.TFE_ClearScalarCache()
 
 
 def tf_functions(tf: Any) -> dict[str, Any]:
@@ -264,6 +269,10 @@ def run_case(tf: Any, fns: dict[str, Any], case: Case) -> tuple[dict[str, Any], 
     entry: dict[str, Any] = {"function": case.function, "args": args, "kwargs": kwargs}
     fn = fns[case.function]
 
+    # TF's eager scalar cache keys Python floats by value, so 0.0 and -0.0 share an entry: a
+    # -0.0 converted in an earlier case would turn this case's 0.0 into -0.0 (tf-semantics
+    # 0.4). Clearing it makes every case independent of the ones before it.
+    _clear_scalar_cache()
     leaves: dict[str, Any] = {}
     tf_args = [build_tf(tf, a, arrays, leaves) for a in args]
     tf_kwargs = {k: build_tf(tf, v, arrays, leaves) for k, v in kwargs.items()}
@@ -340,7 +349,7 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
         for key, arr in arrays.items():
             member = io.BytesIO()
-            np.lib.format.write_array(member, np.ascontiguousarray(arr), allow_pickle=False)
+            np.lib.format.write_array(member, np.array(arr, order="C"), allow_pickle=False)
             info = zipfile.ZipInfo(key + ".npy", date_time=ZIP_DATE)
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
@@ -393,6 +402,16 @@ The output is deterministic: two runs give byte-identical files.
 """
 
 
+def index_bytes(version: str, index: dict[str, Any]) -> bytes:
+    """The JSON index, one line per case (diff-friendly)."""
+    head = json.dumps({"format": FORMAT, "tensorflow": version})[:-1]
+    lines = [
+        json.dumps(cid) + ": " + json.dumps(entry, allow_nan=False, separators=(",", ":"))
+        for cid, entry in index.items()
+    ]
+    return (head + ', "cases": {\n' + ",\n".join(lines) + "\n}}\n").encode()
+
+
 def generate() -> dict[str, bytes]:
     """Every data file, as bytes by file name."""
     tf = _tf()
@@ -410,8 +429,7 @@ def generate() -> dict[str, bytes]:
         per_function[case.function].update(arrays)
     if problems:
         raise SystemExit("catalogue vs TensorFlow:\n" + "\n".join(problems))
-    doc = {"format": FORMAT, "tensorflow": tf.__version__, "cases": index}
-    files = {"index.json": (json.dumps(doc, indent=1, allow_nan=False) + "\n").encode()}
+    files = {"index.json": index_bytes(tf.__version__, index)}
     for f, arrays in per_function.items():
         files[f"{f}.npz"] = npz_bytes(arrays)
     files["README.md"] = readme(tf).encode()

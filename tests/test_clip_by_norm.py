@@ -214,9 +214,7 @@ def test_axes_0(backend, make, check):
     check(anyclip.clip_by_norm(make(M), 5, axes=0), expected, "float32", ULP)
 
 
-@pytest.mark.parametrize(
-    "axes", [1, [1], -1, (1,), np.int64(1), [[1]], np.array([1])], ids=str
-)
+@pytest.mark.parametrize("axes", [1, [1], -1, (1,), np.int64(1), [[1]], np.array([1])], ids=str)
 def test_axes_1(backend, make, check, axes):
     check(anyclip.clip_by_norm(make(M), 5, axes=axes), [[3, 4], [3, 4]], "float32", ULP)
 

@@ -37,7 +37,7 @@ def test_unsigned(backend, make, check, dtype):
     check(anyclip.clip_by_value(make([0, 1, 5], dtype), 1, 3), [1, 1, 3], dtype)
 
 
-@pytest.mark.parametrize("dtype", FLOATS + ["int32"])
+@pytest.mark.parametrize("dtype", [*FLOATS, "int32"])
 def test_array_bounds_same_dtype(backend, make, check, dtype):
     t = make([-5, 0, 5], dtype)
     out = anyclip.clip_by_value(t, make(-1, dtype), make(3, dtype))

@@ -80,9 +80,7 @@ def test_clip_by_value_broadcast_bound(grad_backend, make, check, weights):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
 def test_clip_by_value_other_dtypes(grad_backend, make, check, weights, dtype):
     x = make([-2, -1, 0, 1, 2], dtype)
-    (gx,) = grad_backend.grad(
-        lambda t: anyclip.clip_by_value(t, -1, 1), [x], weights((5,), dtype)
-    )
+    (gx,) = grad_backend.grad(lambda t: anyclip.clip_by_value(t, -1, 1), [x], weights((5,), dtype))
     check(gx, [0, 2, 3, 4, 0], dtype)
 
 
@@ -201,7 +199,9 @@ def test_clip_by_global_norm_stop_gradient_use_norm(grad_backend, make, check):
     [(1.0, [-0.063999996, 0.048000008], 2.2), (10.0, [1, 2], 0)],
     ids=["active", "inactive"],
 )
-def test_clip_by_global_norm_wrt_clip(grad_backend, make, check, weights, clip, ga_expected, gc_expected):
+def test_clip_by_global_norm_wrt_clip(
+    grad_backend, make, check, weights, clip, ga_expected, gc_expected
+):
     def fn(a, c):
         out, _ = anyclip.clip_by_global_norm([a], c)
         return out[0]
@@ -257,9 +257,7 @@ def test_norm_zeros_axis_keepdims(grad_backend, make, check):
     ids=["ord2-identity", "ord2-diag", "fro-zeros"],
 )
 def test_norm_matrix(grad_backend, make, check, m, ord, expected):
-    (gx,) = grad_backend.grad(
-        lambda x: anyclip.norm(x, ord=ord, axis=(0, 1)), [make(m)], make(1.0)
-    )
+    (gx,) = grad_backend.grad(lambda x: anyclip.norm(x, ord=ord, axis=(0, 1)), [make(m)], make(1.0))
     check(gx, expected, "float32", ULP)
 
 
@@ -279,13 +277,17 @@ def test_l2_normalize(grad_backend, make, check, weights, t, expected, ulp):
 
 
 def test_l2_normalize_float64_zeros(grad_backend, make, check, weights):
-    (gx,) = grad_backend.grad(anyclip.l2_normalize, [make([0, 0], "float64")], weights((2,), "float64"))
+    (gx,) = grad_backend.grad(
+        anyclip.l2_normalize, [make([0, 0], "float64")], weights((2,), "float64")
+    )
     check(gx, [1e6, 2e6], "float64", ULP)
 
 
 def test_l2_normalize_float16_zeros_is_inf(grad_backend, make, check, weights):
     # B15: epsilon is 0 in float16
-    (gx,) = grad_backend.grad(anyclip.l2_normalize, [make([0, 0], "float16")], weights((2,), "float16"))
+    (gx,) = grad_backend.grad(
+        anyclip.l2_normalize, [make([0, 0], "float16")], weights((2,), "float16")
+    )
     check(gx, [INF, INF], "float16")
 
 

@@ -63,9 +63,7 @@ CASES = {
     "clip_by_norm": Case(lambda t: anyclip.clip_by_norm(t, 1.0), [[3, 4]], [0.6, 0.8], 2),
     "clip_by_norm-traced-clip": Case(anyclip.clip_by_norm, [[3, 4], 1.0], [0.6, 0.8], 2),
     "clip_by_norm-zeros": Case(lambda t: anyclip.clip_by_norm(t, 1.0), [[0, 0]], [0, 0]),
-    "clip_by_norm-zeros-clip0": Case(
-        lambda t: anyclip.clip_by_norm(t, 0.0), [[0, 0]], [NAN, NAN]
-    ),
+    "clip_by_norm-zeros-clip0": Case(lambda t: anyclip.clip_by_norm(t, 0.0), [[0, 0]], [NAN, NAN]),
     "clip_by_norm-axes0": Case(
         lambda t: anyclip.clip_by_norm(t, 5.0, axes=0),
         [M],
@@ -97,9 +95,7 @@ CASES = {
     ),
     # §6: norm
     "norm": Case(anyclip.norm, [[3, -4, 0, 12]], 13.0, 2),
-    "norm-ord1-axis0": Case(
-        lambda t: anyclip.norm(t, ord=1, axis=0), [[[1, -2], [3, 4]]], [4, 6]
-    ),
+    "norm-ord1-axis0": Case(lambda t: anyclip.norm(t, ord=1, axis=0), [[[1, -2], [3, 4]]], [4, 6]),
     "norm-matrix-ord2": Case(
         lambda t: anyclip.norm(t, ord=2, axis=(0, 1)), [[[1, -2], [3, 4]]], 5.1166735, 5
     ),

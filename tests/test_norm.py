@@ -25,7 +25,9 @@ CUBE = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
 
 # §6.3: vector ords, axis None.
 @pytest.mark.parametrize(
-    "ord", ["euclidean", 2, 2.0, np.float32(2), np.int64(2)], ids=["euclid", "2", "2.0", "f32", "i64"]
+    "ord",
+    ["euclidean", 2, 2.0, np.float32(2), np.int64(2)],
+    ids=["euclid", "2", "2.0", "f32", "i64"],
 )
 def test_vector_euclidean(backend, make, check, ord):
     check(anyclip.norm(make(V), ord=ord), np.float32(13), "float32", ULP)
@@ -41,9 +43,7 @@ def test_vector_ord_inf(backend, make, check, ord):
     check(anyclip.norm(make(V), ord=ord), np.float32(12), "float32")
 
 
-@pytest.mark.parametrize(
-    ("ord", "expected"), [(0.5, 51.784615), (3, 12.207056), (2.5, 12.445443)]
-)
+@pytest.mark.parametrize(("ord", "expected"), [(0.5, 51.784615), (3, 12.207056), (2.5, 12.445443)])
 def test_vector_p_norms(backend, make, check, ord, expected):
     check(anyclip.norm(make(V), ord=ord), np.float32(expected), "float32", ULP_POW)
 
@@ -214,7 +214,8 @@ def test_complex64_euclidean_is_complex(backend, make, check, ord):
 
 
 @pytest.mark.parametrize(
-    ("ord", "expected", "ulp"), [(1, 5, ULP), (np.inf, 5, 0), (3, 5.0000005, ULP_POW), (0.5, 5, ULP_POW)]
+    ("ord", "expected", "ulp"),
+    [(1, 5, ULP), (np.inf, 5, 0), (3, 5.0000005, ULP_POW), (0.5, 5, ULP_POW)],
 )
 def test_complex64_other_ords_are_real(backend, make, check, ord, expected, ulp):
     out = anyclip.norm(make([3 + 4j, 0], "complex64"), ord=ord)

@@ -11,7 +11,7 @@ leaves the updates unchanged below the threshold) or ``optax.clip`` would be:
 >>> state = tx.init(params)
 >>> updates, state = tx.update(params, state, params)
 >>> updates["w"]
-Array([-0.06, -0.08], dtype=float32)
+Array([-0.06      , -0.08000001], dtype=float32)
 >>> state[0].global_norm  # the last norm before clipping, for logging
 Array(5., dtype=float32)
 

@@ -5,12 +5,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.anyclip-installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint conformance-data clean
+.PHONY: demo test bench conformance-data clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[numpy,torch,jax,test,conformance]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[numpy,torch,jax,optax,test,conformance,bench]"
 	touch $(STAMP)
 
 ## demo: set up .venv, show every function on every backend, run the conformance report
@@ -23,6 +23,10 @@ test: $(STAMP)
 	$(BIN)/python -m ruff check src tests conformance conftest.py
 	$(BIN)/python -m ruff format --check src tests conformance conftest.py
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## bench: time anyclip against each framework's own clipping; writes docs/performance.md
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
 
 ## conformance-data: regenerate conformance/data with TensorFlow
 conformance-data: $(STAMP)

@@ -217,6 +217,15 @@ def _check_t_list(t_list: Any) -> list[Any]:
 
 def _floating_list(xp: Any, t_list: list[Any], *, mixed_ok: bool = False) -> list[Any | None]:
     """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype."""
+    present = [v for v in t_list if v is not None]
+    if all(is_array(v) for v in present):  # the common case: one check per distinct dtype
+        dtypes = {v.dtype for v in present}
+        if len(dtypes) <= 1 or mixed_ok:
+            for dtype in dtypes:
+                if dtype_kind(xp, dtype) != "real":
+                    break
+            else:
+                return list(t_list)
     out: list[Any | None] = []
     first = None
     for i, v in enumerate(t_list):

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from anyclip import _fast
 from anyclip import _gradients as g
 from anyclip._compat import Namespace, as_array, constant, device, quiet
 
@@ -128,6 +129,9 @@ def half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any:
 
     The arrays share one dtype and device; the sum is over ``stack``, in list order, as TF's.
     """
+    fast = _fast.half_squared_sum(xp, arrays)
+    if fast is not None:
+        return fast
     half = [_sum(xp, v * v, None, keepdims=False) * _scalar(xp, 0.5, v) for v in arrays]
     return _sum(xp, xp.stack(half), None, keepdims=False)
 
@@ -176,6 +180,9 @@ def clip_by_global_norm(
 ) -> list[Any | None]:
     """Multiply every array by :func:`global_scale`, cast to the array's dtype."""
     scale = global_scale(xp, clip_norm, use_norm, nonfinite)
+    fast = _fast.scale_arrays(xp, t_list, scale)
+    if fast is not None:
+        return fast
     out: list[Any | None] = []
     for v in t_list:
         if v is None:

@@ -1,0 +1,376 @@
+"""``python -m benchmarks``: anyclip against each framework's own clipping, side by side.
+
+Every workload is timed for anyclip and its anchors in this one process: medians of repeated
+runs after warm-up (JAX results are blocked on). Each anyclip time is reported as a ratio to its
+anchor and to the memory-bandwidth floor measured in the same run. Writes
+``docs/performance.md`` and ``docs/performance.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.workloads import WORKLOADS, Workload
+
+ROOT = Path(__file__).resolve().parent.parent
+
+Row = dict[str, Any]
+
+
+def median_time(fn: Callable[[], Any], sync: Callable[[Any], Any], budget: float) -> float:
+    """Median seconds of ``fn`` over repeats (at least 5, about ``budget`` seconds)."""
+    for _ in range(2):  # warm-up: compilation, caches, allocator
+        sync(fn())
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 5 or (time.perf_counter() - start < budget and len(times) < 200):
+        t0 = time.perf_counter()
+        sync(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _none(_: Any) -> None:
+    return None
+
+
+# ------------------------------------------------------------------ backends
+def numpy_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
+    import anyclip
+
+    outs = [np.empty_like(a) for a in arrays]
+
+    def baseline_global() -> Any:
+        total = sum(float(np.vdot(a.ravel(), a.ravel())) for a in arrays)
+        norm = np.float32(np.sqrt(np.float32(total)))
+        scale = np.float32(c) * min(np.float32(1) / norm, np.float32(1) / np.float32(c))
+        for a, o in zip(arrays, outs, strict=True):
+            np.multiply(a, scale, out=o)
+        return outs
+
+    def baseline_norm() -> Any:
+        return np.sqrt(np.float32(sum(float(np.vdot(a.ravel(), a.ravel())) for a in arrays)))
+
+    x = arrays[0]
+    cases = []
+    for op in w.ops:
+        if op == "clip_by_global_norm":
+            cases += [
+                (op, "numpy baseline (vdot, out=)", baseline_global, None),
+                (op, "anyclip", lambda: anyclip.clip_by_global_norm(arrays, c), "numpy baseline (vdot, out=)"),
+            ]
+        elif op == "global_norm":
+            cases += [
+                (op, "numpy baseline (vdot)", baseline_norm, None),
+                (op, "anyclip", lambda: anyclip.global_norm(arrays), "numpy baseline (vdot)"),
+            ]
+        elif op == "clip_by_norm":
+            cases += [
+                (op, "numpy native", lambda: x * (c / max(np.sqrt(np.vdot(x.ravel(), x.ravel())), c)), None),
+                (op, "anyclip", lambda: anyclip.clip_by_norm(x, c), "numpy native"),
+            ]
+        elif op == "clip_by_value":
+            cases += [
+                (op, "numpy native", lambda: np.minimum(np.maximum(x, -c), c), None),
+                (op, "anyclip", lambda: anyclip.clip_by_value(x, -c, c), "numpy native"),
+            ]
+        elif op == "norm":
+            cases += [
+                (op, "numpy native", lambda: np.linalg.norm(x.ravel()), None),
+                (op, "anyclip", lambda: anyclip.norm(x), "numpy native"),
+            ]
+    return [(*case, _none) for case in cases]
+
+
+def torch_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
+    import torch
+
+    import anyclip
+    import anyclip.torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    ts = [torch.from_numpy(a.copy()) for a in arrays]
+    params = [torch.nn.Parameter(t.clone()) for t in ts]
+    for p, t in zip(params, ts, strict=True):
+        p.grad = t.clone()
+    ref_params = [torch.nn.Parameter(t.clone()) for t in ts]
+    for p, t in zip(ref_params, ts, strict=True):
+        p.grad = t.clone()
+
+    def foreach_functional() -> Any:
+        norms = torch._foreach_norm(ts, 2.0)
+        total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
+        coef = torch.clamp(c / (total + 1e-6), max=1.0)
+        return torch._foreach_mul(ts, coef)
+
+    def foreach_norm() -> Any:
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(ts, 2.0)), 2.0)
+
+    x = ts[0]
+    cases = []
+    for op in w.ops:
+        if op == "clip_by_global_norm":
+            fn_name = "torch _foreach_norm + _foreach_mul"
+            cases += [
+                (op, fn_name, foreach_functional, None),
+                (op, "anyclip", lambda: anyclip.clip_by_global_norm(ts, c), fn_name),
+                (
+                    op,
+                    "torch clip_grad_norm_(foreach=True), in place",
+                    lambda: torch.nn.utils.clip_grad_norm_(ref_params, c, foreach=True),
+                    None,
+                ),
+                (
+                    op,
+                    "anyclip.torch.clip_grad_norm_, in place",
+                    lambda: anyclip.torch.clip_grad_norm_(params, c),
+                    "torch clip_grad_norm_(foreach=True), in place",
+                ),
+            ]
+        elif op == "global_norm":
+            cases += [
+                (op, "torch _foreach_norm", foreach_norm, None),
+                (op, "anyclip", lambda: anyclip.global_norm(ts), "torch _foreach_norm"),
+            ]
+        elif op == "clip_by_norm":
+            native = lambda: x * (c / torch.clamp(torch.linalg.vector_norm(x), min=c))  # noqa: E731
+            cases += [
+                (op, "torch native", native, None),
+                (op, "anyclip", lambda: anyclip.clip_by_norm(x, c), "torch native"),
+            ]
+        elif op == "clip_by_value":
+            cases += [
+                (op, "torch native", lambda: torch.clamp(x, -c, c), None),
+                (op, "anyclip", lambda: anyclip.clip_by_value(x, -c, c), "torch native"),
+            ]
+        elif op == "norm":
+            cases += [
+                (op, "torch native", lambda: torch.linalg.vector_norm(x), None),
+                (op, "anyclip", lambda: anyclip.norm(x), "torch native"),
+            ]
+    return [(*case, _none) for case in cases]
+
+
+def jax_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    import anyclip
+
+    xs = [jnp.asarray(a) for a in arrays]
+    tx = optax.clip_by_global_norm(c)
+    state = tx.init(xs)
+    optax_clip = jax.jit(lambda u: tx.update(u, state)[0])
+    ours = jax.jit(lambda u: anyclip.clip_by_global_norm(u, c))
+    optax_norm = jax.jit(optax.global_norm)
+    our_norm = jax.jit(anyclip.global_norm)
+    x = xs[0]
+    native_cbn = jax.jit(lambda v: v * (c / jnp.maximum(jnp.linalg.norm(v.ravel()), c)))
+    native_cbv = jax.jit(lambda v: jnp.clip(v, -c, c))
+    native_norm = jax.jit(lambda v: jnp.linalg.norm(v.ravel()))
+    our_cbn = jax.jit(lambda v: anyclip.clip_by_norm(v, c))
+    our_cbv = jax.jit(lambda v: anyclip.clip_by_value(v, -c, c))
+    our_norm1 = jax.jit(anyclip.norm)
+    cases = []
+    for op in w.ops:
+        if op == "clip_by_global_norm":
+            cases += [
+                (op, "optax.clip_by_global_norm, jit", lambda: optax_clip(xs), None),
+                (op, "anyclip, jit", lambda: ours(xs), "optax.clip_by_global_norm, jit"),
+            ]
+        elif op == "global_norm":
+            cases += [
+                (op, "optax.global_norm, jit", lambda: optax_norm(xs), None),
+                (op, "anyclip, jit", lambda: our_norm(xs), "optax.global_norm, jit"),
+            ]
+        elif op == "clip_by_norm":
+            cases += [
+                (op, "jax native, jit", lambda: native_cbn(x), None),
+                (op, "anyclip, jit", lambda: our_cbn(x), "jax native, jit"),
+            ]
+        elif op == "clip_by_value":
+            cases += [
+                (op, "jax native, jit", lambda: native_cbv(x), None),
+                (op, "anyclip, jit", lambda: our_cbv(x), "jax native, jit"),
+            ]
+        elif op == "norm":
+            cases += [
+                (op, "jax native, jit", lambda: native_norm(x), None),
+                (op, "anyclip, jit", lambda: our_norm1(x), "jax native, jit"),
+            ]
+    return [(*case, jax.block_until_ready) for case in cases]
+
+
+def tf_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    ts = [tf.constant(a) for a in arrays]
+    cbgn = tf.function(lambda u: tf.clip_by_global_norm(u, c))
+    gn = tf.function(tf.linalg.global_norm)
+    x = ts[0]
+    cbn = tf.function(lambda v: tf.clip_by_norm(v, c))
+    cbv = tf.function(lambda v: tf.clip_by_value(v, -c, c))
+    nrm = tf.function(lambda v: tf.norm(v))
+    table = {
+        "clip_by_global_norm": lambda: cbgn(ts),
+        "global_norm": lambda: gn(ts),
+        "clip_by_norm": lambda: cbn(x),
+        "clip_by_value": lambda: cbv(x),
+        "norm": lambda: nrm(x),
+    }
+    return [(op, "tf in tf.function", table[op], None, _none) for op in w.ops]
+
+
+BACKENDS: dict[str, Callable[..., list[tuple]]] = {
+    "numpy": numpy_cases,
+    "torch": torch_cases,
+    "jax": jax_cases,
+    "tensorflow": tf_cases,
+}
+
+
+def bandwidth_bytes_per_s() -> float:
+    """Copy bandwidth of this machine (bytes read + written per second), 256 MiB buffers."""
+    src = np.ones(64 * 2**20, dtype=np.float32)
+    dst = np.empty_like(src)
+    t = median_time(lambda: np.copyto(dst, src), _none, 1.0)
+    return 2 * src.nbytes / t
+
+
+# --------------------------------------------------------------------- main
+def run(workloads: list[Workload], backends: list[str], budget: float) -> tuple[list[Row], float]:
+    bw = bandwidth_bytes_per_s()
+    rows: list[Row] = []
+    rng = np.random.default_rng(0)
+    for w in workloads:
+        arrays = [rng.standard_normal(s, dtype=np.float32) for s in w.shapes]
+        c = 1.0  # far below the norm of N(0, 1) data: clipping happens
+        nbytes = 4 * w.elements
+        floor = {  # one read for the norm, one read and one write for the scaling
+            "clip_by_global_norm": 3 * nbytes / bw,
+            "clip_by_norm": 3 * nbytes / bw,
+            "clip_by_value": 2 * nbytes / bw,
+            "global_norm": nbytes / bw,
+            "norm": nbytes / bw,
+        }
+        for backend in backends:
+            try:
+                cases = BACKENDS[backend](w, arrays, c)
+            except ImportError as exc:
+                print(f"  {backend}: not installed ({exc})", file=sys.stderr)
+                continue
+            times: dict[tuple[str, str], float] = {}
+            for op, label, fn, anchor, sync in cases:
+                t = median_time(fn, sync, budget)
+                times[(op, label)] = t
+                ratio = t / times[(op, anchor)] if anchor else None
+                rows.append(
+                    {
+                        "workload": w.key,
+                        "title": w.title,
+                        "op": op,
+                        "backend": backend,
+                        "impl": label,
+                        "ms": t * 1e3,
+                        "anchor": anchor,
+                        "vs_anchor": ratio,
+                        "vs_floor": t / floor[op],
+                        "anyclip": "anyclip" in label,
+                    }
+                )
+                shown = f"{ratio:5.2f}x {anchor}" if anchor else ""
+                print(f"{w.key} {op:<20} {backend:<10} {label:<48} {t * 1e3:10.3f} ms  {shown}")
+                sys.stdout.flush()
+            del cases
+            gc.collect()
+    return rows, bw
+
+
+def write_report(rows: list[Row], bw: float, out_md: Path, out_png: Path) -> None:
+    """Write the results table and the chart."""
+    lines = [
+        "# Performance",
+        "",
+        "Generated by `make bench` (`python -m benchmarks`); do not edit by hand.",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.processor() or '?'}, "
+        f"Python {platform.python_version()}, measured copy bandwidth {bw / 1e9:.1f} GB/s "
+        "(read + write).",
+        "",
+        "All data float32, random normal, clip_norm 1 (clipping happens). Times are medians of "
+        "repeated runs after warm-up, in one process. `x anchor` is anyclip's time over its "
+        "anchor's; `x floor` is the time over the memory-bandwidth floor (bytes that must be "
+        "read and written, at the measured copy bandwidth).",
+        "",
+        "| workload | op | backend | implementation | ms | x anchor | x floor |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        ratio = f"{r['vs_anchor']:.2f}" if r["vs_anchor"] is not None else ""
+        name = f"**{r['impl']}**" if r["anyclip"] else r["impl"]
+        lines.append(
+            f"| {r['workload']} {r['title']} | {r['op']} | {r['backend']} | {name} | "
+            f"{r['ms']:.3f} | {ratio} | {r['vs_floor']:.2f} |"
+        )
+    lines += ["", f"![anyclip vs anchors vs floor]({out_png.name})", ""]
+    out_md.write_text("\n".join(lines))
+    _chart(rows, out_png)
+
+
+def _chart(rows: list[Row], out_png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["workload"], r["op"]) for r in rows})
+    fig, axes = plt.subplots(len(groups), 1, figsize=(10, 2.2 * len(groups)), squeeze=False)
+    for ax, (wk, op) in zip(axes[:, 0], groups, strict=True):
+        sub = [r for r in rows if (r["workload"], r["op"]) == (wk, op)]
+        labels = [f"{r['backend']}: {r['impl']}" for r in sub]
+        values = [r["vs_floor"] for r in sub]
+        colors = ["tab:blue" if r["anyclip"] else "tab:gray" for r in sub]
+        ax.barh(range(len(sub)), values, color=colors)
+        ax.set_yticks(range(len(sub)), labels, fontsize=7)
+        ax.axvline(1.0, color="tab:red", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_title(f"{wk} {op}: time / bandwidth floor (red line = floor; blue = anyclip)", fontsize=8)
+        ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--workloads", default="W1,W2,W3,W4,W5")
+    parser.add_argument("--backends", default="numpy,torch,jax,tensorflow")
+    parser.add_argument("--budget", type=float, default=1.0, help="seconds per measurement")
+    parser.add_argument("--output", default=str(ROOT / "docs" / "performance.md"))
+    args = parser.parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", False)
+    chosen = [w for w in WORKLOADS if w.key in args.workloads.split(",")]
+    rows, bw = run(chosen, args.backends.split(","), args.budget)
+    out_md = Path(args.output)
+    write_report(rows, bw, out_md, out_md.with_suffix(".png"))
+    print(f"wrote {out_md} and {out_md.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from anyclip import _core
+from anyclip import _core, _gradients
 from anyclip._compat import dtype_name, is_array, is_numpy_scalar, namespace
 from anyclip._convert import (
     as_input,
@@ -115,11 +115,11 @@ def _clip_norm_operand(xp: Any, clip_norm: Any, t: Any) -> Any:
     if is_array(clip_norm):
         require_kind(xp, clip_norm, "clip_norm", ("bool", "int", "real"), "a real dtype")
         zero = as_operand(0, xp, clip_norm, "clip_norm")
-        clipped = _core._maximum(xp, clip_norm, zero)
+        clipped = _gradients.maximum(xp, clip_norm, zero)
         return as_operand(clipped, xp, t, "clip_norm", cast_arrays=True)
     if isinstance(clip_norm, (list, tuple)):
         c = as_operand(clip_norm, xp, t, "clip_norm")
-        return _core._maximum(xp, c, as_operand(0, xp, t, "clip_norm"))
+        return _gradients.maximum(xp, c, as_operand(0, xp, t, "clip_norm"))
     msg = f"`clip_norm` must be a number or an array, got {type(clip_norm).__name__}"
     raise TypeError(msg)
 

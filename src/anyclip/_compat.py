@@ -8,6 +8,7 @@ never imports torch, jax or tensorflow: array-api-compat recognises their arrays
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import sys
 from typing import Any
@@ -110,8 +111,12 @@ def default_namespace() -> Namespace:
 def device(x: Any) -> Any:
     """The device ``x`` lives on."""
     xp = _namespace_of(x)
-    if xp is not None and library(xp) == "torch":
-        return x.device  # direct attribute: no helper call for torch.compile to trace
+    if xp is not None:
+        lib = library(xp)
+        if lib == "torch":
+            return x.device  # direct attribute: no helper call for torch.compile to trace
+        if lib == "numpy":
+            return "cpu"
     return array_api_compat.device(x)
 
 
@@ -144,15 +149,42 @@ def is_jax(xp: Namespace) -> bool:
     return library(xp) == "jax"
 
 
+#: 0-d constants made from Python scalars, by (value, sign, type, dtype, device). They are
+#: internal operands only (never returned to a caller), so sharing them is safe.
+_CONSTANTS: dict[tuple[Any, ...], Any] = {}
+_CONSTANTS_MAX = 512
+
+
+def _torch_compiling() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
 def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
     """A constant array of ``dtype`` on ``like``'s device.
 
     JAX constants are left uncommitted (no ``device=``) so that they follow the traced or
-    committed array they meet, under ``jax.jit`` included.
+    committed array they meet, under ``jax.jit`` included. NumPy and torch constants made from
+    a Python scalar are cached (not while torch.compile traces).
     """
-    if is_jax(xp) or like is None:
+    lib = library(xp)
+    if lib == "jax" or like is None:
         return xp.asarray(value, dtype=dtype)
-    return xp.asarray(value, dtype=dtype, device=device(like))
+    dev = device(like)
+    if lib not in ("numpy", "torch") or type(value) not in (float, int, bool):
+        return xp.asarray(value, dtype=dtype, device=dev)
+    if lib == "torch" and _torch_compiling():
+        return xp.asarray(value, dtype=dtype, device=dev)
+    key = (value, math.copysign(1.0, value), type(value), dtype, dev)
+    try:
+        return _CONSTANTS[key]
+    except KeyError:
+        pass
+    out = xp.asarray(value, dtype=dtype, device=dev)
+    if len(_CONSTANTS) >= _CONSTANTS_MAX:
+        _CONSTANTS.clear()
+    _CONSTANTS[key] = out
+    return out
 
 
 def quiet(xp: Namespace) -> Any:
@@ -181,9 +213,14 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
-def float_overflow_threshold(xp: Namespace, dtype: Any) -> float:
-    """The smallest magnitude that rounds to infinity when converted to ``dtype``."""
+@functools.lru_cache(maxsize=64)
+def _overflow_threshold(xp: Namespace, dtype: Any) -> float:
     info = xp.finfo(dtype)
     big = float(info.max)
     _, exp = math.frexp(big)
     return big + float(info.eps) * 2.0 ** (exp - 1) / 2
+
+
+def float_overflow_threshold(xp: Namespace, dtype: Any) -> float:
+    """The smallest magnitude that rounds to infinity when converted to ``dtype``."""
+    return _overflow_threshold(xp, dtype)

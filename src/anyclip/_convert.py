@@ -46,8 +46,23 @@ __all__ = [
 ]
 
 
+#: dtype_kind's answers, by (namespace, dtype).
+_KINDS: dict[tuple[Any, Any], str] = {}
+
+
 def dtype_kind(xp: Namespace, dtype: Any) -> str:
     """``"bool"``, ``"int"``, ``"real"`` (floating), ``"complex"`` or ``"other"``."""
+    try:
+        return _KINDS[xp, dtype]
+    except KeyError:
+        kind = _dtype_kind(xp, dtype)
+    except TypeError:  # an unhashable dtype object
+        return _dtype_kind(xp, dtype)
+    _KINDS[xp, dtype] = kind
+    return kind
+
+
+def _dtype_kind(xp: Namespace, dtype: Any) -> str:
     if xp.isdtype(dtype, "bool"):
         return "bool"
     if xp.isdtype(dtype, "integral"):
@@ -175,6 +190,10 @@ def as_operand(
     ``dtype``, unless ``cast_arrays`` (then they are cast with ``astype``).
     """
     target = like.dtype if dtype is None else dtype
+    if type(value) is float and dtype_kind(xp, target) == "real":  # the common case, directly
+        if abs(value) >= float_overflow_threshold(xp, target) and math.isfinite(value):
+            value = math.copysign(math.inf, value)
+        return constant(xp, value, target, like)
     if value is None:
         msg = f"`{name}` must be a number or an array, got None"
         raise ValueError(msg)

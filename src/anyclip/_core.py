@@ -36,12 +36,18 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _kernel(fn: F) -> F:
-    """Run a core function without NumPy's inf/NaN warnings; return arrays, not NumPy scalars."""
+def _kernel(fn: F, *, can_warn: bool = True) -> F:
+    """Run a core function without NumPy's inf/NaN warnings; return arrays, not NumPy scalars.
+
+    ``can_warn=False`` skips the warning guard for functions that cannot raise one.
+    """
 
     @functools.wraps(fn)
     def wrapper(xp: Namespace, *args: Any, **kwargs: Any) -> Any:
-        with quiet(xp):
+        if can_warn:
+            with quiet(xp):
+                out = fn(xp, *args, **kwargs)
+        else:
             out = fn(xp, *args, **kwargs)
         if isinstance(out, (tuple, list)):
             return type(out)(None if o is None else as_array(xp, o) for o in out)
@@ -53,21 +59,6 @@ def _kernel(fn: F) -> F:
 def _scalar(xp: Namespace, value: float, like: Any) -> Any:
     """A 0-d constant of ``like``'s dtype on ``like``'s device."""
     return constant(xp, value, like.dtype, like)
-
-
-def _broadcast_pair(xp: Namespace, x: Any, y: Any) -> tuple[Any, Any]:
-    if tuple(x.shape) == tuple(y.shape):
-        return x, y
-    x, y = xp.broadcast_arrays(x, y)
-    return x, y
-
-
-def _maximum(xp: Namespace, x: Any, y: Any) -> Any:
-    return g.maximum(xp, *_broadcast_pair(xp, x, y))
-
-
-def _minimum(xp: Namespace, x: Any, y: Any) -> Any:
-    return g.minimum(xp, *_broadcast_pair(xp, x, y))
 
 
 def _sum(xp: Namespace, x: Any, axis: Any, keepdims: bool) -> Any:
@@ -102,15 +93,15 @@ def _squeeze_reduced(xp: Namespace, r: Any, axis: Any) -> Any:
 
 
 # ----------------------------------------------------------------- clipping
-@_kernel
-def clip_by_value(xp: Namespace, t: Any, lo: Any, hi: Any) -> Any:
-    """``maximum(minimum(t, hi), lo)``: the upper bound first, so ``lo`` wins when ``lo > hi``."""
-    shape = tuple(t.shape)
-    if tuple(hi.shape) != shape:
-        hi = xp.broadcast_to(hi, shape)
-    if tuple(lo.shape) != shape:
-        lo = xp.broadcast_to(lo, shape)
+def _clip_by_value(xp: Namespace, t: Any, lo: Any, hi: Any) -> Any:
+    """``maximum(minimum(t, hi), lo)``: the upper bound first, so ``lo`` wins when ``lo > hi``.
+
+    The bounds broadcast to ``t``'s shape (the caller checked they cannot enlarge it).
+    """
     return g.maximum(xp, g.minimum(xp, t, hi), lo)
+
+
+clip_by_value = _kernel(_clip_by_value, can_warn=False)  # minimum and maximum never warn
 
 
 @_kernel
@@ -121,7 +112,7 @@ def clip_by_norm(xp: Namespace, t: Any, clip_norm: Any, axes: tuple[int, ...] | 
     ones = xp.ones_like(l2sum)
     l2norm = xp.where(pred, xp.sqrt(xp.where(pred, l2sum, ones)), l2sum)
     intermediate = t * clip_norm
-    return intermediate / _maximum(xp, l2norm, clip_norm)
+    return intermediate / g.maximum(xp, l2norm, clip_norm)
 
 
 def half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any:
@@ -162,7 +153,7 @@ def global_scale(xp: Namespace, clip_norm: Any, use_norm: Any, nonfinite: str = 
     ``"skip"`` replaces it by 1 where the norm is not finite.
     """
     one = _scalar(xp, 1.0, use_norm)
-    scale_for_finite = clip_norm * _minimum(xp, one / use_norm, one / clip_norm)
+    scale_for_finite = clip_norm * g.minimum(xp, one / use_norm, one / clip_norm)
     if nonfinite == "torch":
         return scale_for_finite
     if nonfinite == "skip":
@@ -199,7 +190,7 @@ def clip_by_average_norm(xp: Namespace, t: Any, clip_norm: Any) -> Any:
     n_element = _scalar(xp, float(math.prod(t.shape)), t)
     axes = tuple(range(t.ndim))
     l2norm_inv = _scalar(xp, 1.0, t) / xp.sqrt(_sum(xp, t * t, axes, keepdims=False))
-    bound = _minimum(xp, l2norm_inv * n_element, _scalar(xp, 1.0, t) / clip_norm)
+    bound = g.minimum(xp, l2norm_inv * n_element, _scalar(xp, 1.0, t) / clip_norm)
     return t * clip_norm * bound
 
 
@@ -258,10 +249,10 @@ def l2_normalize(xp: Namespace, x: Any, axis: tuple[int, ...] | None, epsilon: A
     if xp.isdtype(x.dtype, "complex floating"):
         re, im = xp.real(x), xp.imag(x)
         square_sum = _sum(xp, re * re + im * im, axis, keepdims=True)
-        x_inv_norm = _scalar(xp, 1.0, square_sum) / xp.sqrt(_maximum(xp, square_sum, epsilon))
+        x_inv_norm = _scalar(xp, 1.0, square_sum) / xp.sqrt(g.maximum(xp, square_sum, epsilon))
         return x * xp.astype(x_inv_norm, x.dtype)
     square_sum = _sum(xp, x * x, axis, keepdims=True)
-    x_inv_norm = _scalar(xp, 1.0, x) / xp.sqrt(_maximum(xp, square_sum, epsilon))
+    x_inv_norm = _scalar(xp, 1.0, x) / xp.sqrt(g.maximum(xp, square_sum, epsilon))
     return x * x_inv_norm
 
 

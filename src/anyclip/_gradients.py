@@ -9,8 +9,8 @@ backends with autodiff (torch autograd, JAX). Every other backend gets the plain
 * ``minimum(x, y)``: likewise, to ``x`` where ``x <= y``.
 * ``abs(x)``: TF's gradient is ``sign(x)``, 0 at 0; JAX's is 1 at 0.
 
-The arguments must already have one shape and dtype: callers broadcast first (through the
-backend's ``broadcast_to``, whose own gradient sums back to the original shape).
+The arguments must share one dtype; shapes broadcast (on the custom-rule paths through the
+backend's ``broadcast_arrays``, whose own gradient sums back to the original shapes).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from anyclip._compat import Namespace, is_jax, is_torch
+from anyclip._compat import Namespace, is_jax, library
 
 __all__ = ["abs", "maximum", "minimum"]
 
@@ -95,21 +95,38 @@ def _jax_functions() -> dict[str, Any]:
     return {"maximum": make(True), "minimum": make(False), "abs": tf_abs}
 
 
+def _same_shape(xp: Namespace, x: Any, y: Any) -> tuple[Any, Any]:
+    """Broadcast for the custom rules (the broadcast's own gradient sums back)."""
+    if tuple(x.shape) == tuple(y.shape):
+        return x, y
+    return tuple(xp.broadcast_arrays(x, y))  # type: ignore[return-value]
+
+
 def maximum(xp: Namespace, x: Any, y: Any) -> Any:
     """``maximum(x, y)`` with TF's gradient: to ``x`` where ``x >= y``, else to ``y``."""
-    if is_torch(xp) and _torch_needs_grad(x, y):
-        return _torch_functions()["select"].apply(x, y, True)
-    if is_jax(xp):
-        return _jax_functions()["maximum"](x, y)
+    lib = library(xp)
+    if lib == "torch":
+        if _torch_needs_grad(x, y):
+            return _torch_functions()["select"].apply(*_same_shape(xp, x, y), True)
+        import torch
+
+        return torch.maximum(x, y)
+    if lib == "jax":
+        return _jax_functions()["maximum"](*_same_shape(xp, x, y))
     return xp.maximum(x, y)
 
 
 def minimum(xp: Namespace, x: Any, y: Any) -> Any:
     """``minimum(x, y)`` with TF's gradient: to ``x`` where ``x <= y``, else to ``y``."""
-    if is_torch(xp) and _torch_needs_grad(x, y):
-        return _torch_functions()["select"].apply(x, y, False)
-    if is_jax(xp):
-        return _jax_functions()["minimum"](x, y)
+    lib = library(xp)
+    if lib == "torch":
+        if _torch_needs_grad(x, y):
+            return _torch_functions()["select"].apply(*_same_shape(xp, x, y), False)
+        import torch
+
+        return torch.minimum(x, y)
+    if lib == "jax":
+        return _jax_functions()["minimum"](*_same_shape(xp, x, y))
     return xp.minimum(x, y)
 
 

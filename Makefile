@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.anyclip-installed
 PYTEST_ARGS ?=
+LINTED := src tests conformance benchmarks examples docs conftest.py
 
 .PHONY: demo test bench conformance-data clean
 
@@ -20,8 +21,8 @@ demo: $(STAMP)
 
 ## test: set up .venv, lint, run the whole test and conformance suite
 test: $(STAMP)
-	$(BIN)/python -m ruff check src tests conformance conftest.py
-	$(BIN)/python -m ruff format --check src tests conformance conftest.py
+	$(BIN)/python -m ruff check $(LINTED)
+	$(BIN)/python -m ruff format --check $(LINTED)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## bench: time anyclip against each framework's own clipping; writes docs/performance.md

@@ -68,7 +68,12 @@ def numpy_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
         if op == "clip_by_global_norm":
             cases += [
                 (op, "numpy baseline (vdot, out=)", baseline_global, None),
-                (op, "anyclip", lambda: anyclip.clip_by_global_norm(arrays, c), "numpy baseline (vdot, out=)"),
+                (
+                    op,
+                    "anyclip",
+                    lambda: anyclip.clip_by_global_norm(arrays, c),
+                    "numpy baseline (vdot, out=)",
+                ),
             ]
         elif op == "global_norm":
             cases += [
@@ -77,7 +82,12 @@ def numpy_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
             ]
         elif op == "clip_by_norm":
             cases += [
-                (op, "numpy native", lambda: x * (c / max(np.sqrt(np.vdot(x.ravel(), x.ravel())), c)), None),
+                (
+                    op,
+                    "numpy native",
+                    lambda: x * (c / max(np.sqrt(np.vdot(x.ravel(), x.ravel())), c)),
+                    None,
+                ),
                 (op, "anyclip", lambda: anyclip.clip_by_norm(x, c), "numpy native"),
             ]
         elif op == "clip_by_value":
@@ -347,7 +357,9 @@ def _chart(rows: list[Row], out_png: Path) -> None:
         ax.set_yticks(range(len(sub)), labels, fontsize=7)
         ax.axvline(1.0, color="tab:red", linewidth=1)
         ax.set_xscale("log")
-        ax.set_title(f"{wk} {op}: time / bandwidth floor (red line = floor; blue = anyclip)", fontsize=8)
+        ax.set_title(
+            f"{wk} {op}: time / bandwidth floor (red line = floor; blue = anyclip)", fontsize=8
+        )
         ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)

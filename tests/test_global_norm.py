@@ -200,6 +200,13 @@ def test_clip_array_same_dtype(backend, ab, make, check):
     check_list(check, out, [[1.5, 2], [[6]]], "float32", ULP)
 
 
+# §4.2 / B8: a clip_norm of shape [2] silently changes the output shapes (followed, as TF).
+def test_clip_non_scalar_changes_shapes(backend, ab, make, check):
+    out, norm = anyclip.clip_by_global_norm(list(ab), make([6.5, 1.0]))
+    check_list(check, out, [[1.5, 0.30769232], [[6.0, 0.923077]]], "float32", ULP)
+    check(norm, np.float32(13), "float32", ULP)
+
+
 # §4.2: use_norm is used as given and returned as given (its dtype included).
 def test_use_norm(backend, ab, make, check):
     out, norm = anyclip.clip_by_global_norm(list(ab), 6.5, use_norm=make(26.0))

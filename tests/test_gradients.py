@@ -71,7 +71,9 @@ def test_clip_by_value_min_greater_than_max(grad_backend, make, check, weights):
 def test_clip_by_value_broadcast_bound(grad_backend, make, check, weights):
     x = make([[0, 5], [0, 5]])
     gx, gmin = grad_backend.grad(
-        lambda t, lo: anyclip.clip_by_value(t, lo, 3.0), [x, make([[1.0], [-1.0]])], weights((2, 2))
+        lambda t, lo: anyclip.clip_by_value(t, lo, 10.0),
+        [x, make([[1.0], [-1.0]])],
+        weights((2, 2)),
     )
     check(gx, [[0, 2], [3, 4]], "float32", what="d/dx")
     check(gmin, [[1], [0]], "float32", what="d/dmin (reduced over broadcast dims)")
@@ -107,16 +109,24 @@ def test_clip_by_norm(grad_backend, make, check, weights, t, clip, expected, ulp
     ("clip", "gx_expected", "gc_expected"),
     [
         (1.0, [-0.063999996, 0.048000008], 2.2),
-        (10.0, [1, 2], 0),
         (5.0, [-0.31999993, 0.24000001], 2.2),  # tie: active branch
-        (-1.0, [0, 0], 0),  # max(c, 0)
+        (-1.0, [0, 0], 0),  # max(c, 0): no gradient reaches c
     ],
-    ids=["active", "inactive", "tie", "negative"],
+    ids=["active", "tie", "negative"],
 )
 def test_clip_by_norm_wrt_clip(grad_backend, make, check, weights, clip, gx_expected, gc_expected):
     gx, gc = grad_backend.grad(anyclip.clip_by_norm, [make([3, 4]), make(clip)], weights((2,)))
     check(gx, gx_expected, "float32", ULP_CANCEL, what="d/dx")
     check(gc, np.float32(gc_expected), "float32", ULP, what="d/dclip_norm")
+
+
+def test_clip_by_norm_wrt_clip_inactive(grad_backend, make, check, weights):
+    # §9.2: c=10 gives d/dx [1, 2] and d/dclip_norm 0. The 0 is the difference of two equal
+    # terms, sum(w*t)/c = 1.1 each, so it is compared at the scale of those terms: 1.1 + d/dc
+    # must be 1.1 within 4 ULP.
+    gx, gc = grad_backend.grad(anyclip.clip_by_norm, [make([3, 4]), make(10.0)], weights((2,)))
+    check(gx, [1, 2], "float32", 0, what="d/dx")
+    check(gc + make(1.1), np.float32(1.1), "float32", ULP, what="1.1 + d/dclip_norm")
 
 
 def test_clip_by_norm_axes_zero_row(grad_backend, make, check, weights):

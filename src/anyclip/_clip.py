@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from anyclip import _core, _gradients
-from anyclip._compat import dtype_name, is_array, is_numpy_scalar, namespace
+from anyclip._compat import comparable_dtype, dtype_name, is_array, is_numpy_scalar, namespace
 from anyclip._convert import (
     as_input,
     as_operand,
@@ -93,13 +93,19 @@ def clip_by_value(
     >>> anyclip.clip_by_value(np.array([0, 5, 10]), 6, 4)  # min > max: min wins, as in TF
     array([6, 6, 6])
     """
-    xp = namespace(t, clip_value_min, clip_value_max)
+    xp = namespace(t, clip_value_min, clip_value_max, names=_BOUNDS)
     t = as_input(t, xp, "t")
     require_kind(xp, t, "t", ("int", "real"), "a real dtype (floating or integer)")
     lo = as_operand(clip_value_min, xp, t, "clip_value_min")
     hi = as_operand(clip_value_max, xp, t, "clip_value_max")
     check_broadcastable(tuple(lo.shape), tuple(t.shape), "clip_value_min", "t")
     check_broadcastable(tuple(hi.shape), tuple(t.shape), "clip_value_max", "t")
+    widened = comparable_dtype(xp, t.dtype)
+    if widened is not None:  # a backend without min/max for this dtype: exact in a wider one
+        out = _core.clip_by_value(
+            xp, xp.astype(t, widened), xp.astype(lo, widened), xp.astype(hi, widened)
+        )
+        return xp.astype(out, t.dtype)
     return _core.clip_by_value(xp, t, lo, hi)
 
 
@@ -162,7 +168,8 @@ def clip_by_norm(
     Raises
     ------
     TypeError
-        If ``t`` is not a real floating array, or ``clip_norm`` has an unusable type.
+        If ``t`` is not a real floating array, ``clip_norm`` has an unusable type, or
+        ``accumulate_dtype`` is not a floating dtype.
     ValueError
         If ``clip_norm`` is None or would enlarge ``t``, or an axis is repeated or out of range.
 
@@ -193,7 +200,7 @@ def clip_by_norm(
     array([[0.6, 0.8],
            [0.3, 0.4]], dtype=float32)
     """
-    xp = namespace(t, clip_norm)
+    xp = namespace(t, clip_norm, names=("t", "clip_norm"))
     t = as_input(t, xp, "t")
     require_kind(xp, t, "t", ("real",), _FLOATS)
     ax = normalize_axes(axes, t.ndim, "axes")
@@ -203,6 +210,13 @@ def clip_by_norm(
     check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t")
     out = _core.clip_by_norm(xp, work, c, ax)
     return out if out.dtype == t.dtype else xp.astype(out, t.dtype)
+
+
+_BOUNDS = ("t", "clip_value_min", "clip_value_max")
+
+
+def _list_names(items: list[Any]) -> tuple[str, ...]:
+    return tuple(f"t_list[{i}]" for i in range(len(items)))
 
 
 def _check_t_list(t_list: Any) -> list[Any]:
@@ -275,8 +289,9 @@ def global_norm(
     Raises
     ------
     TypeError
-        If ``t_list`` is not a list or tuple (a lone array, a generator or a dict), or its
-        arrays are not floating or do not share one dtype.
+        If ``t_list`` is not a list or tuple (a lone array, a generator or a dict), its arrays
+        are not floating or (without ``accumulate_dtype``) do not share one dtype, or
+        ``accumulate_dtype`` is not a floating dtype.
 
     See Also
     --------
@@ -298,7 +313,7 @@ def global_norm(
     array(13., dtype=float32)
     """
     items = _check_t_list(t_list)
-    xp = namespace(*items)
+    xp = namespace(*items, names=_list_names(items))
     return _global_norm(xp, items, accumulate_dtype)
 
 
@@ -363,8 +378,9 @@ def clip_by_global_norm(
     Raises
     ------
     TypeError
-        If ``t_list`` is not a list or tuple, its arrays are not floating or do not share one
-        dtype, ``use_norm`` is not an array, or ``clip_norm`` is an array of another dtype.
+        If ``t_list`` is not a list or tuple, its arrays are not floating or (without
+        ``accumulate_dtype``) do not share one dtype, ``use_norm`` is not an array,
+        ``clip_norm`` is an array of another dtype, or ``accumulate_dtype`` is not floating.
     ValueError
         If ``clip_norm`` is None or ``nonfinite`` is not one of the policies.
     FloatingPointError
@@ -402,11 +418,15 @@ def clip_by_global_norm(
         msg = f"`nonfinite` must be one of {_core.NONFINITE_POLICIES}, got {nonfinite!r}"
         raise ValueError(msg)
     items = _check_t_list(t_list)
-    xp = namespace(*items, clip_norm, use_norm)
+    xp = namespace(
+        *items, clip_norm, use_norm, names=(*_list_names(items), "clip_norm", "use_norm")
+    )
     if use_norm is None:
         values = _floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
         use_norm = _global_norm(xp, values, accumulate_dtype)
-        xp = namespace(*values, clip_norm, use_norm)
+        xp = namespace(
+            *values, clip_norm, use_norm, names=(*_list_names(values), "clip_norm", "use_norm")
+        )
     elif not is_array(use_norm):
         msg = (
             "`use_norm` must be a 0-d floating array (the precomputed global norm), "
@@ -481,7 +501,7 @@ def clip_by_average_norm(t: ArrayT, clip_norm: Any, name: str | None = None) -> 
     >>> anyclip.clip_by_average_norm(np.array([3.0, 4.0], dtype=np.float32), 1.0)
     array([1.2, 1.6], dtype=float32)
     """
-    xp = namespace(t, clip_norm)
+    xp = namespace(t, clip_norm, names=("t", "clip_norm"))
     t = as_input(t, xp, "t")
     if dtype_kind(xp, t.dtype) != "real" or t.dtype != xp.float32:
         msg = f"`t` must have dtype float32 (the only one TF accepts), got {dtype_name(t.dtype)}"

@@ -8,9 +8,9 @@ never imports torch, jax or tensorflow: array-api-compat recognises their arrays
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import array_api_compat
@@ -18,6 +18,7 @@ import array_api_compat
 __all__ = [
     "Namespace",
     "as_array",
+    "comparable_dtype",
     "constant",
     "default_namespace",
     "device",
@@ -26,6 +27,7 @@ __all__ = [
     "is_jax",
     "is_numpy_scalar",
     "is_torch",
+    "is_weak_scalar",
     "library",
     "namespace",
     "quiet",
@@ -61,7 +63,11 @@ def _namespace_of(value: object) -> Namespace | None:
         return _NAMESPACE_OF_TYPE[tp]
     except KeyError:
         pass
-    if is_numpy_scalar(value) or not array_api_compat.is_array_api_obj(value):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        # directly, without array-api-compat's cached helpers, which torch.compile warns about
+        import array_api_compat.torch as xp
+    elif is_numpy_scalar(value) or not array_api_compat.is_array_api_obj(value):
         xp = None
     else:
         xp = array_api_compat.array_namespace(value)
@@ -74,8 +80,10 @@ def is_array(value: object) -> bool:
     return _namespace_of(value) is not None
 
 
-def namespace(*arrays: Any) -> Namespace:
+def namespace(*arrays: Any, names: Sequence[str] = ()) -> Namespace:
     """The array namespace shared by ``arrays`` (non-arrays are ignored).
+
+    ``names`` are the arguments' names, for the error message.
 
     Raises
     ------
@@ -83,19 +91,26 @@ def namespace(*arrays: Any) -> Namespace:
         When the arrays come from different libraries.
     """
     found = None
-    for a in arrays:
+    first = 0
+    for i, a in enumerate(arrays):
         xp = _namespace_of(a)
         if xp is None:
             continue
         if found is None:
-            found = xp
+            found, first = xp, i
         elif xp is not found:
-            kinds = sorted(
-                {f"{type(b).__module__}.{type(b).__qualname__}" for b in arrays if is_array(b)}
+            name = names[i] if i < len(names) else f"argument {i}"
+            other = names[first] if first < len(names) else f"argument {first}"
+            msg = (
+                f"`{name}` must come from the same array library as `{other}`: got "
+                f"{_type_name(a)} and {_type_name(arrays[first])}"
             )
-            msg = f"all array arguments must come from one array library, got {', '.join(kinds)}"
             raise TypeError(msg)
     return default_namespace() if found is None else found
+
+
+def _type_name(value: Any) -> str:
+    return f"{type(value).__module__}.{type(value).__qualname__}"
 
 
 def default_namespace() -> Namespace:
@@ -120,22 +135,22 @@ def device(x: Any) -> Any:
     return array_api_compat.device(x)
 
 
-#: Library name of each namespace met so far.
-_LIBRARY_OF_NAMESPACE: dict[Any, str] = {}
+#: Library name of each namespace met so far, by the namespace's ``__name__``.
+_LIBRARY_OF_NAMESPACE: dict[str, str] = {}
 
 
 def library(xp: Namespace) -> str:
     """``"numpy"``, ``"torch"``, ``"jax"``, ``"cupy"``, ``"dask"`` or the namespace's name."""
+    key = xp.__name__
     try:
-        return _LIBRARY_OF_NAMESPACE[xp]
+        return _LIBRARY_OF_NAMESPACE[key]
     except KeyError:
         pass
-    for name in ("numpy", "torch", "jax", "cupy", "dask"):
-        if getattr(array_api_compat, f"is_{name}_namespace")(xp):
-            break
-    else:
-        name = getattr(xp, "__name__", str(xp))
-    _LIBRARY_OF_NAMESPACE[xp] = name
+    # From the module name alone (array-api-compat's own checks are cached in a way that
+    # torch.compile warns about): "array_api_compat.torch", "jax.numpy", "dask.array", ...
+    parts = key.removeprefix("array_api_compat.").split(".")
+    name = parts[0] if parts[0] in ("numpy", "torch", "jax", "cupy", "dask") else key
+    _LIBRARY_OF_NAMESPACE[key] = name
     return name
 
 
@@ -187,6 +202,48 @@ def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
     return out
 
 
+def comparable_dtype(xp: Namespace, dtype: Any) -> Any:
+    """A wider dtype to compare ``dtype`` in, where the backend cannot; None where it can.
+
+    torch implements no comparison, minimum or maximum for uint16, uint32 or uint64: the first
+    two are compared exactly in int64; uint64 has no wider type and is refused.
+    """
+    if library(xp) != "torch":
+        return None
+    import torch
+
+    if dtype in (torch.uint16, torch.uint32):
+        return torch.int64
+    if dtype == torch.uint64:
+        msg = "`t` has dtype uint64, which torch cannot compare (no minimum/maximum for it)"
+        raise TypeError(msg)
+    return None
+
+
+def sqrt(xp: Namespace, x: Any) -> Any:
+    """A correctly rounded square root, as TF's.
+
+    ``torch.sqrt`` of float32 is not correctly rounded on some CPUs (1 ULP off on about a fifth
+    of inputs); the root of float32 taken in float64 and rounded back is. anyclip takes roots of
+    reduced sums only, so the widening costs little. MPS has no float64 and keeps torch.sqrt.
+    """
+    if library(xp) == "torch":
+        import torch
+
+        if x.dtype == torch.float32 and x.device.type != "mps":
+            return torch.sqrt(x.double()).float()
+    return xp.sqrt(x)
+
+
+def is_weak_scalar(value: Any) -> bool:
+    """Whether ``value`` is a JAX weakly typed 0-d array: a Python scalar passed through jit."""
+    jax = sys.modules.get("jax")
+    if jax is None or not isinstance(value, jax.Array) or value.ndim != 0:
+        return False
+    aval = getattr(value, "aval", None)  # concrete arrays and tracers both have one
+    return bool(getattr(aval, "weak_type", False))
+
+
 def quiet(xp: Namespace) -> Any:
     """A context in which NumPy does not warn about inf/NaN results (TF does not either)."""
     if library(xp) in ("numpy", "array_api_strict", "dask"):  # all compute with NumPy
@@ -213,14 +270,15 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
-@functools.lru_cache(maxsize=64)
-def _overflow_threshold(xp: Namespace, dtype: Any) -> float:
-    info = xp.finfo(dtype)
-    big = float(info.max)
-    _, exp = math.frexp(big)
-    return big + float(info.eps) * 2.0 ** (exp - 1) / 2
+_THRESHOLDS: dict[tuple[str, Any], float] = {}
 
 
 def float_overflow_threshold(xp: Namespace, dtype: Any) -> float:
     """The smallest magnitude that rounds to infinity when converted to ``dtype``."""
-    return _overflow_threshold(xp, dtype)
+    key = (xp.__name__, dtype)  # a string key: torch.compile cannot hash modules
+    if key not in _THRESHOLDS:  # a dict, not lru_cache: torch.compile traces through it
+        info = xp.finfo(dtype)
+        big = float(info.max)
+        _, exp = math.frexp(big)
+        _THRESHOLDS[key] = big + float(info.eps) * 2.0 ** (exp - 1) / 2
+    return _THRESHOLDS[key]

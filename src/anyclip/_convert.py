@@ -32,6 +32,7 @@ from anyclip._compat import (
     float_overflow_threshold,
     is_array,
     is_numpy_scalar,
+    is_weak_scalar,
 )
 
 __all__ = [
@@ -46,19 +47,20 @@ __all__ = [
 ]
 
 
-#: dtype_kind's answers, by (namespace, dtype).
-_KINDS: dict[tuple[Any, Any], str] = {}
+#: dtype_kind's answers, by (namespace name, dtype): string keys, which torch.compile can hash.
+_KINDS: dict[tuple[str, Any], str] = {}
 
 
 def dtype_kind(xp: Namespace, dtype: Any) -> str:
     """``"bool"``, ``"int"``, ``"real"`` (floating), ``"complex"`` or ``"other"``."""
+    key = (xp.__name__, dtype)
     try:
-        return _KINDS[xp, dtype]
+        return _KINDS[key]
     except KeyError:
         kind = _dtype_kind(xp, dtype)
     except TypeError:  # an unhashable dtype object
         return _dtype_kind(xp, dtype)
-    _KINDS[xp, dtype] = kind
+    _KINDS[key] = kind
     return kind
 
 
@@ -198,6 +200,14 @@ def as_operand(
         msg = f"`{name}` must be a number or an array, got None"
         raise ValueError(msg)
     if is_array(value):
+        if value.dtype != target and is_weak_scalar(value):  # a Python scalar, through jax.jit
+            if dtype_kind(xp, value.dtype) == "real" and dtype_kind(xp, target) != "real":
+                msg = (
+                    f"`{name}` must be an integer for an input of dtype {dtype_name(target)} "
+                    f"(a Python float is not converted to an integer dtype), got a float"
+                )
+                raise TypeError(msg)
+            return xp.astype(value, target)
         if value.dtype != target:
             if cast_arrays:
                 return xp.astype(value, target)

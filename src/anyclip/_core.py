@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from anyclip import _fast
 from anyclip import _gradients as g
-from anyclip._compat import Namespace, as_array, constant, device, quiet
+from anyclip._compat import Namespace, as_array, constant, device, quiet, sqrt
 
 __all__ = [
     "clip_by_average_norm",
@@ -110,7 +110,7 @@ def clip_by_norm(xp: Namespace, t: Any, clip_norm: Any, axes: tuple[int, ...] | 
     l2sum = _sum(xp, t * t, axes, keepdims=True)
     pred = l2sum > 0
     ones = xp.ones_like(l2sum)
-    l2norm = xp.where(pred, xp.sqrt(xp.where(pred, l2sum, ones)), l2sum)
+    l2norm = xp.where(pred, sqrt(xp, xp.where(pred, l2sum, ones)), l2sum)
     intermediate = t * clip_norm
     return intermediate / g.maximum(xp, l2norm, clip_norm)
 
@@ -130,7 +130,7 @@ def half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any:
 def norm_from_half_sums(xp: Namespace, partials: Sequence[Any]) -> Any:
     """``sqrt(sum(partials) * 2)``; one partial (one device) is used as it is."""
     total = partials[0] if len(partials) == 1 else _sum(xp, xp.stack(partials), None, False)
-    return xp.sqrt(total * _scalar(xp, 2.0, total))
+    return sqrt(xp, total * _scalar(xp, 2.0, total))
 
 
 @_kernel
@@ -189,7 +189,7 @@ def clip_by_average_norm(xp: Namespace, t: Any, clip_norm: Any) -> Any:
     """``t * c * minimum(rsqrt(sum(t * t)) * size(t), 1 / c)``."""
     n_element = _scalar(xp, float(math.prod(t.shape)), t)
     axes = tuple(range(t.ndim))
-    l2norm_inv = _scalar(xp, 1.0, t) / xp.sqrt(_sum(xp, t * t, axes, keepdims=False))
+    l2norm_inv = g.rsqrt(xp, _sum(xp, t * t, axes, keepdims=False))
     bound = g.minimum(xp, l2norm_inv * n_element, _scalar(xp, 1.0, t) / clip_norm)
     return t * clip_norm * bound
 
@@ -207,7 +207,7 @@ def norm(
     is_matrix = isinstance(axis, tuple)
     if ord in ("fro", "euclidean", 2) and not (is_matrix and ord == 2):
         sq = x * xp.conj(x) if xp.isdtype(x.dtype, "complex floating") else x * x
-        r = xp.sqrt(_sum(xp, sq, axis, keepdims=True))
+        r = sqrt(xp, _sum(xp, sq, axis, keepdims=True))
     elif is_matrix and ord == 2:
         r = _spectral_norm(xp, x, axis)
     else:
@@ -249,10 +249,10 @@ def l2_normalize(xp: Namespace, x: Any, axis: tuple[int, ...] | None, epsilon: A
     if xp.isdtype(x.dtype, "complex floating"):
         re, im = xp.real(x), xp.imag(x)
         square_sum = _sum(xp, re * re + im * im, axis, keepdims=True)
-        x_inv_norm = _scalar(xp, 1.0, square_sum) / xp.sqrt(g.maximum(xp, square_sum, epsilon))
+        x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
         return x * xp.astype(x_inv_norm, x.dtype)
     square_sum = _sum(xp, x * x, axis, keepdims=True)
-    x_inv_norm = _scalar(xp, 1.0, x) / xp.sqrt(g.maximum(xp, square_sum, epsilon))
+    x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
     return x * x_inv_norm
 
 

@@ -105,7 +105,7 @@ def scale_arrays(xp: Namespace, arrays: Sequence[Any | None], scale: Any) -> lis
     if not _ENABLED or library(xp) != "torch":
         return None
     present = [a for a in arrays if a is not None]
-    if not present or not _torch_ok(present) or scale.requires_grad:
+    if not present or scale.ndim != 0 or not _torch_ok(present) or scale.requires_grad:
         return None
     import torch
 

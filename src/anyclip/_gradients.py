@@ -8,6 +8,10 @@ backends with autodiff (torch autograd, JAX). Every other backend gets the plain
   and route NaNs differently.
 * ``minimum(x, y)``: likewise, to ``x`` where ``x <= y``.
 * ``abs(x)``: TF's gradient is ``sign(x)``, 0 at 0; JAX's is 1 at 0.
+* ``rsqrt(x)``: TF's gradient is ``-0.5 * dy * rsqrt(x) ** 3``, and exactly 0 where ``dy`` is 0
+  (so ``rsqrt(0) = inf`` with no incoming gradient gives 0, not NaN). The chain rule through
+  ``1 / sqrt(x)`` gives NaN there. On JAX this rule is reverse mode only (``custom_vjp``), so
+  forward mode (``jax.jvp``) does not go through ``l2_normalize`` or ``clip_by_average_norm``.
 
 The arguments must share one dtype; shapes broadcast (on the custom-rule paths through the
 backend's ``broadcast_arrays``, whose own gradient sums back to the original shapes).
@@ -15,12 +19,11 @@ backend's ``broadcast_arrays``, whose own gradient sums back to the original sha
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from anyclip._compat import Namespace, is_jax, library
 
-__all__ = ["abs", "maximum", "minimum"]
+__all__ = ["abs", "maximum", "minimum", "rsqrt"]
 
 
 def _torch_needs_grad(*tensors: Any) -> bool:
@@ -29,8 +32,22 @@ def _torch_needs_grad(*tensors: Any) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-@functools.cache
+_CACHE: dict[str, dict[str, Any]] = {}
+
+
 def _torch_functions() -> dict[str, Any]:
+    if "torch" not in _CACHE:
+        _CACHE["torch"] = _make_torch_functions()
+    return _CACHE["torch"]
+
+
+def _jax_functions() -> dict[str, Any]:
+    if "jax" not in _CACHE:
+        _CACHE["jax"] = _make_jax_functions()
+    return _CACHE["jax"]
+
+
+def _make_torch_functions() -> dict[str, Any]:
     import torch
 
     class _Select(torch.autograd.Function):
@@ -53,16 +70,60 @@ def _torch_functions() -> dict[str, Any]:
             zero = torch.zeros((), dtype=grad.dtype, device=grad.device)
             return torch.where(mask, grad, zero), torch.where(mask, zero, grad), None
 
+    class _SelectWithJvp(_Select):
+        """The same, with forward mode (torch.compile cannot trace a custom ``jvp``)."""
+
         @staticmethod
         def jvp(ctx: Any, tx: Any, ty: Any, _: Any) -> Any:
             (mask,) = ctx.saved_tensors
             return torch.where(mask, tx, ty)
 
-    return {"select": _Select}
+    class _Rsqrt(torch.autograd.Function):
+        """``rsqrt`` with TF's gradient: 0 where the incoming gradient is 0."""
+
+        @staticmethod
+        def forward(x: Any) -> Any:
+            return torch.rsqrt(x)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+            ctx.save_for_backward(output)
+            ctx.save_for_forward(output)
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            (r,) = ctx.saved_tensors
+            return _tf_rsqrt_grad(torch, r, grad)
+
+    class _RsqrtWithJvp(_Rsqrt):
+        @staticmethod
+        def jvp(ctx: Any, tx: Any) -> Any:
+            (r,) = ctx.saved_tensors
+            return _tf_rsqrt_grad(torch, r, tx)
+
+    return {
+        "select": _Select,
+        "rsqrt": _Rsqrt,
+        "select+jvp": _SelectWithJvp,
+        "rsqrt+jvp": _RsqrtWithJvp,
+    }
 
 
-@functools.cache
-def _jax_functions() -> dict[str, Any]:
+def _torch_function(name: str) -> Any:
+    """The autograd Function ``name``; with forward mode, except while torch.compile traces."""
+    import torch
+
+    fns = _torch_functions()
+    return fns[name] if torch.compiler.is_compiling() else fns[name + "+jvp"]
+
+
+def _tf_rsqrt_grad(mod: Any, r: Any, dy: Any) -> Any:
+    """TF's RsqrtGrad: ``-0.5 * dy * r**3``, and 0 wherever ``dy == 0``."""
+    zero = mod.zeros_like(dy)
+    return mod.where(dy == 0, zero, -0.5 * dy * (r * r * r))
+
+
+def _make_jax_functions() -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
@@ -92,7 +153,22 @@ def _jax_functions() -> dict[str, Any]:
         (tx,) = tangents
         return jnp.abs(x), jnp.sign(x) * tx
 
-    return {"maximum": make(True), "minimum": make(False), "abs": tf_abs}
+    # TF's rsqrt rule looks at the cotangent's value (0 gives 0), which a JVP rule, linear in
+    # the tangent, cannot express: this one is a custom_vjp (reverse mode only).
+    @jax.custom_vjp
+    def tf_rsqrt(x: Any) -> Any:
+        return 1 / jnp.sqrt(x)
+
+    def rsqrt_fwd(x: Any) -> Any:
+        r = 1 / jnp.sqrt(x)
+        return r, r
+
+    def rsqrt_bwd(r: Any, dy: Any) -> Any:
+        return (_tf_rsqrt_grad(jnp, r, dy),)
+
+    tf_rsqrt.defvjp(rsqrt_fwd, rsqrt_bwd)
+
+    return {"maximum": make(True), "minimum": make(False), "abs": tf_abs, "rsqrt": tf_rsqrt}
 
 
 def _same_shape(xp: Namespace, x: Any, y: Any) -> tuple[Any, Any]:
@@ -107,7 +183,7 @@ def maximum(xp: Namespace, x: Any, y: Any) -> Any:
     lib = library(xp)
     if lib == "torch":
         if _torch_needs_grad(x, y):
-            return _torch_functions()["select"].apply(*_same_shape(xp, x, y), True)
+            return _torch_function("select").apply(*_same_shape(xp, x, y), True)
         import torch
 
         return torch.maximum(x, y)
@@ -121,13 +197,27 @@ def minimum(xp: Namespace, x: Any, y: Any) -> Any:
     lib = library(xp)
     if lib == "torch":
         if _torch_needs_grad(x, y):
-            return _torch_functions()["select"].apply(*_same_shape(xp, x, y), False)
+            return _torch_function("select").apply(*_same_shape(xp, x, y), False)
         import torch
 
         return torch.minimum(x, y)
     if lib == "jax":
         return _jax_functions()["minimum"](*_same_shape(xp, x, y))
     return xp.minimum(x, y)
+
+
+def rsqrt(xp: Namespace, x: Any) -> Any:
+    """``1 / sqrt(x)`` (TF's scalar rsqrt; ``torch.rsqrt`` on torch) with TF's gradient."""
+    lib = library(xp)
+    if lib == "torch":
+        if _torch_needs_grad(x):
+            return _torch_function("rsqrt").apply(x)
+        import torch
+
+        return torch.rsqrt(x)
+    if lib == "jax":
+        return _jax_functions()["rsqrt"](x)
+    return 1 / xp.sqrt(x)
 
 
 def abs(xp: Namespace, x: Any) -> Any:

@@ -149,8 +149,9 @@ def norm(
         matrix ``ord`` outside the list above) or an ``axis`` that is not None, an int or a pair
         of distinct ints, or is out of range.
     TypeError
-        For ``ord=None`` or a complex ``ord``, a bool input, or an integer input with an ``ord``
-        other than 1 or inf.
+        For ``ord=None`` or a complex ``ord``, a bool input, an integer input with an ``ord``
+        other than 1 or inf, or an ``accumulate_dtype`` that is not floating (or is given for
+        a non-floating input).
 
     See Also
     --------
@@ -231,7 +232,8 @@ def l2_normalize(
     Raises
     ------
     TypeError
-        If ``x`` is not floating or complex, or ``epsilon`` is an array of another dtype.
+        If ``x`` is not floating or complex, ``epsilon`` is an array of another dtype, or
+        ``accumulate_dtype`` is not floating (or is given for complex ``x``).
     ValueError
         If both ``axis`` and ``dim`` are given, or an axis is repeated or out of range.
 
@@ -261,7 +263,7 @@ def l2_normalize(
         raise ValueError(msg)
     if axis is None:
         axis = dim
-    xp = namespace(x, epsilon)
+    xp = namespace(x, epsilon, names=("x", "epsilon"))
     x = as_input(x, xp, "x")
     kind = require_kind(xp, x, "x", ("real", "complex"), "a floating or complex dtype")
     ax = normalize_axes(axis, x.ndim, "axis")

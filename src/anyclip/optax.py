@@ -29,6 +29,7 @@ import optax
 from anyclip import tree
 from anyclip._compat import namespace
 from anyclip._convert import resolve_accumulate_dtype
+from anyclip._core import NONFINITE_POLICIES
 
 __all__ = [
     "ClipByGlobalNormState",
@@ -75,7 +76,15 @@ def clip_by_global_norm(
     -------
     optax.GradientTransformation
         Its state is a :class:`ClipByGlobalNormState` holding the last pre-clip norm.
+
+    Raises
+    ------
+    ValueError
+        If ``nonfinite`` is not one of the policies (checked here, not at the first update).
     """
+    if nonfinite not in NONFINITE_POLICIES:
+        msg = f"`nonfinite` must be one of {NONFINITE_POLICIES}, got {nonfinite!r}"
+        raise ValueError(msg)
 
     def init_fn(params: Any) -> ClipByGlobalNormState:
         return ClipByGlobalNormState(jnp.zeros((), _norm_dtype(params, accumulate_dtype)))

@@ -100,9 +100,12 @@ def clip_grad_norm_(
     if nonfinite not in _core.NONFINITE_POLICIES:
         msg = f"`nonfinite` must be one of {_core.NONFINITE_POLICIES}, got {nonfinite!r}"
         raise ValueError(msg)
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    parameters = list(parameters)
     grads = _grads(parameters)
-    if not grads:
-        return torch.zeros(())
+    if not grads:  # torch returns 0 too; on the parameters' device
+        return torch.zeros((), device=parameters[0].device if parameters else None)
     xp = namespace(grads[0])
     _clip._floating_list(xp, list(grads), mixed_ok=accumulate_dtype is not None)
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [g.dtype for g in grads])

@@ -56,8 +56,11 @@ def _structure(node: Any, leaves: list[Any], path: str) -> Rebuild:
         subs = [_structure(node[k], leaves, f"{path}[{k!r}]") for k in keys]
 
         def rebuild_dict(it: Iterator[Any]) -> Any:
-            out = copy.copy(node)  # keeps the mapping type and its attributes
-            out.update(zip(keys, [s(it) for s in subs], strict=True))
+            values = [s(it) for s in subs]
+            if type(node) is dict:  # the common case, and the one torch.compile traces
+                return dict(zip(keys, values, strict=True))
+            out = copy.copy(node)  # keeps the mapping type and attributes (state_dict metadata)
+            out.update(zip(keys, values, strict=True))
             return out
 
         return rebuild_dict
@@ -116,7 +119,26 @@ def flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
 
 
 def map_leaves(fn: Callable[[Any], Any], tree: TreeT) -> TreeT:
-    """Apply ``fn`` to every array leaf of ``tree``; ``None`` leaves stay ``None``."""
+    """Apply ``fn`` to every array leaf of ``tree``; ``None`` leaves stay ``None``.
+
+    Parameters
+    ----------
+    fn : callable
+        Takes one array, returns one array.
+    tree : nested structure of arrays
+        As in :func:`flatten`.
+
+    Returns
+    -------
+    same structure as ``tree``
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> tree.map_leaves(lambda a: a * 2, (np.ones(2), None))
+    (array([2., 2.]), None)
+    """
     leaves, unflatten = flatten(tree)
     return unflatten([None if leaf is None else fn(leaf) for leaf in leaves])
 
@@ -152,7 +174,26 @@ def clip_by_norm(
 
 
 def clip_by_average_norm(tree: TreeT, clip_norm: Any) -> TreeT:
-    """:func:`anyclip.clip_by_average_norm` on every leaf of ``tree`` (float32 leaves only)."""
+    """:func:`anyclip.clip_by_average_norm` on every leaf of ``tree`` (float32 leaves only).
+
+    Parameters
+    ----------
+    tree : nested structure of float32 arrays
+        ``None`` leaves are kept.
+    clip_norm : number or array
+        The largest average norm of each leaf.
+
+    Returns
+    -------
+    same structure as ``tree``
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> tree.clip_by_average_norm({"w": np.array([3.0, 4.0], dtype=np.float32)}, 1.0)
+    {'w': array([1.2, 1.6], dtype=float32)}
+    """
     return map_leaves(lambda t: _clip.clip_by_average_norm(t, clip_norm), tree)
 
 

@@ -1,0 +1,527 @@
+"""Every public function under ``jax.jit`` and under ``torch.compile(fullgraph=True)``.
+
+``fullgraph=True`` turns any graph break into an error, and ``jax.jit`` turns any host read of a
+traced value into a concretization error, so a passing case proves the function never branches
+on an array value and never syncs with the host. Results must equal eager execution within
+2 ULP (inductor fuses and reorders reductions; XLA turns ``1 / sqrt`` into ``rsqrt``);
+gradients within 1e-5 of the largest entry, since they cancel.
+
+The only documented exception is ``nonfinite="raise"``, which reads the norm on the host: under
+``jax.jit`` it raises JAX's ``ConcretizationTypeError`` while tracing (before any data is seen),
+and under ``torch.compile(fullgraph=True)`` Dynamo refuses the data-dependent ``if`` with a
+``torch._dynamo.exc.UserError``; without ``fullgraph`` the graph breaks there and the
+``FloatingPointError`` comes through.
+
+The cases close over every non-array argument (``ord``, ``axis``, Python bounds), so those are
+static; array arguments (bounds, ``clip_norm``, ``use_norm``, ``epsilon``) are traced.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+
+import anyclip
+from anyclip import tree
+from anyclip._testing import Backend, assert_array
+
+INF = math.inf
+NAN = math.nan
+M = [[3.0, 4.0], [6.0, 8.0]]
+V = [3.0, -4.0, 0.0, 12.0]
+A = [3.0, 4.0]
+B = [[12.0]]
+#: torch.compile's default backend; "aot_eager" skips code generation (faster, exact)
+TORCH_COMPILER = "inductor"
+#: inductor may fuse and reorder float32 reductions
+TORCH_ULP = 2
+#: XLA fuses ``1 / sqrt(x)`` into ``rsqrt`` and reassociates under jit: 1 ULP seen
+JAX_ULP = 2
+
+
+class Pair(NamedTuple):
+    first: Any
+    second: Any
+
+
+@dataclass
+class Case:
+    fn: Callable[..., Any]
+    args: list[Any]  # NumPy data for the array arguments
+    dtypes: list[str] | None = None  # default float32 for every argument
+    grad: bool = True  # differentiable in its first argument
+    torch: bool = True  # runs on torch (False: JAX-only, e.g. the optax adapter)
+
+
+def _gn(*ts):
+    return anyclip.global_norm(list(ts))
+
+
+def _cbgn(clip, **kw):
+    return lambda *ts: anyclip.clip_by_global_norm(list(ts), clip, **kw)
+
+
+CASES: dict[str, Case] = {
+    # --- clip_by_value
+    "clip_by_value": Case(lambda t: anyclip.clip_by_value(t, -1.0, 3.5), [M]),
+    "clip_by_value-array-bounds": Case(anyclip.clip_by_value, [M, 3.5, [[4.0, 7.0]]]),
+    "clip_by_value-min-gt-max": Case(lambda t: anyclip.clip_by_value(t, 6.0, 4.0), [M]),
+    "clip_by_value-int32": Case(
+        lambda t: anyclip.clip_by_value(t, 0, 5), [[-3, 2, 9]], ["int32"], grad=False
+    ),
+    # --- clip_by_norm
+    "clip_by_norm": Case(lambda t: anyclip.clip_by_norm(t, 5.0), [M]),
+    "clip_by_norm-axes1": Case(lambda t: anyclip.clip_by_norm(t, 5.0, axes=1), [M]),
+    "clip_by_norm-axes-empty": Case(lambda t: anyclip.clip_by_norm(t, 5.0, axes=[]), [M]),
+    "clip_by_norm-traced-clip": Case(anyclip.clip_by_norm, [M, 5.0]),
+    "clip_by_norm-zeros": Case(lambda t: anyclip.clip_by_norm(t, 1.0), [[0.0, 0.0]]),
+    "clip_by_norm-accumulate": Case(
+        lambda t: anyclip.clip_by_norm(t, 1.0, accumulate_dtype="float32"),
+        [[300.0, 0.0]],
+        ["float16"],
+    ),
+    # --- global_norm / clip_by_global_norm
+    "global_norm": Case(_gn, [A, B]),
+    "global_norm-mixed-widest": Case(
+        lambda a, b: anyclip.global_norm([a, b], accumulate_dtype="widest"),
+        [A, B],
+        ["float16", "float32"],
+    ),
+    "clip_by_global_norm": Case(_cbgn(6.5), [A, B]),
+    "clip_by_global_norm-tie": Case(_cbgn(13.0), [A, B]),
+    "clip_by_global_norm-traced-clip": Case(
+        lambda a, b, c: anyclip.clip_by_global_norm([a, b], c), [A, B, 6.5]
+    ),
+    "clip_by_global_norm-use-norm": Case(
+        lambda a, b, n: anyclip.clip_by_global_norm([a, None, b], 6.5, use_norm=n), [A, B, 26.0]
+    ),
+    "clip_by_global_norm-inf-tf": Case(_cbgn(1.0), [[INF, 1.0], B], grad=False),
+    "clip_by_global_norm-inf-torch": Case(_cbgn(1.0, nonfinite="torch"), [[INF, 1.0], B]),
+    "clip_by_global_norm-inf-skip": Case(_cbgn(1.0, nonfinite="skip"), [[INF, 1.0], B]),
+    "clip_by_global_norm-nan-skip": Case(_cbgn(1.0, nonfinite="skip"), [[NAN, 1.0], B]),
+    "clip_by_global_norm-finite-skip": Case(_cbgn(6.5, nonfinite="skip"), [A, B]),
+    "clip_by_global_norm-mixed": Case(
+        _cbgn(6.5, accumulate_dtype="widest"), [A, B], ["bfloat16", "float32"]
+    ),
+    # --- clip_by_average_norm
+    "clip_by_average_norm": Case(lambda t: anyclip.clip_by_average_norm(t, 1.0), [M]),
+    # --- norm: every vector ord, every matrix ord, axis kinds, keepdims
+    **{
+        f"norm-ord-{o}": Case(lambda t, o=o: anyclip.norm(t, ord=o), [V])
+        for o in ("euclidean", 1, 2, INF, 3, 0.5)
+    },
+    **{
+        f"norm-matrix-{o}": Case(lambda t, o=o: anyclip.norm(t, ord=o, axis=(0, 1)), [M])
+        for o in ("euclidean", "fro", 1, INF)
+    },
+    "norm-matrix-2": Case(
+        lambda t: anyclip.norm(t, ord=2, axis=(1, 0)), [[[1.0, -2.0], [3.0, 4.0]]], grad=False
+    ),
+    "norm-axis-keepdims": Case(lambda t: anyclip.norm(t, axis=-1, keepdims=True), [M]),
+    "norm-matrix-axis-none-flattens": Case(lambda t: anyclip.norm(t, ord=1), [M]),
+    "norm-accumulate": Case(
+        lambda t: anyclip.norm(t, accumulate_dtype="float32"), [[300.0, 0.0]], ["float16"]
+    ),
+    # --- l2_normalize / normalize
+    "l2_normalize": Case(lambda t: anyclip.l2_normalize(t), [M]),
+    "l2_normalize-axis": Case(lambda t: anyclip.l2_normalize(t, axis=0), [M]),
+    "l2_normalize-traced-epsilon": Case(
+        lambda t, e: anyclip.l2_normalize(t, epsilon=e), [[1e-7, 0.0], 1e-12]
+    ),
+    "l2_normalize-accumulate": Case(
+        lambda t: anyclip.l2_normalize(t, accumulate_dtype="float32"), [[0.0, 0.0]], ["float16"]
+    ),
+    "normalize": Case(lambda t: anyclip.normalize(t), [M]),
+    "normalize-ord1-axis": Case(lambda t: anyclip.normalize(t, ord=1, axis=1), [M]),
+    # --- tree
+    "tree-clip_by_value": Case(lambda a, b: tree.clip_by_value([a, (b, None)], -1.0, 3.5), [A, B]),
+    "tree-clip_by_norm": Case(lambda a, b: tree.clip_by_norm(Pair(a, [b]), 2.5), [A, B]),
+    "tree-clip_by_norm-axes": Case(lambda m: tree.clip_by_norm([m], 1.0, axes=0), [M]),
+    "tree-clip_by_average_norm": Case(
+        lambda a, b: tree.clip_by_average_norm([[a], b], 1.0), [A, B]
+    ),
+    "tree-global_norm": Case(lambda a, b: tree.global_norm(Pair(a, (b, None))), [A, B]),
+    "tree-clip_by_global_norm": Case(
+        lambda a, b: tree.clip_by_global_norm([a, Pair(b, None)], 6.5), [A, B]
+    ),
+    "tree-clip_by_global_norm-mixed": Case(
+        lambda a, b: tree.clip_by_global_norm((a, b), 6.5), [A, B], ["float16", "float32"]
+    ),
+    "tree-clip_by_global_norm-skip": Case(
+        lambda a, b: tree.clip_by_global_norm([a, b], 1.0, nonfinite="skip"), [[INF, 1.0], B]
+    ),
+    "tree-dict-clip_by_global_norm": Case(
+        lambda a, b: tree.clip_by_global_norm({"a": a, "b": [b, None]}, 6.5), [A, B]
+    ),
+    "tree-dict-clip_by_value": Case(lambda a: tree.clip_by_value({"a": a}, -1.0, 3.5), [A]),
+    "tree-ordereddict-clip_by_norm": Case(
+        lambda a, b: tree.clip_by_norm(collections.OrderedDict(a=a, b=b), 2.5), [A, B]
+    ),
+    "tree-map_leaves": Case(lambda a, b: tree.map_leaves(lambda t: t * 2.0, [a, None, b]), [A, B]),
+    "tree-flatten": Case(lambda a, b: tree.flatten(Pair(a, [b]))[1]([b, a]), [A, B]),
+}
+
+
+# ------------------------------------------------------------------ helpers
+def _leaves(node: Any) -> list[Any]:
+    """Arrays and ``None`` of a result (array, list, tuple, namedtuple, dict), in order."""
+    if node is None:
+        return [None]
+    if isinstance(node, dict):
+        return [leaf for v in node.values() for leaf in _leaves(v)]
+    if isinstance(node, (list, tuple)):
+        return [leaf for c in node for leaf in _leaves(c)]
+    return [node]
+
+
+def _skeleton(node: Any) -> Any:
+    if isinstance(node, dict):
+        return (type(node), [(k, _skeleton(v)) for k, v in node.items()])
+    if isinstance(node, (list, tuple)):
+        return (type(node), [_skeleton(c) for c in node])
+    return None if node is None else "leaf"
+
+
+def _inputs(backend: Backend, case: Case, *, requires_grad: bool = False) -> list[Any]:
+    dtypes = case.dtypes or ["float32"] * len(case.args)
+    dtypes = dtypes + ["float32"] * (len(case.args) - len(dtypes))
+    out = []
+    for i, (a, dt) in enumerate(zip(case.args, dtypes, strict=True)):
+        backend.dtype(dt)  # skip when absent
+        out.append(backend.asarray(a, dt, requires_grad=requires_grad and i == 0))
+    return out
+
+
+def _assert_same(backend: Backend, compiled: Any, eager: Any, ulp: float) -> None:
+    assert _skeleton(compiled) == _skeleton(eager)
+    for i, (c, e) in enumerate(zip(_leaves(compiled), _leaves(eager), strict=True)):
+        if e is None:
+            assert c is None
+            continue
+        assert_array(
+            c,
+            backend.to_numpy(e),
+            backend=backend,
+            dtype=backend.dtype_name(e),
+            ulp=ulp,
+            what=f"output {i}",
+        )
+
+
+def _assert_close_grads(backend: Backend, compiled: Any, eager: Any) -> None:
+    """Gradients: same dtype, shape, NaN/inf positions; values close relative to the largest.
+
+    Gradients cancel (``w - (t.w) t / n**2`` is exactly 0 for some rows), so a few-ULP change of
+    an intermediate is a large relative change of a small entry: compare on the scale of the
+    whole gradient instead of per element.
+    """
+    for i, (c, e) in enumerate(zip(_leaves(compiled), _leaves(eager), strict=True)):
+        ref = backend.to_numpy(e)
+        assert_array(
+            c, ref, backend=backend, dtype=backend.dtype_name(e), ulp=math.inf, what=f"grad {i}"
+        )
+        finite = np.isfinite(ref)
+        scale = float(np.max(np.abs(ref[finite]), initial=1.0))
+        np.testing.assert_allclose(
+            backend.to_numpy(c)[finite], ref[finite], rtol=1e-5, atol=1e-6 * scale
+        )
+
+
+def _loss(fn: Callable[..., Any], xp: Any) -> Callable[..., Any]:
+    """``sum(output * weights)`` over every float output (the tf-semantics.md §9 loss)."""
+
+    def loss(*args: Any) -> Any:
+        total = 0.0
+        for leaf in _leaves(fn(*args)):
+            if leaf is None:
+                continue
+            w = xp.reshape(xp.arange(1, math.prod(leaf.shape) + 1, dtype=leaf.dtype), leaf.shape)
+            total = total + xp.sum(leaf * w)
+        return total
+
+    return loss
+
+
+# ====================================================================== JAX
+jax_backends = pytest.mark.parametrize("backend", ["jax", "jax-gpu"], indirect=True)
+
+
+@jax_backends
+@pytest.mark.parametrize("case_id", list(CASES))
+def test_jax_jit(backend, case_id):
+    case = CASES[case_id]
+    args = _inputs(backend, case)
+    eager = case.fn(*args)
+    compiled = backend.module.jit(case.fn)(*args)
+    _assert_same(backend, compiled, eager, ulp=JAX_ULP)
+
+
+GRAD_CASES = [k for k, c in CASES.items() if c.grad and "accumulate" not in k]
+
+
+@jax_backends
+@pytest.mark.parametrize("case_id", GRAD_CASES)
+def test_jax_jit_grad(backend, case_id):
+    jax = backend.module
+    case = CASES[case_id]
+    args = _inputs(backend, case)
+    loss = _loss(case.fn, backend.xp)
+    eager = jax.grad(loss)(*args)
+    compiled = jax.jit(jax.grad(loss))(*args)
+    _assert_close_grads(backend, compiled, eager)
+
+
+@jax_backends
+def test_jax_jit_raise_policy_is_a_concretization_error(backend):
+    jax = backend.module
+    a, b = backend.asarray(A, "float32"), backend.asarray(B, "float32")
+
+    def f(a, b):
+        return anyclip.clip_by_global_norm([a, b], 1.0, nonfinite="raise")
+
+    # "raise" must read the norm on the host; under jit there is no value to read
+    with pytest.raises(jax.errors.ConcretizationTypeError):
+        jax.jit(f)(a, b)
+    with pytest.raises(jax.errors.ConcretizationTypeError):
+        jax.jit(lambda t: tree.clip_by_global_norm(t, 1.0, nonfinite="raise"))({"a": a})
+    # eagerly it works, and raises only for a non-finite norm
+    f(a, b)
+    with pytest.raises(FloatingPointError):
+        f(backend.asarray([INF], "float32"), b)
+
+
+@jax_backends
+def test_jax_jit_custom_pytree(backend):
+    jax = backend.module
+
+    @jax.tree_util.register_pytree_node_class
+    class Box:
+        def __init__(self, w, b):
+            self.w, self.b = w, b
+
+        def tree_flatten(self):
+            return (self.w, self.b), None
+
+        @classmethod
+        def tree_unflatten(cls, aux, children):
+            return cls(*children)
+
+    box = Box(backend.asarray(A, "float32"), backend.asarray(B, "float32"))
+    eager, n_eager = tree.clip_by_global_norm(box, 6.5)
+    compiled, n_compiled = jax.jit(lambda t: tree.clip_by_global_norm(t, 6.5))(box)
+    assert isinstance(compiled, Box)
+    for c, e in [(compiled.w, eager.w), (compiled.b, eager.b), (n_compiled, n_eager)]:
+        assert_array(c, backend.to_numpy(e), backend=backend, dtype="float32")
+
+
+@jax_backends
+def test_jax_jit_optax_adapters(backend):
+    optax = pytest.importorskip("optax")
+    ao = pytest.importorskip("anyclip.optax")
+    jax = backend.module
+    params = {"w": backend.asarray(M, "float32"), "b": backend.asarray([0.5, -7.0], "float32")}
+    transforms = {
+        "clip_by_global_norm": ao.clip_by_global_norm(1.0),
+        "clip_by_global_norm-skip": ao.clip_by_global_norm(1.0, nonfinite="skip"),
+        "clip_by_norm": ao.clip_by_norm(2.0, axes=0),
+        "clip_by_value": ao.clip_by_value(-1.0, 1.0),
+        "chain": optax.chain(ao.clip_by_value(-5.0, 5.0), ao.clip_by_global_norm(1.0)),
+    }
+    for name, tx in transforms.items():
+        state = tx.init(params)
+        eager = tx.update(params, state, params)
+        compiled = jax.jit(tx.update)(params, state, params)
+        e_leaves = jax.tree_util.tree_leaves(eager)
+        c_leaves = jax.tree_util.tree_leaves(compiled)
+        assert jax.tree_util.tree_structure(compiled) == jax.tree_util.tree_structure(eager)
+        for i, (c, e) in enumerate(zip(c_leaves, e_leaves, strict=True)):
+            assert_array(
+                c, np.asarray(e), backend=backend, dtype=backend.dtype_name(e), what=f"{name} {i}"
+            )
+
+
+# ==================================================================== torch
+torch_backends = pytest.mark.parametrize("backend", ["torch", "torch-cuda"], indirect=True)
+
+
+@pytest.fixture
+def compile_fullgraph(backend):
+    """``torch.compile(fn, fullgraph=True)`` with a fresh Dynamo cache."""
+    torch = backend.module
+    torch._dynamo.reset()
+
+    def _compile(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return torch.compile(fn, fullgraph=True, backend=TORCH_COMPILER)
+
+    yield _compile
+    torch._dynamo.reset()
+
+
+TORCH_CASES = [k for k, c in CASES.items() if c.torch]
+
+
+@torch_backends
+@pytest.mark.parametrize("case_id", TORCH_CASES)
+def test_torch_compile(backend, compile_fullgraph, case_id):
+    case = CASES[case_id]
+    args = _inputs(backend, case)
+    eager = case.fn(*args)  # eager first: anyclip's type cache is warm when Dynamo traces
+    compiled = compile_fullgraph(case.fn)(*args)
+    _assert_same(backend, compiled, eager, ulp=TORCH_ULP)
+
+
+TORCH_GRAD_CASES = [
+    "clip_by_value",
+    "clip_by_norm-axes1",
+    "clip_by_global_norm",
+    "clip_by_average_norm",
+    "norm-ord-euclidean",
+    "norm-matrix-1",
+    "l2_normalize-axis",
+    "normalize",
+    "tree-clip_by_global_norm",
+]
+
+
+@torch_backends
+@pytest.mark.parametrize("case_id", TORCH_GRAD_CASES)
+def test_torch_compile_grad(backend, case_id):
+    # forward compiled with an input that requires grad (a model using l2_normalize, say);
+    # AOTAutograd compiles the backward too. aot_eager: the graph capture is what matters here.
+    torch = backend.module
+    torch._dynamo.reset()
+    case = CASES[case_id]
+    loss = _loss(case.fn, backend.xp)
+    args = _inputs(backend, case, requires_grad=True)
+    (eager,) = torch.autograd.grad(loss(*args), [args[0]])
+    compiled_fn = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    (compiled,) = torch.autograd.grad(compiled_fn(*args), [args[0]])
+    torch._dynamo.reset()
+    _assert_close_grads(backend, compiled, eager)
+
+
+@torch_backends
+def test_torch_compile_raise_policy(backend, compile_fullgraph):
+    torch = backend.module
+    a, b = backend.asarray([INF, 1.0], "float32"), backend.asarray(B, "float32")
+
+    def f(a, b):
+        return anyclip.clip_by_global_norm([a, b], 1.0, nonfinite="raise")
+
+    # fullgraph: Dynamo refuses to guard on the norm's value (the documented host sync)
+    with pytest.raises(torch._dynamo.exc.UserError, match="data-dependent"):
+        compile_fullgraph(f)(a, b)
+    # without fullgraph the graph breaks at the check and the error comes through
+    torch._dynamo.reset()
+    with pytest.raises(FloatingPointError):
+        torch.compile(f, backend="aot_eager")(a, b)
+    # the torch adapter's error_if_nonfinite is the same policy
+    at = pytest.importorskip("anyclip.torch")
+    params = _grad_params(backend, [[INF, 1.0]])
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.UserError, match="data-dependent"):
+        compile_fullgraph(lambda ps: at.clip_grad_norm_(ps, 1.0, error_if_nonfinite=True))(params)
+
+
+def _grad_params(backend: Backend, grads: list[Any]) -> list[Any]:
+    torch = backend.module
+    params = []
+    for g in grads:
+        p = torch.nn.Parameter(torch.zeros(np.shape(g), device=backend.device))
+        p.grad = None if g is None else backend.asarray(g, "float32")
+        params.append(p)
+    return params
+
+
+ADAPTER_CASES = {
+    "clip_grad_norm_": lambda at, ps: at.clip_grad_norm_(ps, 6.5),
+    "clip_grad_norm_-torch-policy": lambda at, ps: at.clip_grad_norm_(ps, 1.0, nonfinite="torch"),
+    "clip_grad_norm_-skip-policy": lambda at, ps: at.clip_grad_norm_(ps, 1.0, nonfinite="skip"),
+    "clip_grad_value_": lambda at, ps: at.clip_grad_value_(ps, -1.0, 3.5),
+    "clip_grad_by_norm_": lambda at, ps: at.clip_grad_by_norm_(ps, 2.5),
+    "clip_grad_by_norm_-axes": lambda at, ps: at.clip_grad_by_norm_(ps, 2.5, axes=0),
+}
+
+
+@torch_backends
+@pytest.mark.parametrize("name", list(ADAPTER_CASES))
+def test_torch_compile_adapters(backend, compile_fullgraph, name):
+    at = pytest.importorskip("anyclip.torch")
+    fn = ADAPTER_CASES[name]
+    grads = [[3.0, 4.0], None, [[12.0, -1.0], [0.5, 2.0]]]
+    eager_params, compiled_params = _grad_params(backend, grads), _grad_params(backend, grads)
+    eager = fn(at, eager_params)
+    compiled = compile_fullgraph(lambda ps: fn(at, ps))(compiled_params)
+    if eager is None:
+        assert compiled is None
+    else:
+        assert_array(
+            compiled, backend.to_numpy(eager), backend=backend, dtype="float32", ulp=TORCH_ULP
+        )
+    for i, (c, e) in enumerate(zip(compiled_params, eager_params, strict=True)):
+        if e.grad is None:
+            assert c.grad is None
+            continue
+        assert_array(
+            c.grad,
+            backend.to_numpy(e.grad),
+            backend=backend,
+            dtype="float32",
+            ulp=TORCH_ULP,
+            what=f"grad {i}",
+        )
+
+
+def test_torch_compile_first_call_without_warnings():
+    # In a fresh process, compiling before any eager call must not emit warnings (the
+    # project runs with -W error). Dynamo warns when it traces an lru_cache-wrapped function.
+    pytest.importorskip("torch")
+    code = textwrap.dedent(
+        """
+        import warnings
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", "`torch.jit.script_method` is deprecated")
+        import torch
+        import anyclip
+        f = torch.compile(lambda t: anyclip.clip_by_norm(t, 1.0), fullgraph=True,
+                          backend="aot_eager")
+        print(f(torch.tensor([3.0, 4.0])).tolist())
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("backend", ["torch-cuda"], indirect=True)
+def test_cuda_no_sync(backend):
+    # with a GPU: no anyclip call may synchronise with the host, except nonfinite="raise"
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    x = backend.asarray(M, "float32")
+    a, b = backend.asarray(A, "float32"), backend.asarray(B, "float32")
+    calls = [case.fn for case in CASES.values() if case.args == [M]]
+    params = _grad_params(backend, [A, B])
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for fn in calls:
+            fn(x)
+        anyclip.clip_by_global_norm([a, b], 6.5)
+        anyclip.clip_by_global_norm([a, b], 6.5, nonfinite="skip")
+        tree.clip_by_global_norm({"a": a, "b": [b]}, 6.5, accumulate_dtype="widest")
+        at.clip_grad_norm_(params, 6.5)
+        with pytest.raises(RuntimeError, match="synchroniz"):
+            anyclip.clip_by_global_norm([a, b], 6.5, nonfinite="raise")
+    finally:
+        torch.cuda.set_sync_debug_mode(0)

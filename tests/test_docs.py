@@ -1,0 +1,133 @@
+"""The documentation cannot go stale.
+
+* ``docs/api.md`` is what ``docs/gen_api.py`` renders from the docstrings today.
+* Every public name has a section in ``docs/api.md`` and is used in a runnable example of
+  ``docs/porting.md``.
+* Every ```python block of ``README.md``, ``docs/index.md`` and ``docs/porting.md`` runs, except
+  the TensorFlow reference blocks (the tests never import TensorFlow). A block's output must be
+  exactly what its ``# ->`` comments say, one comment per printed line, so the outputs shown in
+  the docs are the ones anyclip gives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import anyclip
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+#: The pages whose python blocks are executed.
+PAGES = (ROOT / "README.md", DOCS / "index.md", DOCS / "porting.md", DOCS / "beyond-tf.md")
+
+_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+_EXPECTED = re.compile(r"#\s*->\s?(.*)$")
+
+
+def _load_gen_api() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("anyclip_docs_gen_api", DOCS / "gen_api.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def is_tf_reference(code: str) -> bool:
+    """TensorFlow reference code: shown for comparison, never run by the tests."""
+    return "tensorflow" in code or "tf." in code
+
+
+def python_blocks(page: Path) -> list[tuple[int, str]]:
+    """(line number, code) of every ```python block in ``page`` (none if it is missing)."""
+    if not page.exists():
+        return []
+    text = page.read_text(encoding="utf-8")
+    return [(text.count("\n", 0, m.start()) + 2, m.group(1)) for m in _FENCE.finditer(text)]
+
+
+def _block_ids() -> list[pytest.param]:
+    params = []
+    for page in PAGES:
+        for line, code in python_blocks(page):
+            if not is_tf_reference(code):
+                params.append(pytest.param(page, code, id=f"{page.name}:{line}"))
+    return params
+
+
+# ------------------------------------------------------------------ pages
+@pytest.mark.parametrize("page", [*PAGES, DOCS / "api.md"], ids=lambda p: p.name)
+def test_page_exists(page):
+    assert page.is_file(), f"{page} is missing"
+
+
+# ----------------------------------------------------------------- api.md
+def test_api_md_is_up_to_date():
+    gen_api = _load_gen_api()
+    assert gen_api.check() == [], "docs/api.md is stale: run `python docs/gen_api.py`"
+    assert gen_api.main(["--check"]) == 0
+
+
+def test_api_md_check_detects_a_stale_file(tmp_path):
+    gen_api = _load_gen_api()
+    stale = tmp_path / "api.md"
+    stale.write_text(gen_api.render() + "\nedited by hand\n", encoding="utf-8")
+    assert gen_api.main(["--check", "--output", str(stale)]) == 1
+    assert gen_api.main(["--output", str(stale)]) == 0
+    assert gen_api.main(["--check", "--output", str(stale)]) == 0
+
+
+def test_api_md_is_deterministic():
+    gen_api = _load_gen_api()
+    assert gen_api.render() == gen_api.render()
+
+
+# ------------------------------------------------------------ public names
+@pytest.mark.parametrize("name", anyclip.__all__)
+def test_public_name_has_an_api_section(name):
+    text = (DOCS / "api.md").read_text(encoding="utf-8")
+    assert re.search(rf"^## {re.escape(name)}$", text, re.MULTILINE), f"no section for {name}"
+
+
+@pytest.mark.parametrize("name", anyclip.__all__)
+def test_public_name_is_used_in_porting_guide(name):
+    runnable = [code for _, code in python_blocks(DOCS / "porting.md") if not is_tf_reference(code)]
+    used = re.compile(rf"\banyclip\.{re.escape(name)}[(.]")
+    assert any(used.search(code) for code in runnable), (
+        f"docs/porting.md has no runnable example that uses anyclip.{name}"
+    )
+
+
+# ------------------------------------------------------------ code blocks
+def test_tf_reference_blocks_do_not_use_anyclip():
+    """A block is skipped as TF reference code only if it is pure TF, so no anyclip example is
+    ever skipped by accident (for instance by mentioning ``tf.`` in a comment)."""
+    for page in PAGES:
+        for line, code in python_blocks(page):
+            if is_tf_reference(code):
+                assert "anyclip" not in code, f"{page.name}:{line} mixes TF and anyclip"
+
+
+def test_pages_have_runnable_examples():
+    assert len(_block_ids()) >= 20
+
+
+@pytest.mark.parametrize(("page", "code"), _block_ids())
+def test_code_block_runs_and_prints_what_it_says(page, code):
+    for module in ("numpy", "torch", "jax", "optax"):
+        if re.search(rf"^\s*(import|from) {module}\b", code, re.MULTILINE):
+            pytest.importorskip(module)
+    expected = [m.group(1).rstrip() for m in map(_EXPECTED.search, code.splitlines()) if m]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, f"<{page.name}>", "exec"), {"__name__": "__docs__"})
+    printed = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert printed == expected, (
+        f"the block prints\n{printed}\nbut its `# ->` comments say\n{expected}"
+    )

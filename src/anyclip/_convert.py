@@ -133,15 +133,29 @@ def _scalar_for(xp: Namespace, value: Any, dtype: Any, kind: str, name: str) -> 
         msg = f"`{name}` must be real for a {dtype_name(dtype)} input, got {value!r}"
         raise TypeError(msg)
     if kind == "int":
-        if isinstance(value, float):
+        info = xp.iinfo(dtype)
+        # TF converts no Python float to an integer dtype, and a bool only to int32, int64 and
+        # uint64 (measured: int8, int16, uint8, uint16 and uint32 refuse True).
+        if isinstance(value, float) or (
+            isinstance(value, bool) and info.bits < 64 and (int(info.min) == 0 or info.bits < 32)
+        ):
             msg = (
                 f"`{name}` must be an integer for an input of dtype {dtype_name(dtype)} "
-                f"(a Python float is not converted to an integer dtype), got {value!r}"
+                f"(TF does not convert a Python {type(value).__name__} to it), got {value!r}"
             )
             raise TypeError(msg)
-        info = xp.iinfo(dtype)
+        value = int(value)
+        # TF goes through a 64-bit integer: outside its range (int64's; uint64's for uint64) the
+        # conversion fails, inside it the value wraps to narrower dtypes.
+        lo, hi = (0, 2**64 - 1) if int(info.min) == 0 and info.bits == 64 else (-(2**63), 2**63 - 1)
+        if not lo <= value <= hi:
+            msg = (
+                f"`{name}` is out of the range TF converts for dtype {dtype_name(dtype)} "
+                f"([{lo}, {hi}]), got {value}"
+            )
+            raise ValueError(msg)
         span = 1 << info.bits
-        return (int(value) - int(info.min)) % span + int(info.min)  # wraps, as TF does
+        return (value - int(info.min)) % span + int(info.min)  # wraps, as TF does
     if kind == "bool":
         return bool(value)
     if kind == "complex":

@@ -237,8 +237,14 @@ def _spectral_norm(xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
     rest = [i for i in range(ndim) if i not in axis]
     perm = (*rest, *axis)
     moved = xp.permute_dims(x, perm) if perm != tuple(range(ndim)) else x
-    s = xp.linalg.svdvals(moved)
-    r = xp.expand_dims(_max(xp, s, s.ndim - 1), axis=-1)
+    # A matrix holding inf or NaN has norm NaN (TF's SVD gives NaN; NumPy's raises): take the
+    # SVD of a finite stand-in and put the NaN back, with no branch on values.
+    finite = xp.isfinite(moved)
+    bad = xp.logical_not(xp.all(finite, axis=(-2, -1)))
+    s = xp.linalg.svdvals(xp.where(finite, moved, xp.zeros_like(moved)))
+    top = _max(xp, s, s.ndim - 1)
+    top = xp.where(xp.expand_dims(bad, axis=-1), _scalar(xp, math.nan, top), top)
+    r = xp.expand_dims(top, axis=-1)
     inverse = [perm.index(i) for i in range(ndim)]
     return xp.permute_dims(r, tuple(inverse)) if perm != tuple(range(ndim)) else r
 

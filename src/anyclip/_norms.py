@@ -86,11 +86,12 @@ def _check_norm_dtype(xp: Any, x: Any, ord: Any, name: str) -> None:
     kind = dtype_kind(xp, x.dtype)
     if kind in ("real", "complex"):
         return
-    if kind == "int" and ord in (1, math.inf):
+    if kind == "int" and ord in (1, math.inf) and xp.isdtype(x.dtype, "signed integer"):
         return
     msg = (
         f"`{name}` must have a floating or complex dtype for ord={ord!r} "
-        f"(integers only with ord 1 or inf), got {dtype_name(x.dtype)}"
+        f"(signed integers only with ord 1 or inf: TF has no abs for unsigned ones), "
+        f"got {dtype_name(x.dtype)}"
     )
     raise TypeError(msg)
 

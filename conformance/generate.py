@@ -131,8 +131,10 @@ class Encoder:
         if isinstance(s, Py):
             return {"py": encode_value(s.value)}
         if isinstance(s, Seq):
-            return {"seq": s.kind, "items": [self.spec(e, f"{path}.{i}") for i, e in
-                                             enumerate(s.items)]}
+            return {
+                "seq": s.kind,
+                "items": [self.spec(e, f"{path}.{i}") for i, e in enumerate(s.items)],
+            }
         if isinstance(s, tuple):
             return {"tuple": [self.spec(e, f"{path}.{i}") for i, e in enumerate(s)]}
         if isinstance(s, list):
@@ -220,11 +222,19 @@ def record_outputs(tf: Any, out: Any, cid: str, path: str, arrays: dict[str, np.
     if out is None:
         return None
     if isinstance(out, list):
-        return {"list": [record_outputs(tf, o, cid, f"{path}.{i}".lstrip("."), arrays)
-                         for i, o in enumerate(out)]}
+        return {
+            "list": [
+                record_outputs(tf, o, cid, f"{path}.{i}".lstrip("."), arrays)
+                for i, o in enumerate(out)
+            ]
+        }
     if isinstance(out, tuple):
-        return {"tuple": [record_outputs(tf, o, cid, f"{path}.{i}".lstrip("."), arrays)
-                          for i, o in enumerate(out)]}
+        return {
+            "tuple": [
+                record_outputs(tf, o, cid, f"{path}.{i}".lstrip("."), arrays)
+                for i, o in enumerate(out)
+            ]
+        }
     if isinstance(out, tf.Tensor):
         value, dtype = _to_numpy(tf, out)
         key = f"{cid}|out|{path or 'r'}"
@@ -260,13 +270,21 @@ def weights_for(shape: tuple[int, ...]) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------ runner
-def run_case(tf: Any, fns: dict[str, Any], case: Case) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Run one case; return its index entry and its arrays."""
+def run_case(
+    tf: Any, fns: dict[str, Any], case: Case, *, live: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run one case; return its index entry and its arrays.
+
+    ``live`` (hypothesis inputs): a TF refusal is recorded as "anyclip raises TypeError or
+    ValueError" instead of being checked against the catalogue.
+    """
     arrays: dict[str, np.ndarray] = {}
     enc = Encoder(case, arrays)
     args = [enc.spec(a, str(i)) for i, a in enumerate(case.args)]
     kwargs = {k: enc.spec(v, k) for k, v in case.kwargs}
     entry: dict[str, Any] = {"function": case.function, "args": args, "kwargs": kwargs}
+    if case.bulk:
+        entry["bulk"] = True
     fn = fns[case.function]
 
     # TF's eager scalar cache keys Python floats by value, so 0.0 and -0.0 share an entry: a
@@ -294,13 +312,14 @@ def run_case(tf: Any, fns: dict[str, Any], case: Case) -> tuple[dict[str, Any], 
                     term = tf.reduce_sum(t * w)
                     loss = term if loss is None else loss + tf.cast(term, loss.dtype)
     except Exception as exc:  # noqa: BLE001 - recorded
-        entry["error"] = case.error
+        entry["error"] = "TypeError|ValueError" if live else case.error
         entry["tf_error"] = type(exc).__name__
         entry["tf_message"] = _message(exc)
-        if case.error is None:
-            raise CatalogueError(f"{case.id}: TF raised {type(exc).__name__}: {_message(exc)}")
+        if case.error is None and not live:
+            msg = f"{case.id}: TF raised {type(exc).__name__}: {_message(exc)}"
+            raise CatalogueError(msg) from None
         if case.policy:
-            raise CatalogueError(f"{case.id}: policy case, but TF refused it too")
+            raise CatalogueError(f"{case.id}: policy case, but TF refused it too") from None
         return entry, arrays
     if case.error is not None:
         if not case.policy:
@@ -310,6 +329,8 @@ def run_case(tf: Any, fns: dict[str, Any], case: Case) -> tuple[dict[str, Any], 
         entry["policy"] = case.policy
         return entry, {k: v for k, v in arrays.items() if "|in|" in k}
     entry["outputs"] = record_outputs(tf, out, case.id, "", arrays)
+    if case.grad and loss is None and live:
+        return entry, arrays
     if case.grad:
         if loss is None:
             raise CatalogueError(f"{case.id}: gradient case without a floating output")
@@ -444,8 +465,11 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     files = generate()
     if ns.check:
-        bad = [n for n, b in files.items() if not (ns.out / n).is_file()
-               or (ns.out / n).read_bytes() != b]
+        bad = [
+            n
+            for n, b in files.items()
+            if not (ns.out / n).is_file() or (ns.out / n).read_bytes() != b
+        ]
         if bad:
             print("differs from the committed data: " + ", ".join(bad))
             return 1

@@ -160,6 +160,9 @@ def _scalar_for(xp: Namespace, value: Any, dtype: Any, kind: str, name: str) -> 
         return bool(value)
     if kind == "complex":
         return complex(value)
+    if isinstance(value, bool) and dtype_name(dtype) == "bfloat16":
+        msg = f"`{name}` must be a number for a bfloat16 input (TF does not convert a bool to it)"
+        raise TypeError(msg)
     # real floating
     try:
         as_float = float(value)

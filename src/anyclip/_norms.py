@@ -82,8 +82,18 @@ def _canonical_axis(axis: Any, ndim: int) -> int | tuple[int, int] | None:
     return single
 
 
-def _check_norm_dtype(xp: Any, x: Any, ord: Any, name: str) -> None:
+#: Dtypes TF's SVD (the matrix 2-norm) has a kernel for.
+_SVD_DTYPES = ("float32", "float64", "complex64", "complex128")
+
+
+def _check_norm_dtype(xp: Any, x: Any, ord: Any, name: str, is_matrix: bool) -> None:
     kind = dtype_kind(xp, x.dtype)
+    if is_matrix and ord == 2 and dtype_name(x.dtype) not in _SVD_DTYPES:
+        msg = (
+            f"`{name}` must have dtype float32, float64, complex64 or complex128 for the matrix "
+            f"2-norm (TF has no SVD for others), got {dtype_name(x.dtype)}"
+        )
+        raise TypeError(msg)
     if kind in ("real", "complex"):
         return
     if kind == "int" and ord in (1, math.inf) and xp.isdtype(x.dtype, "signed integer"):
@@ -102,7 +112,7 @@ def _prepare_norm(tensor: Any, ord: Any, axis: Any) -> tuple[Any, Any, Any, Any]
     xp = namespace(tensor)
     x = as_input(tensor, xp, "tensor")
     ax = _canonical_axis(axis, x.ndim)
-    _check_norm_dtype(xp, x, canonical_ord, "tensor")
+    _check_norm_dtype(xp, x, canonical_ord, "tensor", isinstance(ax, tuple))
     return xp, x, canonical_ord, ax
 
 

@@ -1,0 +1,195 @@
+"""anyclip vs a live TensorFlow on hypothesis-generated inputs (``pytest conformance --live-tf``).
+
+Every function gets random dtypes, shapes, values (with zeros, signed zeros, infinities, NaN and
+values whose squares overflow float16), axes, ords and clip values; TensorFlow runs them (through
+the generator's own runner) and anyclip must match on the numpy, torch and jax backends with the
+catalogue's rules and budgets (``harness.py``). Where TF refuses a drawn input anyclip must raise
+``TypeError`` or ``ValueError``. ``--live-tf-examples N`` sets the examples per function and
+backend. Without TensorFlow installed the tests skip.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from conformance import harness
+from conformance.cases import A, Case, Seq
+
+pytestmark = pytest.mark.live_tf
+
+LIVE_BACKENDS = ["numpy", "torch", "jax"]
+FLOATS = ["float16", "bfloat16", "float32", "float64"]
+INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+SPECIALS = [0.0, -0.0, math.inf, -math.inf, math.nan, 300.0, 1e-3, 65504.0]
+
+
+@pytest.fixture(scope="module")
+def tf_runner():
+    """TensorFlow and the generator's function table (skips without TensorFlow)."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    pytest.importorskip("tensorflow")
+    from conformance import generate
+
+    tf = generate._tf()
+    return tf, generate.tf_functions(tf), generate
+
+
+# ---------------------------------------------------------------------------------- strategies
+def _dtypes(backend: Any) -> list[str]:
+    return [d for d in FLOATS if harness.supports(backend, d)]
+
+
+@st.composite
+def float_arrays(draw: Any, dtype: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    if shape is None:
+        shape = draw(hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5))
+    scale = draw(st.sampled_from([1e-3, 1.0, 10.0, 1e3]))
+    finite = st.floats(-4.0, 4.0, allow_subnormal=False).map(lambda v: v * scale)
+    special = draw(st.booleans())
+    elements = st.one_of(finite, st.sampled_from(SPECIALS)) if special else finite
+    return draw(hnp.arrays(np.float64, shape, elements=elements))
+
+
+def _axes(draw: Any, ndim: int, *, allow_list: bool = True) -> Any:
+    kind = draw(st.sampled_from(["none", "int", "seq"] if allow_list else ["none", "int"]))
+    if kind == "none" or ndim == 0:
+        return None
+    if kind == "int":
+        a = draw(st.integers(0, ndim - 1))
+        return a - ndim if draw(st.booleans()) else a
+    picked = draw(st.lists(st.integers(0, ndim - 1), unique=True, max_size=ndim))
+    picked = [a - ndim if draw(st.booleans()) else a for a in picked]
+    return tuple(picked) if draw(st.booleans()) else picked
+
+
+def _clip_value(draw: Any, dtype: str) -> Any:
+    value = draw(
+        st.one_of(
+            st.floats(0.0, 100.0, allow_subnormal=False),
+            st.sampled_from([0.0, -1.0, 1.0, 5.0, math.inf, math.nan, 1e-3]),
+        )
+    )
+    return A(value, dtype) if draw(st.booleans()) else value
+
+
+@st.composite
+def calls(draw: Any, function: str, backend: Any) -> Case:
+    """One random call of ``function``."""
+    if function == "clip_by_average_norm":
+        dtype = "float32"
+    elif function == "clip_by_value":
+        dtype = draw(st.sampled_from(_dtypes(backend) + INTS))
+    else:
+        dtype = draw(st.sampled_from(_dtypes(backend)))
+    if function == "clip_by_value" and dtype in INTS:
+        info = np.iinfo(dtype)
+        lo_, hi_ = max(int(info.min), -1000), min(int(info.max), 1000)
+        shape = draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5))
+        x = draw(hnp.arrays(np.int64, shape, elements=st.integers(lo_, hi_)))
+        lo = draw(st.integers(lo_, hi_))
+        hi = draw(st.integers(lo_, hi_))
+        bounds = [A(b, dtype) if draw(st.booleans()) else b for b in (lo, hi)]
+        return Case("live", function, (A(x, dtype), *bounds))
+    x = draw(float_arrays(dtype))
+    nd = x.ndim
+    grad = backend.has_autodiff and draw(st.booleans())
+    if function == "clip_by_value":
+        bounds = []
+        for _ in range(2):
+            if draw(st.booleans()):
+                bshape = x.shape[nd - draw(st.integers(0, nd)) :] if nd else ()
+                bounds.append(A(draw(float_arrays(dtype, bshape)), dtype))
+            else:
+                bounds.append(draw(st.one_of(st.floats(-10, 10), st.sampled_from(SPECIALS))))
+        return Case("live", function, (A(x, dtype), *bounds), grad=grad)
+    if function == "clip_by_norm":
+        kw = {}
+        axes = _axes(draw, nd)
+        if axes is not None:
+            kw["axes"] = axes
+        return Case(
+            "live", function, (A(x, dtype), _clip_value(draw, dtype)), tuple(kw.items()), grad=grad
+        )
+    if function in ("global_norm", "clip_by_global_norm"):
+        n = draw(st.integers(0, 4))
+        items: list[Any] = [A(x, dtype)] + [A(draw(float_arrays(dtype)), dtype) for _ in range(n)]
+        if draw(st.booleans()):
+            items.insert(draw(st.integers(0, len(items))), None)
+        seq = Seq(tuple(items), draw(st.sampled_from(["list", "tuple"])))
+        if function == "global_norm":
+            return Case("live", function, (seq,), grad=grad)
+        kw = {}
+        if draw(st.integers(0, 4)) == 0:
+            kw["use_norm"] = A(draw(st.floats(0.0, 100.0)), dtype)
+        return Case(
+            "live",
+            function,
+            (seq, _clip_value(draw, dtype)),
+            tuple(kw.items()),
+            grad=grad,
+            grad_outputs=("0",),
+        )
+    if function == "clip_by_average_norm":
+        return Case("live", function, (A(x, dtype), _clip_value(draw, dtype)), grad=grad)
+    if function in ("norm", "normalize"):
+        kw = {}
+        matrix = nd >= 2 and draw(st.booleans())
+        if matrix:
+            pair = draw(st.lists(st.integers(0, nd - 1), min_size=2, max_size=2, unique=True))
+            kw["axis"] = tuple(pair)
+            order = draw(st.sampled_from(["euclidean", "fro", 1, 2, math.inf]))
+        else:
+            axis = _axes(draw, nd, allow_list=False)
+            if axis is not None:
+                kw["axis"] = axis
+            order = draw(st.sampled_from(["euclidean", 1, 2, math.inf, 0.5, 3, 2.5, 1.5]))
+        if order != "euclidean":
+            kw["ord"] = order
+        if function == "norm" and draw(st.booleans()):
+            kw["keepdims"] = True
+        outs = ("0",) if function == "normalize" else None
+        return Case(
+            "live", function, (A(x, dtype),), tuple(kw.items()), grad=grad, grad_outputs=outs
+        )
+    if function == "l2_normalize":
+        kw = {}
+        axes = _axes(draw, nd)
+        if axes is not None:
+            kw["axis"] = axes
+        if draw(st.integers(0, 3)) == 0:
+            kw["epsilon"] = draw(st.sampled_from([0.0, 1e-6, 1.0, 100.0]))
+        return Case("live", function, (A(x, dtype),), tuple(kw.items()), grad=grad)
+    raise ValueError(function)
+
+
+# --------------------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("backend", LIVE_BACKENDS, indirect=True)
+@pytest.mark.parametrize("function", harness.functions())
+def test_live(function: str, backend: Any, tf_runner: Any, request: pytest.FixtureRequest):
+    tf, fns, generate = tf_runner
+    examples = request.config.getoption("--live-tf-examples")
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(case=calls(function, backend))
+    def check(case: Case) -> None:
+        entry, arrays = generate.run_case(tf, fns, case, live=True)
+        prep = harness.prepare_entry(entry, arrays)
+        harness.check_case(prep, backend, "eager")
+        if "grads" in entry and harness.applicable(prep, backend, "grad") is None:
+            harness.check_case(prep, backend, "grad")
+
+    check()

@@ -13,7 +13,12 @@ if str(ROOT) not in sys.path:  # ``from conformance import harness`` (pytest run
 
 from conformance import harness  # noqa: E402
 
-_VARIANT = {"test_case": "eager", "test_case_jit": "jit", "test_grad": "grad"}
+_VARIANT = {
+    "test_case": "eager",
+    "test_case_generic_path": "eager",
+    "test_case_jit": "jit",
+    "test_grad": "grad",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from anyclip import _fast
 from anyclip._testing import BACKEND_IDS
 from conformance import harness
 
@@ -38,6 +39,17 @@ def test_case_jit(case_id: str, backend) -> None:
 @pytest.mark.parametrize("case_id", GRAD)
 def test_grad(case_id: str, grad_backend) -> None:
     _run(case_id, grad_backend, "grad")
+
+
+#: The functions whose list arithmetic has backend fast paths (anyclip._fast).
+FAST_PATH_CASES = harness.case_ids("global_norm") + harness.case_ids("clip_by_global_norm")
+
+
+@pytest.mark.parametrize("case_id", FAST_PATH_CASES)
+def test_case_generic_path(case_id: str, backend) -> None:
+    """The generic array-API code passes the same data as the fast paths used by default."""
+    with _fast.disabled():
+        _run(case_id, backend, "eager")
 
 
 def test_catalogue_size() -> None:

@@ -87,7 +87,9 @@ def calls(draw: Any, function: str, backend: Any) -> Case:
     if function == "clip_by_average_norm":
         dtype = "float32"
     elif function == "clip_by_value":
-        dtype = draw(st.sampled_from(_dtypes(backend) + INTS))
+        # torch cannot compare uint64 (a declared deviation, conformance/xfails/torch.txt)
+        ints = [d for d in INTS if not (d == "uint64" and backend.library == "torch")]
+        dtype = draw(st.sampled_from(_dtypes(backend) + ints))
     else:
         dtype = draw(st.sampled_from(_dtypes(backend)))
     if function == "clip_by_value" and dtype in INTS:

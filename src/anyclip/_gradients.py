@@ -117,6 +117,14 @@ def _torch_function(name: str) -> Any:
     return fns[name] if torch.compiler.is_compiling() else fns[name + "+jvp"]
 
 
+def _rsqrt_rounded_once(xp: Any, x: Any) -> Any:
+    """``1 / sqrt(x)``; float16 and bfloat16 computed in float32 and rounded once, as TF's."""
+    name = str(getattr(x.dtype, "name", x.dtype)).rsplit(".", 1)[-1]
+    if name in ("float16", "bfloat16"):
+        return xp.astype(1 / xp.sqrt(xp.astype(x, xp.float32)), x.dtype)
+    return 1 / xp.sqrt(x)
+
+
 def _tf_rsqrt_grad(mod: Any, r: Any, dy: Any) -> Any:
     """TF's RsqrtGrad: ``-0.5 * dy * r**3``, and 0 wherever ``dy == 0``."""
     zero = mod.zeros_like(dy)
@@ -157,13 +165,17 @@ def _make_jax_functions() -> dict[str, Any]:
     # the tangent, cannot express: this one is a custom_vjp (reverse mode only).
     @jax.custom_vjp
     def tf_rsqrt(x: Any) -> Any:
-        return 1 / jnp.sqrt(x)
+        return _rsqrt_rounded_once(jnp, x)
 
     def rsqrt_fwd(x: Any) -> Any:
-        r = 1 / jnp.sqrt(x)
+        r = _rsqrt_rounded_once(jnp, x)
         return r, r
 
     def rsqrt_bwd(r: Any, dy: Any) -> Any:
+        if r.dtype in (jnp.float16, jnp.bfloat16):  # TF computes half types in float32
+            return (
+                _tf_rsqrt_grad(jnp, r.astype(jnp.float32), dy.astype(jnp.float32)).astype(r.dtype),
+            )
         return (_tf_rsqrt_grad(jnp, r, dy),)
 
     tf_rsqrt.defvjp(rsqrt_fwd, rsqrt_bwd)
@@ -217,7 +229,7 @@ def rsqrt(xp: Namespace, x: Any) -> Any:
         return torch.rsqrt(x)
     if lib == "jax":
         return _jax_functions()["rsqrt"](x)
-    return 1 / xp.sqrt(x)
+    return _rsqrt_rounded_once(xp, x)
 
 
 def abs(xp: Namespace, x: Any) -> Any:

@@ -43,7 +43,19 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
-from conformance.cases import CASES, FUNCTIONS, A, Case, NpArr, NpScalar, Py, Seq, materialize  # noqa: E402
+from conformance.cases import (  # noqa: E402
+    CASES,
+    FUNCTIONS,
+    A,
+    Case,
+    NpArr,
+    NpScalar,
+    Py,
+    Seq,
+    decode_value,
+    make_seq,
+    materialize,
+)
 
 DATA = HERE / "data"
 FORMAT = 1
@@ -175,33 +187,6 @@ def build_tf(tf: Any, enc: Any, arrays: dict[str, np.ndarray], leaves: dict[str,
     if isinstance(enc, list):
         return [build_tf(tf, e, arrays, leaves) for e in enc]
     raise TypeError(f"bad spec {enc!r}")
-
-
-def decode_value(v: Any) -> Any:
-    """Inverse of :func:`encode_value`."""
-    if isinstance(v, dict):
-        if "float" in v:
-            return float(v["float"])
-        if "complex" in v:
-            return complex(float(v["complex"][0]), float(v["complex"][1]))
-        if "tuple" in v:
-            return tuple(decode_value(e) for e in v["tuple"])
-    if isinstance(v, list):
-        return [decode_value(e) for e in v]
-    return v
-
-
-def make_seq(kind: str, items: list[Any]) -> Any:
-    """A container of ``kind`` holding ``items``."""
-    if kind == "list":
-        return list(items)
-    if kind == "tuple":
-        return tuple(items)
-    if kind == "generator":
-        return (e for e in items)
-    if kind == "dict":
-        return {str(i): e for i, e in enumerate(items)}
-    raise ValueError(kind)
 
 
 def _message(exc: BaseException) -> str:

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from conformance.cases import decode_value, make_seq
+
 __all__ = [
     "BUDGETS",
     "GRAD_BUDGETS",
@@ -234,29 +236,6 @@ def xfail_reason(case_id: str, backend: str, variant: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------- building
-def _decode_value(v: Any) -> Any:
-    if isinstance(v, dict):
-        if "float" in v:
-            return float(v["float"])
-        if "complex" in v:
-            return complex(float(v["complex"][0]), float(v["complex"][1]))
-        if "tuple" in v:
-            return tuple(_decode_value(e) for e in v["tuple"])
-    if isinstance(v, list):
-        return [_decode_value(e) for e in v]
-    return v
-
-
-def _make_seq(kind: str, items: list[Any]) -> Any:
-    if kind == "list":
-        return list(items)
-    if kind == "tuple":
-        return tuple(items)
-    if kind == "generator":
-        return (e for e in items)
-    if kind == "dict":
-        return {str(i): e for i, e in enumerate(items)}
-    raise ValueError(kind)
 
 
 def _array_specs(spec: Any, path: str, out: dict[str, dict[str, Any]]) -> None:
@@ -283,18 +262,18 @@ def _build(spec: Any, path: str, arrays: dict[str, np.ndarray], leaves: dict[str
         if "ndarray" in spec:
             return arrays[spec["ndarray"]].copy()
         if "npscalar" in spec:
-            return np.dtype(spec["npscalar"]).type(_decode_value(spec["value"]))
+            return np.dtype(spec["npscalar"]).type(decode_value(spec["value"]))
         if "py" in spec:
-            return _decode_value(spec["py"])
+            return decode_value(spec["py"])
         if "seq" in spec:
             items = [_build(e, f"{path}.{i}", arrays, leaves) for i, e in enumerate(spec["items"])]
-            return _make_seq(spec["seq"], items)
+            return make_seq(spec["seq"], items)
         if "tuple" in spec:
             return tuple(
                 _build(e, f"{path}.{i}", arrays, leaves) for i, e in enumerate(spec["tuple"])
             )
         if "value" in spec:
-            return _decode_value(spec["value"])
+            return decode_value(spec["value"])
     if isinstance(spec, list):
         return [_build(e, f"{path}.{i}", arrays, leaves) for i, e in enumerate(spec)]
     raise TypeError(f"bad spec {spec!r}")
@@ -641,7 +620,7 @@ def check_case(case_id: str | _Prepared, backend: Any, variant: str = "eager") -
 def is_svd(entry: dict[str, Any]) -> bool:
     """Whether a case computes a matrix 2-norm (an SVD)."""
     kw = entry["kwargs"]
-    order = _decode_value(kw.get("ord", {}).get("value")) if "value" in kw.get("ord", {}) else None
+    order = decode_value(kw.get("ord", {}).get("value")) if "value" in kw.get("ord", {}) else None
     axis = kw.get("axis")
     pair = (isinstance(axis, list) and len(axis) == 2) or (
         isinstance(axis, dict) and len(axis.get("tuple", [])) == 2

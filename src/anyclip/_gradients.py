@@ -190,32 +190,27 @@ def _same_shape(xp: Namespace, x: Any, y: Any) -> tuple[Any, Any]:
     return tuple(xp.broadcast_arrays(x, y))  # type: ignore[return-value]
 
 
-def maximum(xp: Namespace, x: Any, y: Any) -> Any:
-    """``maximum(x, y)`` with TF's gradient: to ``x`` where ``x >= y``, else to ``y``."""
+def _select(xp: Namespace, x: Any, y: Any, take_max: bool) -> Any:
     lib = library(xp)
     if lib == "torch":
         if _torch_needs_grad(x, y):
-            return _torch_function("select").apply(*_same_shape(xp, x, y), True)
+            return _torch_function("select").apply(*_same_shape(xp, x, y), take_max)
         import torch
 
-        return torch.maximum(x, y)
+        return torch.maximum(x, y) if take_max else torch.minimum(x, y)
     if lib == "jax":
-        return _jax_functions()["maximum"](*_same_shape(xp, x, y))
-    return xp.maximum(x, y)
+        return _jax_functions()["maximum" if take_max else "minimum"](*_same_shape(xp, x, y))
+    return xp.maximum(x, y) if take_max else xp.minimum(x, y)
+
+
+def maximum(xp: Namespace, x: Any, y: Any) -> Any:
+    """``maximum(x, y)`` with TF's gradient: to ``x`` where ``x >= y``, else to ``y``."""
+    return _select(xp, x, y, True)
 
 
 def minimum(xp: Namespace, x: Any, y: Any) -> Any:
     """``minimum(x, y)`` with TF's gradient: to ``x`` where ``x <= y``, else to ``y``."""
-    lib = library(xp)
-    if lib == "torch":
-        if _torch_needs_grad(x, y):
-            return _torch_function("select").apply(*_same_shape(xp, x, y), False)
-        import torch
-
-        return torch.minimum(x, y)
-    if lib == "jax":
-        return _jax_functions()["minimum"](*_same_shape(xp, x, y))
-    return xp.minimum(x, y)
+    return _select(xp, x, y, False)
 
 
 def rsqrt(xp: Namespace, x: Any) -> Any:

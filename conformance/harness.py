@@ -687,8 +687,9 @@ def _check_grad(
 
 def grad_scale(entry: dict[str, Any], arrays: dict[str, np.ndarray]) -> float:
     """The magnitude gradient errors are measured against: the largest finite entry of any
-    recorded gradient of the case (at least 1, the smallest weight)."""
-    scale = 1.0
+    recorded gradient of the case (at least 1, the smallest weight, and at least the case's
+    ``grad_scale_floor`` when it sets one)."""
+    scale = float(entry.get("grad_scale_floor", 1.0))
     for leaf in entry["grads"].values():
         g = np.asarray(arrays[leaf["key"]], dtype=np.float64)
         finite = g[np.isfinite(g)]

@@ -48,12 +48,25 @@ def _dtypes(backend: Any) -> list[str]:
     return [d for d in FLOATS if harness.supports(backend, d)]
 
 
+def _not_tiny(floats: Any) -> Any:
+    """0 or magnitudes of at least 1e-3: squares and products of tinier values can be
+    subnormal, and TF's CPU kernels flush subnormals to zero (a declared deviation, listed in
+    conformance/xfails/*.txt); this mode looks for what the catalogue has not explained."""
+    return floats.filter(lambda v: v == 0 or abs(v) >= 1e-3)
+
+
 @st.composite
 def float_arrays(draw: Any, dtype: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
     if shape is None:
         shape = draw(hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5))
     scale = draw(st.sampled_from([1e-3, 1.0, 10.0, 1e3]))
-    finite = st.floats(-4.0, 4.0, allow_subnormal=False).map(lambda v: v * scale)
+    # float16: squares of magnitudes below 1e-2 are subnormal in float16 (see _not_tiny)
+    tiny = 1e-2 if dtype == "float16" else 0.0
+    finite = (
+        _not_tiny(st.floats(-4.0, 4.0, allow_subnormal=False))
+        .map(lambda v: v * scale)
+        .filter(lambda v: v == 0 or abs(v) >= tiny)
+    )
     special = draw(st.booleans())
     elements = st.one_of(finite, st.sampled_from(SPECIALS)) if special else finite
     return draw(hnp.arrays(np.float64, shape, elements=elements))
@@ -74,7 +87,7 @@ def _axes(draw: Any, ndim: int, *, allow_list: bool = True) -> Any:
 def _clip_value(draw: Any, dtype: str) -> Any:
     value = draw(
         st.one_of(
-            st.floats(0.0, 100.0, allow_subnormal=False),
+            _not_tiny(st.floats(0.0, 100.0, allow_subnormal=False)),
             st.sampled_from([0.0, -1.0, 1.0, 5.0, math.inf, math.nan, 1e-3]),
         )
     )
@@ -103,7 +116,11 @@ def calls(draw: Any, function: str, backend: Any) -> Case:
         return Case("live", function, (A(x, dtype), *bounds))
     x = draw(float_arrays(dtype))
     nd = x.ndim
-    grad = backend.has_autodiff and draw(st.booleans())
+    # Gradients in float32/float64 only: where an exact gradient cancels to 0, TF's float16 and
+    # bfloat16 results are rounding residues of the cancelling terms (l2_normalize of bfloat16
+    # 1.6465e-4: TF 32, one bfloat16 ULP of rsqrt(x**2) ~ 6000; exact 0, torch 0), which differ
+    # with every op decomposition. The catalogue keeps fixed half-precision gradient cases.
+    grad = backend.has_autodiff and dtype in ("float32", "float64") and draw(st.booleans())
     if function == "clip_by_value":
         bounds = []
         for _ in range(2):
@@ -174,6 +191,22 @@ def calls(draw: Any, function: str, backend: Any) -> Case:
 
 
 # --------------------------------------------------------------------------------------- tests
+def _cancelling_terms(entry: dict[str, Any], arrays: dict[str, np.ndarray]) -> float:
+    """The size of the terms that cancel in these gradients: largest weight x |out| / |x|.
+
+    Random inputs land on points where an exact gradient is 0 or tiny although its terms are
+    not (l2_normalize: ``r - x**2 r**3`` with ``r = 1/|x|``); there TF's result is a rounding
+    residue of the terms, so errors are measured in ULPs of the terms, not of the residue.
+    """
+    outs = [np.abs(np.asarray(v, np.float64)) for k, v in arrays.items() if "|out|" in k]
+    ins = [np.abs(np.asarray(v, np.float64)) for k, v in arrays.items() if "|in|" in k]
+    weight = max((o.size for o in outs), default=1)
+    top = max((float(o[np.isfinite(o)].max()) for o in outs if np.isfinite(o).any()), default=0)
+    nonzero = [i[(i > 0) & np.isfinite(i)] for i in ins]
+    low = min((float(n.min()) for n in nonzero if n.size), default=1.0)
+    return weight * max(1.0, top / low)
+
+
 @pytest.mark.parametrize("backend", LIVE_BACKENDS, indirect=True)
 @pytest.mark.parametrize("function", harness.functions())
 def test_live(function: str, backend: Any, tf_runner: Any, request: pytest.FixtureRequest):
@@ -192,6 +225,7 @@ def test_live(function: str, backend: Any, tf_runner: Any, request: pytest.Fixtu
         prep = harness.prepare_entry(entry, arrays)
         harness.check_case(prep, backend, "eager")
         if "grads" in entry and harness.applicable(prep, backend, "grad") is None:
+            entry["grad_scale_floor"] = _cancelling_terms(entry, arrays)
             harness.check_case(prep, backend, "grad")
 
     check()

@@ -215,8 +215,19 @@ def clip_by_norm(
 _BOUNDS = ("t", "clip_value_min", "clip_value_max")
 
 
-def _list_names(items: list[Any]) -> tuple[str, ...]:
-    return tuple(f"t_list[{i}]" for i in range(len(items)))
+class _ListNames(Sequence[str]):
+    """``t_list[0]``, ``t_list[1]``, ... then ``extra``: argument names, made only when needed."""
+
+    def __init__(self, n: int, extra: tuple[str, ...] = ()) -> None:
+        self.n, self.extra = n, extra
+
+    def __len__(self) -> int:
+        return self.n + len(self.extra)
+
+    def __getitem__(self, i: Any) -> Any:
+        if not isinstance(i, int):
+            return [self[j] for j in range(len(self))[i]]
+        return f"t_list[{i}]" if i < self.n else self.extra[i - self.n]
 
 
 def _check_t_list(t_list: Any) -> list[Any]:
@@ -313,14 +324,15 @@ def global_norm(
     array(13., dtype=float32)
     """
     items = _check_t_list(t_list)
-    xp = namespace(*items, names=_list_names(items))
+    xp = namespace(*items, names=_ListNames(len(items)))
     return _global_norm(xp, items, accumulate_dtype)
 
 
-def _global_norm(xp: Any, items: list[Any], accumulate_dtype: Any) -> Any:
-    """``global_norm`` of checked ``items`` (arrays or None)."""
-    mixed_ok = accumulate_dtype is not None
-    arrays = [v for v in _floating_list(xp, items, mixed_ok=mixed_ok) if v is not None]
+def _global_norm(xp: Any, items: list[Any], accumulate_dtype: Any, *, checked: bool = False) -> Any:
+    """``global_norm`` of ``items`` (arrays or None; already converted when ``checked``)."""
+    if not checked:
+        items = _floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
+    arrays = [v for v in items if v is not None]
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [v.dtype for v in arrays])
     if acc is not None:
         arrays = [v if v.dtype == acc else xp.astype(v, acc) for v in arrays]
@@ -419,14 +431,11 @@ def clip_by_global_norm(
         raise ValueError(msg)
     items = _check_t_list(t_list)
     xp = namespace(
-        *items, clip_norm, use_norm, names=(*_list_names(items), "clip_norm", "use_norm")
+        *items, clip_norm, use_norm, names=_ListNames(len(items), ("clip_norm", "use_norm"))
     )
     if use_norm is None:
         values = _floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
-        use_norm = _global_norm(xp, values, accumulate_dtype)
-        xp = namespace(
-            *values, clip_norm, use_norm, names=(*_list_names(values), "clip_norm", "use_norm")
-        )
+        use_norm = _global_norm(xp, values, accumulate_dtype, checked=True)
     elif not is_array(use_norm):
         msg = (
             "`use_norm` must be a 0-d floating array (the precomputed global norm), "

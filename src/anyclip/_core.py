@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from anyclip import _fast
 from anyclip import _gradients as g
-from anyclip._compat import Namespace, as_array, constant, device, quiet, sqrt
+from anyclip._compat import Namespace, as_array, constant, library, quiet, sqrt
 
 __all__ = [
     "clip_by_average_norm",
@@ -49,6 +49,8 @@ def _kernel(fn: F, *, can_warn: bool = True) -> F:
                 out = fn(xp, *args, **kwargs)
         else:
             out = fn(xp, *args, **kwargs)
+        if library(xp) != "numpy":  # only NumPy turns 0-d results into scalars
+            return out
         if isinstance(out, (tuple, list)):
             return type(out)(None if o is None else as_array(xp, o) for o in out)
         return as_array(xp, out)
@@ -66,11 +68,6 @@ def _sum(xp: Namespace, x: Any, axis: Any, keepdims: bool) -> Any:
     return xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
 
-def _reduced_shape(shape: tuple[int, ...], axis: Any) -> tuple[int, ...]:
-    axes = range(len(shape)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
-    return tuple(1 if i in axes else n for i, n in enumerate(shape))
-
-
 def _max(xp: Namespace, x: Any, axis: Any) -> Any:
     """``reduce_max`` with ``keepdims``; an empty reduction gives the lowest value, as in TF."""
     shape = tuple(x.shape)
@@ -80,8 +77,9 @@ def _max(xp: Namespace, x: Any, axis: Any) -> Any:
             lowest = xp.iinfo(x.dtype).min
         else:
             lowest = -math.inf
-        out_shape = _reduced_shape(shape, axis)
-        return xp.full(out_shape, lowest, dtype=x.dtype, device=device(x))  # static shape
+        # ``sum`` over the empty axes is 0 and keeps the result connected to ``x`` (a zero
+        # gradient, as TF's), where a bare ``full`` would leave autodiff without a graph.
+        return _sum(xp, x, axis, keepdims=True) * _scalar(xp, 0, x) + _scalar(xp, lowest, x)
     return xp.max(x, axis=axis, keepdims=True)
 
 
@@ -107,12 +105,16 @@ clip_by_value = _kernel(_clip_by_value, can_warn=False)  # minimum and maximum n
 @_kernel
 def clip_by_norm(xp: Namespace, t: Any, clip_norm: Any, axes: tuple[int, ...] | None) -> Any:
     """``(t * c) / maximum(l2norm, c)`` with TF's double ``where`` for a finite gradient at 0."""
-    l2sum = _sum(xp, t * t, axes, keepdims=True)
-    pred = l2sum > 0
-    ones = xp.ones_like(l2sum)
-    l2norm = xp.where(pred, sqrt(xp, xp.where(pred, l2sum, ones)), l2sum)
+    l2norm = _fast.l2norm(xp, t, axes)
+    if l2norm is None:
+        l2sum = _sum(xp, t * t, axes, keepdims=True)
+        pred = l2sum > 0
+        ones = xp.ones_like(l2sum)
+        l2norm = xp.where(pred, sqrt(xp, xp.where(pred, l2sum, ones)), l2sum)
     intermediate = t * clip_norm
-    return intermediate / g.maximum(xp, l2norm, clip_norm)
+    divisor = g.maximum(xp, l2norm, clip_norm)
+    fast = _fast.divide_owned(xp, intermediate, divisor)
+    return intermediate / divisor if fast is None else fast
 
 
 def half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any:
@@ -206,8 +208,12 @@ def norm(
     """``tf.norm`` for validated arguments: ``axis`` is ``None``, an int or a 2-tuple of ints."""
     is_matrix = isinstance(axis, tuple)
     if ord in ("fro", "euclidean", 2) and not (is_matrix and ord == 2):
-        sq = x * xp.conj(x) if xp.isdtype(x.dtype, "complex floating") else x * x
-        r = sqrt(xp, _sum(xp, sq, axis, keepdims=True))
+        if xp.isdtype(x.dtype, "complex floating"):
+            r = sqrt(xp, _sum(xp, x * xp.conj(x), axis, keepdims=True))
+        else:
+            axes = axis if axis is None or isinstance(axis, tuple) else (axis,)
+            fast = _fast.l2norm(xp, x, axes)
+            r = sqrt(xp, _sum(xp, x * x, axis, keepdims=True)) if fast is None else fast
     elif is_matrix and ord == 2:
         r = _spectral_norm(xp, x, axis)
     else:

@@ -13,6 +13,9 @@ reduction is evaluated, so results stay within the reductions' ULP budget.
   gradient is being recorded through the arrays (the generic path carries TF's gradients).
 * **numpy**: sums of squares in cache-sized blocks (``multiply`` into a reused buffer, then a
   pairwise ``sum``), one pass over memory instead of three.
+* **one large array** (``clip_by_norm``, ``norm``): the L2 norm without the temporary ``x * x``
+  (``torch.linalg.vector_norm``, which accumulates float32 in float64 on CPU; NumPy's blocked
+  sums), and the final division done in place into the temporary ``t * c`` the core owns.
 
 :func:`disabled` turns every fast path off, for tests that run both paths on the same data.
 """
@@ -25,7 +28,7 @@ from typing import Any
 
 from anyclip._compat import Namespace, library
 
-__all__ = ["disabled", "half_squared_sum", "scale_arrays"]
+__all__ = ["disabled", "divide_owned", "half_squared_sum", "l2norm", "scale_arrays"]
 
 _ENABLED = True
 
@@ -98,6 +101,46 @@ def _numpy_half_squared_sum(np: Any, arrays: Sequence[Any], dtype: Any) -> Any:
             partials.append(part.sum())
     half = np.asarray(partials, dtype=dtype) * dtype.type(0.5)
     return half.sum()
+
+
+def l2norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any | None:
+    """``sqrt(sum(x * x, axes, keepdims=True))`` without a temporary, or None."""
+    if not _ENABLED or axes == ():
+        return None
+    lib = library(xp)
+    if lib == "torch":
+        if not _torch_ok([x]):
+            return None
+        import torch
+
+        return torch.linalg.vector_norm(x, dim=axes, keepdim=True)
+    if lib == "numpy" and axes is None:
+        import numpy as np
+
+        if x.dtype not in (np.float32, np.float64):
+            return None
+        two = x.dtype.type(2)
+        total = np.sqrt(_numpy_half_squared_sum(np, [x], x.dtype) * two)
+        return np.reshape(total, (1,) * x.ndim)
+    return None
+
+
+def divide_owned(xp: Namespace, owned: Any, divisor: Any) -> Any | None:
+    """``owned / divisor`` written into ``owned`` (a temporary the caller made), or None."""
+    if not _ENABLED:
+        return None
+    lib = library(xp)
+    if lib == "torch":
+        import torch
+
+        if torch.is_grad_enabled() and (owned.requires_grad or divisor.requires_grad):
+            return None
+        return owned.div_(divisor)
+    if lib == "numpy" and owned.ndim > 0:
+        import numpy as np
+
+        return np.divide(owned, divisor, out=owned)
+    return None
 
 
 def scale_arrays(xp: Namespace, arrays: Sequence[Any | None], scale: Any) -> list[Any] | None:

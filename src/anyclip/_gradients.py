@@ -7,7 +7,7 @@ backends with autodiff (torch autograd, JAX). Every other backend gets the plain
   (a tie goes to the first operand; a NaN in ``x`` sends it to ``y``). torch and JAX split ties
   and route NaNs differently.
 * ``minimum(x, y)``: likewise, to ``x`` where ``x <= y``.
-* ``abs(x)``: TF's gradient is ``sign(x)``, 0 at 0; JAX's is 1 at 0.
+* ``abs(x)``: TF's gradient is ``sign(x)``: 0 at 0 (JAX's is 1) and NaN at NaN (torch's is 0).
 * ``rsqrt(x)``: TF's gradient is ``-0.5 * dy * rsqrt(x) ** 3``, and exactly 0 where ``dy`` is 0
   (so ``rsqrt(0) = inf`` with no incoming gradient gives 0, not NaN). The chain rule through
   ``1 / sqrt(x)`` gives NaN there. On JAX this rule is reverse mode only (``custom_vjp``), so
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from anyclip._compat import Namespace, is_jax, library
+from anyclip._compat import Namespace, library
 
 __all__ = ["abs", "maximum", "minimum", "rsqrt"]
 
@@ -101,7 +101,34 @@ def _make_torch_functions() -> dict[str, Any]:
             (r,) = ctx.saved_tensors
             return _tf_rsqrt_grad(torch, r, tx)
 
+    class _Abs(torch.autograd.Function):
+        """``abs`` with TF's gradient ``sign(x)`` (NaN at NaN)."""
+
+        @staticmethod
+        def forward(x: Any) -> Any:
+            return torch.abs(x)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+            (x,) = inputs
+            sign = torch.where(torch.isnan(x), x, torch.sign(x))
+            ctx.save_for_backward(sign)
+            ctx.save_for_forward(sign)
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            (sign,) = ctx.saved_tensors
+            return grad * sign
+
+    class _AbsWithJvp(_Abs):
+        @staticmethod
+        def jvp(ctx: Any, tx: Any) -> Any:
+            (sign,) = ctx.saved_tensors
+            return tx * sign
+
     return {
+        "abs": _Abs,
+        "abs+jvp": _AbsWithJvp,
         "select": _Select,
         "rsqrt": _Rsqrt,
         "select+jvp": _SelectWithJvp,
@@ -229,6 +256,11 @@ def rsqrt(xp: Namespace, x: Any) -> Any:
 
 def abs(xp: Namespace, x: Any) -> Any:
     """``abs(x)`` with TF's gradient ``sign(x)`` (0 at 0) for real ``x``."""
-    if is_jax(xp) and not xp.isdtype(x.dtype, "complex floating"):
+    if xp.isdtype(x.dtype, "complex floating"):
+        return xp.abs(x)
+    lib = library(xp)
+    if lib == "torch" and _torch_needs_grad(x):
+        return _torch_function("abs").apply(x)
+    if lib == "jax":
         return _jax_functions()["abs"](x)
     return xp.abs(x)

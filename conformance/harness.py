@@ -548,16 +548,23 @@ def _leaves(struct: Any) -> list[dict[str, Any]]:
     return [leaf for s in struct.get("list", struct.get("tuple", [])) for leaf in _leaves(s)]
 
 
-def check_case(case_id: str | _Prepared, backend: Any, variant: str = "eager") -> float:
+def check_case(
+    case_id: str | _Prepared,
+    backend: Any,
+    variant: str = "eager",
+    fn: Callable[..., Any] | None = None,
+) -> float:
     """Run one case; raise :class:`Mismatch` (an AssertionError) on a difference.
 
-    Returns the largest ulp error seen.
+    ``fn`` replaces the top-level anyclip function (to run the case through another route to
+    the same formula, such as ``anyclip.tree`` or an adapter). Returns the largest ulp error.
     """
     import anyclip
 
     prep = _prepare(case_id)
     entry = prep.entry
-    fn = getattr(anyclip, entry["function"])
+    if fn is None:
+        fn = getattr(anyclip, entry["function"])
     leaves = {
         path: backend.asarray(prep.arrays[spec["array"]], spec["dtype"])
         for path, spec in prep.specs.items()

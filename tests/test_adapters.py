@@ -15,18 +15,9 @@ import pytest
 
 import anyclip
 from anyclip import tree
-from anyclip._testing import Backend, assert_array
+from anyclip._testing import Backend, assert_array, assert_same_bits
 
 ULP = 3
-
-
-def assert_same_bits(backend: Backend, actual, desired, what: str = "") -> None:
-    """Same namespace, dtype, shape, device (assert_array), then identical bit patterns."""
-    ref = backend.to_numpy(desired)
-    assert_array(actual, ref, backend=backend, dtype=backend.dtype_name(desired), what=what)
-    got = backend.to_numpy(actual)
-    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
-    np.testing.assert_array_equal(got.view(width), ref.view(width), err_msg=f"bits ({what})")
 
 
 def global_norm64(arrays) -> float:

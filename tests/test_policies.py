@@ -22,7 +22,7 @@ import pytest
 
 import anyclip
 from anyclip import tree
-from anyclip._testing import Backend, assert_array
+from anyclip._testing import assert_array, assert_same_bits
 
 ULP = 3
 INF = math.inf
@@ -44,15 +44,6 @@ def torch_formula(t: np.ndarray, norm: float, clip: float) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         coef = np.minimum(clip / (norm + 1e-6), 1.0) if not math.isnan(norm) else NAN
         return np.asarray(t, dtype=np.float64) * coef
-
-
-def assert_same_bits(backend: Backend, actual, desired, what: str = "") -> None:
-    """Same namespace, dtype, shape, device (assert_array), then identical bit patterns."""
-    ref = backend.to_numpy(desired)
-    assert_array(actual, ref, backend=backend, dtype=backend.dtype_name(desired), what=what)
-    got = backend.to_numpy(actual)
-    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
-    np.testing.assert_array_equal(got.view(width), ref.view(width), err_msg=f"bits ({what})")
 
 
 @pytest.fixture(params=list(NONFINITE))

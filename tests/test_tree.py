@@ -19,7 +19,7 @@ import pytest
 
 import anyclip
 from anyclip import tree
-from anyclip._testing import Backend, assert_array
+from anyclip._testing import Backend, assert_array, assert_same_bits
 
 ULP = 3  # float32 reductions (tf-semantics.md §11)
 A = [3.0, 4.0]
@@ -66,16 +66,6 @@ def global_norm64(arrays: list[np.ndarray]) -> float:
 def gscale64(norm: float, clip: float) -> float:
     """TF's global factor ``c * min(1/n, 1/c)`` in float64 (§4.1)."""
     return clip * min(1.0 / norm, 1.0 / clip)
-
-
-def assert_same_bits(backend: Backend, actual: Any, desired: Any, what: str = "") -> None:
-    """``actual`` and ``desired`` are arrays of ``backend`` with equal dtype, shape and bits."""
-    dtype = backend.dtype_name(desired)
-    ref = backend.to_numpy(desired)
-    assert_array(actual, ref, backend=backend, dtype=dtype, what=what)
-    got = backend.to_numpy(actual)
-    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
-    np.testing.assert_array_equal(got.view(width), ref.view(width), err_msg=f"bits ({what})")
 
 
 STRUCTURES = {

@@ -17,6 +17,7 @@ __all__ = [
     "BACKEND_IDS",
     "Backend",
     "assert_array",
+    "assert_same_bits",
     "load_backend",
     "ulp_error",
 ]
@@ -312,3 +313,18 @@ def assert_array(
         f"values{where}: {err:.3g} ULP > budget {ulp}\n actual={got!r}\n desired={desired!r}"
     )
     return err
+
+
+def assert_same_bits(backend: Backend, actual: Any, desired: Any, what: str = "") -> None:
+    """``actual`` and ``desired`` are arrays of ``backend`` with equal dtype, shape and bits.
+
+    :func:`assert_array` first (namespace, dtype, shape, device, values), then the bit
+    patterns (so -0.0 and +0.0, or two NaN payloads, count as different).
+    """
+    import numpy as np
+
+    ref = backend.to_numpy(desired)
+    assert_array(actual, ref, backend=backend, dtype=backend.dtype_name(desired), what=what)
+    got = backend.to_numpy(actual)
+    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+    np.testing.assert_array_equal(got.view(width), ref.view(width), err_msg=f"bits ({what})")

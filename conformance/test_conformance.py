@@ -42,15 +42,35 @@ def test_grad(case_id: str, grad_backend) -> None:
     _run(case_id, grad_backend, "grad")
 
 
-#: The functions whose list arithmetic has backend fast paths (anyclip._fast).
-FAST_PATH_CASES = harness.case_ids("global_norm") + harness.case_ids("clip_by_global_norm")
+#: The functions with backend fast paths (anyclip._fast), and the backends that have them.
+FAST_PATH_FUNCTIONS = (
+    "clip_by_value",
+    "clip_by_norm",
+    "norm",
+    "global_norm",
+    "clip_by_global_norm",
+)
+FAST_PATH_CASES = [c for f in FAST_PATH_FUNCTIONS for c in harness.case_ids(f)]
+FAST_PATH_GRADS = [c for c in GRAD if c.split("/", 1)[0] in FAST_PATH_FUNCTIONS]
+FAST_PATH_BACKENDS = [name for name in BACKEND_IDS if name in ("numpy", "torch", "torch-cuda")]
 
 
+@pytest.mark.parametrize("backend", FAST_PATH_BACKENDS, indirect=True)
 @pytest.mark.parametrize("case_id", FAST_PATH_CASES)
 def test_case_generic_path(case_id: str, backend) -> None:
     """The generic array-API code passes the same data as the fast paths used by default."""
     with _fast.disabled():
         _run(case_id, backend, "eager")
+
+
+@pytest.mark.parametrize(
+    "grad_backend", [n for n in FAST_PATH_BACKENDS if n != "numpy"], indirect=True
+)
+@pytest.mark.parametrize("case_id", FAST_PATH_GRADS)
+def test_grad_generic_path(case_id: str, grad_backend) -> None:
+    """TF's gradients through the generic code too (torch's fast paths have their own)."""
+    with _fast.disabled():
+        _run(case_id, grad_backend, "grad")
 
 
 def test_catalogue_size() -> None:

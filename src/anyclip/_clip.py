@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from anyclip import _core, _gradients
+from anyclip import _core, _fast, _gradients
 from anyclip._compat import comparable_dtype, dtype_name, is_array, is_numpy_scalar, namespace
 from anyclip._convert import (
     as_input,
@@ -93,6 +93,9 @@ def clip_by_value(
     >>> anyclip.clip_by_value(np.array([0, 5, 10]), 6, 4)  # min > max: min wins, as in TF
     array([6, 6, 6])
     """
+    plain = _fast.plain_clip_by_value(t, clip_value_min, clip_value_max)
+    if plain is not None:
+        return plain
     xp = namespace(t, clip_value_min, clip_value_max, names=_BOUNDS)
     t = as_input(t, xp, "t")
     require_kind(xp, t, "t", ("int", "real"), "a real dtype (floating or integer)")
@@ -200,6 +203,10 @@ def clip_by_norm(
     array([[0.6, 0.8],
            [0.3, 0.4]], dtype=float32)
     """
+    if axes is None and accumulate_dtype is None:
+        plain = _fast.plain_clip_by_norm(t, clip_norm)
+        if plain is not None:
+            return plain
     xp = namespace(t, clip_norm, names=("t", "clip_norm"))
     t = as_input(t, xp, "t")
     require_kind(xp, t, "t", ("real",), _FLOATS)

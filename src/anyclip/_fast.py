@@ -16,6 +16,13 @@ reduction is evaluated, so results stay within the reductions' ULP budget.
 * **one large array** (``clip_by_norm``, ``norm``): the L2 norm without the temporary ``x * x``
   (``torch.linalg.vector_norm``, which accumulates float32 in float64 on CPU; NumPy's blocked
   sums), and the final division done in place into the temporary ``t * c`` the core owns.
+* **plain calls** (:func:`plain_clip_by_value`, :func:`plain_clip_by_norm`, :func:`plain_norm`):
+  a NumPy array or torch tensor (exact types) of a float dtype with Python-number bounds and
+  default arguments skips the general argument checks, whose Python cost is several times that
+  of the arithmetic on small arrays. Anything else returns ``None`` and takes the general path,
+  which also raises every error. ``clip_by_value`` becomes one ``clamp`` only when
+  ``min <= max``, where ``maximum(minimum(t, max), min)`` and ``clamp`` agree in values and in
+  ``t``'s gradient (both pass it on at the bounds and drop it at NaN).
 
 :func:`disabled` turns every fast path off, for tests that run both paths on the same data.
 """
@@ -23,17 +30,33 @@ reduction is evaluated, so results stay within the reductions' ULP budget.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from anyclip._compat import Namespace, library
 
-__all__ = ["disabled", "divide_owned", "half_squared_sum", "l2norm", "scale_arrays"]
+__all__ = [
+    "disabled",
+    "divide_owned",
+    "half_squared_sum",
+    "l2norm",
+    "plain_clip_by_norm",
+    "plain_clip_by_value",
+    "plain_norm",
+    "scale_arrays",
+]
 
 _ENABLED = True
 
 #: Elements per block in the NumPy sum of squares (a 256 KiB float32 buffer stays in cache).
 _BLOCK = 1 << 16
+
+#: Largest array the plain NumPy norms sum with one ``vdot`` (sequential, so kept short).
+_SMALL = 32
+
+#: Python ints up to this magnitude convert to a float exactly, so a bound rounds only once.
+_EXACT_INT = 1 << 53
 
 
 @contextlib.contextmanager
@@ -79,12 +102,16 @@ def half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any | None:
         dtype = arrays[0].dtype
         if dtype not in (np.float32, np.float64) or any(a.dtype != dtype for a in arrays):
             return None
-        return np.asarray(_numpy_half_squared_sum(np, arrays, dtype))
+        return np.asarray(_numpy_squared_sum(np, arrays, dtype, half=True))
     return None
 
 
-def _numpy_half_squared_sum(np: Any, arrays: Sequence[Any], dtype: Any) -> Any:
-    """Blocked sums of squares; arrays smaller than a block are first joined into one."""
+def _numpy_squared_sum(np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool) -> Any:
+    """The sum of squares of every element, over cache-sized blocks.
+
+    With ``half``, each block's sum is halved first (TF's ``l2_loss``). Arrays smaller than a
+    block are first joined into one.
+    """
     buf = np.empty(_BLOCK, dtype=dtype)
     small = [a.reshape(-1) for a in arrays if a.size < _BLOCK]
     large = [a.reshape(-1) for a in arrays if a.size >= _BLOCK]
@@ -99,8 +126,8 @@ def _numpy_half_squared_sum(np: Any, arrays: Sequence[Any], dtype: Any) -> Any:
             part = buf[: chunk.size]
             np.multiply(chunk, chunk, out=part)
             partials.append(part.sum())
-    half = np.asarray(partials, dtype=dtype) * dtype.type(0.5)
-    return half.sum()
+    sums = np.asarray(partials, dtype=dtype)
+    return (sums * dtype.type(0.5) if half else sums).sum()
 
 
 def l2norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any | None:
@@ -109,7 +136,7 @@ def l2norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any | None:
         return None
     lib = library(xp)
     if lib == "torch":
-        if not _torch_ok([x]):
+        if not _torch_ok([x]) or _reduces_one_element(x.shape, axes):
             return None
         import torch
 
@@ -119,10 +146,21 @@ def l2norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any | None:
 
         if x.dtype not in (np.float32, np.float64):
             return None
-        two = x.dtype.type(2)
-        total = np.sqrt(_numpy_half_squared_sum(np, [x], x.dtype) * two)
+        total = np.sqrt(_numpy_squared_sum(np, [x], x.dtype, half=False))
         return np.reshape(total, (1,) * x.ndim)
     return None
+
+
+def _reduces_one_element(shape: Sequence[int], axes: tuple[int, ...] | None) -> bool:
+    """Whether each norm is over a single element.
+
+    ``vector_norm`` then returns ``abs(x)``, where TF squares (so ``x * x`` can overflow to inf
+    or underflow to 0 first).
+    """
+    count = 1
+    for a in range(len(shape)) if axes is None else axes:
+        count *= shape[a]
+    return count == 1
 
 
 def divide_owned(xp: Namespace, owned: Any, divisor: Any) -> Any | None:
@@ -156,3 +194,136 @@ def scale_arrays(xp: Namespace, arrays: Sequence[Any | None], scale: Any) -> lis
     factor = scale if scale.dtype == dtype else scale.to(dtype)
     scaled = iter(torch._foreach_mul(present, factor))
     return [None if a is None else next(scaled) for a in arrays]
+
+
+# ------------------------------------------------------------------------------ plain calls
+#: ``"numpy"`` for ``numpy.ndarray``, ``"torch"`` for ``torch.Tensor``, None for other types
+#: (subclasses such as ``torch.nn.Parameter`` included: they take the general path).
+_PLAIN_TYPES: dict[type, str | None] = {}
+
+#: Per dtype: (scalar type to convert bounds to, largest finite value); None when no fast path.
+_PLAIN_DTYPES: dict[Any, tuple[Any, float] | None] = {}
+
+
+def _plain(x: Any) -> str | None:
+    cls = type(x)
+    try:
+        return _PLAIN_TYPES[cls]
+    except KeyError:
+        pass
+    name = (cls.__module__, cls.__name__)
+    lib = {("numpy", "ndarray"): "numpy", ("torch", "Tensor"): "torch"}.get(name)
+    _PLAIN_TYPES[cls] = lib
+    return lib
+
+
+def _plain_dtype(lib: str, dtype: Any) -> tuple[Any, float] | None:
+    """The dtypes with plain paths, with their bound conversion and largest finite value.
+
+    float16/32/64 for NumPy (each converts a Python float with one rounding, as TF does);
+    float32/64 for torch (its float16 bounds would round twice, through float32).
+    """
+    try:
+        return _PLAIN_DTYPES[dtype]
+    except KeyError:
+        pass
+    info = None
+    if lib == "numpy":
+        import numpy as np
+
+        if dtype in (np.float16, np.float32, np.float64):
+            info = (dtype.type, float(np.finfo(dtype).max))
+    else:
+        import torch
+
+        if dtype in (torch.float32, torch.float64):
+            info = (float, torch.finfo(dtype).max)
+    _PLAIN_DTYPES[dtype] = info
+    return info
+
+
+def _bound(value: Any, convert: Any, largest: float) -> Any | None:
+    """A Python number (or a NumPy scalar of the array's own dtype) as a bound, or None.
+
+    Only values that convert without overflow (or are infinite) qualify; NaN never does.
+    """
+    kind = type(value)
+    if kind is int:
+        if not -_EXACT_INT <= value <= _EXACT_INT:
+            return None
+        value, kind = float(value), float
+    if kind is float:
+        if -largest <= value <= largest or value in (math.inf, -math.inf):
+            return convert(value)
+        return None
+    if kind is convert and value == value:  # a NumPy scalar of the array's dtype, not NaN
+        return value
+    return None
+
+
+def plain_clip_by_value(t: Any, lo: Any, hi: Any) -> Any | None:
+    """``clip_by_value`` for a plain float array and ordered number bounds, or None."""
+    if not _ENABLED:
+        return None
+    lib = _plain(t)
+    if lib is None:
+        return None
+    info = _plain_dtype(lib, t.dtype)
+    if info is None:
+        return None
+    lo, hi = _bound(lo, *info), _bound(hi, *info)
+    if lo is None or hi is None or not lo <= hi:
+        return None
+    if lib == "torch":
+        import torch
+
+        return torch.clamp(t, lo, hi)
+    if t.ndim == 0:  # NumPy would return a scalar
+        return None
+    import numpy as np
+
+    if t.size < _BLOCK:
+        return np.maximum(np.minimum(t, hi), lo)
+    out = np.minimum(t, hi)
+    return np.maximum(out, lo, out=out)
+
+
+def plain_norm(x: Any) -> Any | None:
+    """``norm(x)`` (vector 2-norm over every axis) for a plain float array, or None."""
+    if not _ENABLED:
+        return None
+    lib = _plain(x)
+    if lib == "torch":
+        import torch
+
+        if x.dtype not in (torch.float32, torch.float64):
+            return None
+        if x.requires_grad and torch.is_grad_enabled():  # TF's gradient at 0 is the core's
+            return None
+        if _reduces_one_element(x.shape, None):
+            return None
+        return torch.linalg.vector_norm(x)
+    if lib == "numpy" and x.size <= _SMALL:
+        import numpy as np
+
+        if x.dtype not in (np.float32, np.float64):  # float16 squares must round in float16
+            return None
+        return np.asarray(np.sqrt(np.vdot(x, x)))  # BLAS: no warning when squares overflow
+    return None
+
+
+def plain_clip_by_norm(t: Any, clip_norm: Any) -> Any | None:
+    """``clip_by_norm(t, clip_norm)`` for a small plain NumPy array, or None."""
+    if not _ENABLED or _plain(t) != "numpy" or t.size > _SMALL or t.ndim == 0:
+        return None
+    import numpy as np
+
+    info = _plain_dtype("numpy", t.dtype)
+    if info is None or t.dtype == np.float16:  # float16 squares must round in float16
+        return None
+    c = _bound(clip_norm, *info)
+    if c is None or not c >= 0:  # negative bounds are replaced by 0 on the general path
+        return None
+    divisor = np.maximum(np.sqrt(np.vdot(t, t)), c)  # scalars: these never warn
+    with np.errstate(all="ignore"):  # t * c may overflow, 0 / 0 is NaN, as in TF
+        return t * c / divisor

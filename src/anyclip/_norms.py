@@ -10,7 +10,7 @@ import math
 import numbers
 from typing import Any, TypeVar
 
-from anyclip import _core
+from anyclip import _core, _fast
 from anyclip._compat import dtype_name, is_numpy_scalar, namespace
 from anyclip._convert import (
     as_input,
@@ -189,6 +189,10 @@ def norm(
     >>> anyclip.norm(m, ord=1, axis=(0, 1))  # the matrix 1-norm: max column sum
     array(6., dtype=float32)
     """
+    if type(ord) is str and ord == "euclidean" and axis is None and not keepdims:
+        plain = None if accumulate_dtype is not None else _fast.plain_norm(tensor)
+        if plain is not None:
+            return plain
     xp, x, canonical_ord, ax = _prepare_norm(tensor, ord, axis)
     work = _accumulating(xp, x, accumulate_dtype, "tensor")
     r = _core.norm(xp, work, canonical_ord, ax, bool(keepdims))

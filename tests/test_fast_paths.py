@@ -1,0 +1,131 @@
+"""The plain-call fast paths of ``anyclip._fast`` against the generic path, at their edges.
+
+Conformance runs both paths on TF's data (``test_case`` and ``test_case_generic_path``). These
+tests add the arguments at the border of what the plain paths accept (bound order, NaN, inf and
+out-of-range bounds, NumPy scalars, 0-d and empty arrays): there a plain path must agree with
+the generic one, or step aside and let it answer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import anyclip
+from anyclip import _fast
+from anyclip._testing import BACKEND_IDS, assert_array
+
+from .conftest import ULP_CLIP_NORM
+
+PLAIN_BACKENDS = [name for name in BACKEND_IDS if name in ("numpy", "torch", "torch-cuda")]
+
+VALUES = [-2.0, -1.0, -0.0, 0.0, 0.5, 1.0, 2.0, math.nan, math.inf, -math.inf]
+
+BOUNDS = [
+    (-1.0, 1.0),
+    (1.0, -1.0),  # min > max: TF gives min everywhere, a clamp would give max
+    (0.5, 0.5),
+    (-math.inf, math.inf),
+    (math.nan, 1.0),
+    (-1.0, math.nan),
+    (-1, 3),
+    (-(2**53), 2**53),
+    (-(2**60), 2**60),
+    (-1e300, 1e300),  # overflows float32: inf bounds
+    (-1e39, 1.0),
+    (np.float32(-1.5), np.float32(0.25)),
+    (np.float64(-1.5), np.float64(0.25)),
+    (True, 2.0),
+]
+
+
+def _check_both(backend, fn, args, dtype, ulp=0):
+    """``fn(*args)`` with the fast paths on equals it with them off (or raises the same error)."""
+    try:
+        with _fast.disabled():
+            generic = fn(*args)
+    except (TypeError, ValueError) as exc:
+        with pytest.raises(type(exc)):
+            fn(*args)
+        return
+    assert_array(fn(*args), backend.to_numpy(generic), backend=backend, dtype=dtype, ulp=ulp)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("bounds", BOUNDS, ids=repr)
+def test_clip_by_value_plain_equals_generic(backend, make, dtype, bounds):
+    t = make(VALUES, dtype)
+    _check_both(backend, anyclip.clip_by_value, (t, *bounds), dtype)
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (2, 3)])
+def test_clip_by_value_plain_shapes(backend, make, shape):
+    t = make(np.linspace(-3, 3, math.prod(shape)).reshape(shape), "float32")
+    _check_both(backend, anyclip.clip_by_value, (t, -1.0, 2.0), "float32")
+
+
+DATA = {
+    "normal": lambda n: np.random.default_rng(n).standard_normal(n),
+    "zeros": np.zeros,
+    "squares overflow": lambda n: np.full(n, 1e3),  # float16; times BIG below
+    "squares underflow": lambda n: np.full(n, 1e-5),  # float16; times 1 / BIG below
+    "inf": lambda n: np.where(np.arange(n) == n // 2, math.inf, 1.0),
+    "nan": lambda n: np.where(np.arange(n) == n // 2, math.nan, 1.0),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("n", [1, 6, 32, 33])
+@pytest.mark.parametrize("data", sorted(DATA))
+def test_norm_plain_equals_generic(backend, make, dtype, n, data):
+    values = DATA[data](n)
+    if data.startswith("squares"):
+        big = {"float16": 1.0, "float32": 1e17, "float64": 1e151}[dtype]
+        values = values * big if data.endswith("overflow") else values / big
+    x = make(values, dtype)
+    _check_both(backend, anyclip.norm, (x,), dtype, ULP_CLIP_NORM)
+
+
+CLIP_NORMS = [1.0, 0.0, -1.0, math.nan, math.inf, 10**6, 2**60, 1e300, np.float32(0.5)]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("shape", [(6,), (4, 8), (33,), (0,), ()])
+@pytest.mark.parametrize("clip_norm", CLIP_NORMS, ids=repr)
+def test_clip_by_norm_plain_equals_generic(backend, make, dtype, shape, clip_norm):
+    t = make(3 * np.random.default_rng(1).standard_normal(shape), dtype)
+    _check_both(backend, anyclip.clip_by_norm, (t, clip_norm), dtype, ULP_CLIP_NORM)
+
+
+@pytest.mark.parametrize("backend", PLAIN_BACKENDS, indirect=True)
+def test_plain_paths_engage(backend, make):
+    """The calls ``benchmarks/`` times as W5 take the plain paths (else W5 measures nothing)."""
+    t = make([0.5, -3.0, 4.0, 2.0, -1.0, 0.0], "float32")
+    assert _fast.plain_clip_by_value(t, -1.0, 1.0) is not None
+    assert _fast.plain_norm(t) is not None
+    if backend.library == "numpy":
+        assert _fast.plain_clip_by_norm(t, 1.0) is not None
+
+
+@pytest.mark.parametrize("backend", PLAIN_BACKENDS, indirect=True)
+@pytest.mark.parametrize(
+    "bounds",
+    [(1.0, -1.0), (math.nan, 1.0), (-(2**60), 1.0), (-1e39, 1.0), (True, 2.0)],
+    ids=repr,
+)
+def test_plain_clip_by_value_steps_aside(backend, make, bounds):
+    """Bounds a clamp would treat differently from TF's two steps go the general way."""
+    assert _fast.plain_clip_by_value(make([1.0, 2.0], "float32"), *bounds) is None
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_plain_clip_keeps_tf_gradient(backend):
+    """The clamp passes the gradient at both bounds and drops it at NaN (tf-semantics §9.1)."""
+    torch = backend.module
+    x = torch.tensor([-2.0, -1.0, 0.0, 1.0, 2.0, math.nan], requires_grad=True)
+    w = torch.arange(1.0, 7.0)
+    assert _fast.plain_clip_by_value(x, -1.0, 1.0) is not None
+    (anyclip.clip_by_value(x, -1.0, 1.0) * w).sum().backward()
+    assert x.grad.tolist() == [0.0, 2.0, 3.0, 4.0, 0.0, 0.0]

@@ -17,7 +17,7 @@ import anyclip
 from anyclip import _fast
 from anyclip._testing import BACKEND_IDS, assert_array
 
-from .conftest import ULP_CLIP_NORM
+from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2
 
 PLAIN_BACKENDS = [name for name in BACKEND_IDS if name in ("numpy", "torch", "torch-cuda")]
 
@@ -129,3 +129,27 @@ def test_torch_plain_clip_keeps_tf_gradient(backend):
     assert _fast.plain_clip_by_value(x, -1.0, 1.0) is not None
     (anyclip.clip_by_value(x, -1.0, 1.0) * w).sum().backward()
     assert x.grad.tolist() == [0.0, 2.0, 3.0, 4.0, 0.0, 0.0]
+
+
+@pytest.fixture(scope="module")
+def long_arrays():
+    """Heavy-tailed float32 data, one array of a million elements among shorter ones."""
+    rng = np.random.default_rng(7)
+    sizes = (1_000_003, 70_000, 300, 5, 1)
+    return [(rng.standard_normal(n) * rng.lognormal(0, 2, n)).astype(np.float32) for n in sizes]
+
+
+def _exact_norm(arrays):
+    """The float64 root of the float64 sum of float32 squares (as TF squares: in float32)."""
+    total = sum(np.sum(np.square(a).astype(np.float64)) for a in arrays)
+    return np.float32(np.sqrt(total))
+
+
+def test_long_sums_stay_accurate(backend, long_arrays):
+    """Norms over millions of float32 elements stay within a few ULP, as TF's (torch's own
+    ``vector_norm`` and ``_foreach_norm`` are hundreds of ULP off there)."""
+    xs = [backend.asarray(a, "float32") for a in long_arrays]
+    gn = anyclip.global_norm(xs)
+    assert_array(gn, _exact_norm(long_arrays), backend=backend, dtype="float32", ulp=ULP_GLOBAL)
+    n = anyclip.norm(xs[0])
+    assert_array(n, _exact_norm(long_arrays[:1]), backend=backend, dtype="float32", ulp=ULP_L2)

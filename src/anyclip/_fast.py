@@ -6,16 +6,17 @@ for the arguments, and the core then runs its generic code. Every fast path keep
 (``l2_loss`` sums, then ``sqrt(sum * 2)``; then one multiply per array) and changes only how a
 reduction is evaluated, so results stay within the reductions' ULP budget.
 
-* **torch**: sums of squares from ``torch._foreach_norm`` (one call for the whole list, no
-  temporary per array; the per-array squared norm is rounded once more than ``sum(t * t)``),
-  and the scaling with ``torch._foreach_mul``. Used for float32 and float64 only (float16 and
-  bfloat16 keep TF's in-dtype squares, which ``_foreach_norm`` would widen), and only when no
-  gradient is being recorded through the arrays (the generic path carries TF's gradients).
-* **numpy**: sums of squares in cache-sized blocks (``multiply`` into a reused buffer, then a
-  pairwise ``sum``), one pass over memory instead of three.
+* **torch**: sums of squares from norms of at most 256 elements (``torch._foreach_norm`` for
+  small arrays, ``vector_norm`` over rows of 256 for the rest; no temporary the size of the
+  data), squared and summed by ``torch.sum``; the scaling with ``torch._foreach_mul``. Used
+  for float32 and float64 only (float16 and bfloat16 keep TF's in-dtype squares, which
+  ``_foreach_norm`` would widen), and only when no gradient is being recorded through the
+  arrays (the generic path carries TF's gradients).
+* **numpy**: sums of squares as ``einsum`` row sums of 256 elements, then a pairwise ``sum``
+  of the rows: one pass over memory instead of three, and no temporary.
 * **one large array** (``clip_by_norm``, ``norm``): the L2 norm without the temporary ``x * x``
-  (``torch.linalg.vector_norm``, which accumulates float32 in float64 on CPU; NumPy's blocked
-  sums), and the final division done in place into the temporary ``t * c`` the core owns.
+  (the same row sums), and the final division done in place into the temporary ``t * c`` the
+  core owns.
 * **plain calls** (:func:`plain_clip_by_value`, :func:`plain_clip_by_norm`, :func:`plain_norm`):
   a NumPy array or torch tensor (exact types) of a float dtype with Python-number bounds and
   default arguments skips the general argument checks, whose Python cost is several times that
@@ -34,7 +35,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from anyclip._compat import Namespace, library
+from anyclip._compat import Namespace, library, sqrt
 
 __all__ = [
     "disabled",
@@ -49,8 +50,11 @@ __all__ = [
 
 _ENABLED = True
 
-#: Elements per block in the NumPy sum of squares (a 256 KiB float32 buffer stays in cache).
+#: Arrays smaller than this are joined into one before their squares are summed.
 _BLOCK = 1 << 16
+
+#: Elements per row in the sums of squares (one ``einsum`` or ``vector_norm`` per row).
+_ROW = 256
 
 #: Largest array the plain NumPy norms sum with one ``vdot`` (sequential, so kept short).
 _SMALL = 32
@@ -93,9 +97,8 @@ def half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any | None:
 
         if len({a.device for a in arrays}) != 1:
             return None
-        norms = torch._foreach_norm(list(arrays), 2)
-        squares = torch.stack(norms)
-        return torch.sum(squares * squares * 0.5)
+        norms = _torch_partial_norms(torch, arrays)
+        return torch.sum(norms * norms * 0.5)
     if lib == "numpy":
         import numpy as np
 
@@ -107,27 +110,68 @@ def half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any | None:
 
 
 def _numpy_squared_sum(np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool) -> Any:
-    """The sum of squares of every element, over cache-sized blocks.
+    """The sum of squares of every element: rows of ``_ROW`` elements, then their pairwise sum.
 
-    With ``half``, each block's sum is halved first (TF's ``l2_loss``). Arrays smaller than a
-    block are first joined into one.
+    ``einsum`` squares and sums each row in one pass without a temporary array; the row sums
+    (1/``_ROW`` of the data) are then summed pairwise, which keeps float32 sums of tens of
+    millions of squares within a few ULP (a single ``vdot`` loses about 1e-4 there). With
+    ``half``, each row sum is halved first (TF's ``l2_loss``). Arrays smaller than a row block
+    are joined into one first.
     """
-    buf = np.empty(_BLOCK, dtype=dtype)
     small = [a.reshape(-1) for a in arrays if a.size < _BLOCK]
-    large = [a.reshape(-1) for a in arrays if a.size >= _BLOCK]
+    flats = [a.reshape(-1) for a in arrays if a.size >= _BLOCK]
     if len(small) > 1:
-        large.append(np.concatenate(small))
+        flats.append(np.concatenate(small))
     elif small:
-        large.append(small[0])
-    partials = []
-    for flat in large:
-        for start in range(0, flat.size, _BLOCK):
-            chunk = flat[start : start + _BLOCK]
-            part = buf[: chunk.size]
-            np.multiply(chunk, chunk, out=part)
-            partials.append(part.sum())
-    sums = np.asarray(partials, dtype=dtype)
-    return (sums * dtype.type(0.5) if half else sums).sum()
+        flats.append(small[0])
+    sums = []
+    for flat in flats:
+        rows = flat.size // _ROW
+        if rows:
+            head = flat[: rows * _ROW].reshape(rows, _ROW)
+            sums.append(np.einsum("ij,ij->i", head, head))
+        if flat.size > rows * _ROW:
+            tail = flat[rows * _ROW :]
+            sums.append(np.einsum("i,i->", tail, tail).reshape(1))
+    if not sums:  # only empty arrays
+        return dtype.type(0)
+    total = np.concatenate(sums) if len(sums) > 1 else sums[0]
+    return (total * dtype.type(0.5) if half else total).sum()
+
+
+def _torch_partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
+    """A 1-D tensor of norms whose squares sum to the sum of squares of every element.
+
+    ``torch._foreach_norm`` and ``torch.linalg.vector_norm`` accumulate float32 sequentially on
+    CPU: over a million elements they are hundreds of ULP off (measured; TF is within a few).
+    So each norm here covers at most ``_ROW`` elements: tensors that small go to one
+    ``_foreach_norm`` call as they are; larger ones are cut into rows of ``_ROW`` (tensors
+    under ``_BLOCK`` elements joined first) for one ``vector_norm(dim=1)`` each, and the squared
+    row norms are then summed by ``torch.sum``, which sums pairwise.
+    """
+    direct: list[Any] = []
+    joined: list[Any] = []
+    parts: list[Any] = []
+
+    def rows(flat: Any) -> Any:
+        m = flat.numel() // _ROW
+        if flat.numel() > m * _ROW:
+            direct.append(flat[m * _ROW :])
+        return torch.linalg.vector_norm(flat[: m * _ROW].view(m, _ROW), dim=1)
+
+    for a in arrays:
+        n = a.numel()
+        if n <= _ROW:
+            direct.append(a)
+        elif n < _BLOCK:
+            joined.append(a.reshape(-1))
+        else:
+            parts.append(rows(a.reshape(-1)))
+    if joined:
+        parts.append(rows(torch.cat(joined) if len(joined) > 1 else joined[0]))
+    if direct:
+        parts.append(torch.stack(torch._foreach_norm(direct, 2)))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def l2norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any | None:
@@ -136,11 +180,19 @@ def l2norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any | None:
         return None
     lib = library(xp)
     if lib == "torch":
-        if not _torch_ok([x]) or _reduces_one_element(x.shape, axes):
+        if not _torch_ok([x]):
+            return None
+        count = _reduced_count(x.shape, axes)
+        if count == 1:
             return None
         import torch
 
-        return torch.linalg.vector_norm(x, dim=axes, keepdim=True)
+        if count <= _ROW:
+            return torch.linalg.vector_norm(x, dim=axes, keepdim=True)
+        if axes is not None and len(axes) < x.ndim:  # many long norms: the generic sums
+            return None
+        norms = _torch_partial_norms(torch, [x])
+        return torch.reshape(sqrt(xp, torch.sum(norms * norms)), (1,) * x.ndim)
     if lib == "numpy" and axes is None:
         import numpy as np
 
@@ -151,16 +203,16 @@ def l2norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any | None:
     return None
 
 
-def _reduces_one_element(shape: Sequence[int], axes: tuple[int, ...] | None) -> bool:
-    """Whether each norm is over a single element.
+def _reduced_count(shape: Sequence[int], axes: tuple[int, ...] | None) -> int:
+    """The number of elements in each norm over ``axes`` of ``shape``.
 
-    ``vector_norm`` then returns ``abs(x)``, where TF squares (so ``x * x`` can overflow to inf
-    or underflow to 0 first).
+    When it is 1, ``vector_norm`` returns ``abs(x)`` where TF squares (so ``x * x`` can
+    overflow to inf or underflow to 0 first): the fast paths step aside.
     """
     count = 1
     for a in range(len(shape)) if axes is None else axes:
         count *= shape[a]
-    return count == 1
+    return count
 
 
 def divide_owned(xp: Namespace, owned: Any, divisor: Any) -> Any | None:
@@ -300,7 +352,7 @@ def plain_norm(x: Any) -> Any | None:
             return None
         if x.requires_grad and torch.is_grad_enabled():  # TF's gradient at 0 is the core's
             return None
-        if _reduces_one_element(x.shape, None):
+        if not 1 < x.numel() <= _ROW:  # one element: see _reduced_count; long: see l2norm
             return None
         return torch.linalg.vector_norm(x)
     if lib == "numpy" and x.size <= _SMALL:

@@ -53,6 +53,9 @@ _ENABLED = True
 #: Arrays smaller than this are joined into one before their squares are summed.
 _BLOCK = 1 << 16
 
+#: Most elements joined into one temporary by the torch sums of squares (4 MiB of float32).
+_JOIN = 1 << 20
+
 #: Elements per row in the sums of squares (one ``einsum`` or ``vector_norm`` per row).
 _ROW = 256
 
@@ -144,33 +147,42 @@ def _torch_partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
 
     ``torch._foreach_norm`` and ``torch.linalg.vector_norm`` accumulate float32 sequentially on
     CPU: over a million elements they are hundreds of ULP off (measured; TF is within a few).
-    So each norm here covers at most ``_ROW`` elements: tensors that small go to one
-    ``_foreach_norm`` call as they are; larger ones are cut into rows of ``_ROW`` (tensors
-    under ``_BLOCK`` elements joined first) for one ``vector_norm(dim=1)`` each, and the squared
-    row norms are then summed by ``torch.sum``, which sums pairwise.
+    So each norm here covers at most ``_ROW`` elements: every array is cut into rows of
+    ``_ROW`` (arrays under ``_BLOCK`` elements are first joined, up to ``_JOIN`` elements at a
+    time, by one ``_flatten_dense_tensors`` call, which is also much cheaper than a norm per
+    small array), one ``vector_norm(dim=1)`` gives the row norms, the leftover tails go to one
+    ``_foreach_norm``, and ``torch.sum`` (pairwise) adds the squares.
     """
-    direct: list[Any] = []
-    joined: list[Any] = []
+    from torch._utils import _flatten_dense_tensors
+
+    tails: list[Any] = []
     parts: list[Any] = []
 
-    def rows(flat: Any) -> Any:
+    def rows(flat: Any) -> None:
         m = flat.numel() // _ROW
         if flat.numel() > m * _ROW:
-            direct.append(flat[m * _ROW :])
-        return torch.linalg.vector_norm(flat[: m * _ROW].view(m, _ROW), dim=1)
+            tails.append(flat[m * _ROW :])
+        if m:
+            parts.append(torch.linalg.vector_norm(flat[: m * _ROW].view(m, _ROW), dim=1))
 
+    batch: list[Any] = []
+    size = 0
     for a in arrays:
         n = a.numel()
-        if n <= _ROW:
-            direct.append(a)
-        elif n < _BLOCK:
-            joined.append(a.reshape(-1))
-        else:
-            parts.append(rows(a.reshape(-1)))
-    if joined:
-        parts.append(rows(torch.cat(joined) if len(joined) > 1 else joined[0]))
-    if direct:
-        parts.append(torch.stack(torch._foreach_norm(direct, 2)))
+        if n >= _BLOCK:
+            rows(a.reshape(-1))
+            continue
+        batch.append(a)
+        size += n
+        if size >= _JOIN:
+            rows(_flatten_dense_tensors(batch))
+            batch, size = [], 0
+    if batch:
+        rows(_flatten_dense_tensors(batch) if len(batch) > 1 else batch[0].reshape(-1))
+    if tails:
+        parts.append(torch.stack(torch._foreach_norm(tails, 2)))
+    if not parts:  # only empty arrays
+        return torch.zeros(1, dtype=arrays[0].dtype, device=arrays[0].device)
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 

@@ -42,21 +42,28 @@ def test_grad(case_id: str, grad_backend) -> None:
     _run(case_id, grad_backend, "grad")
 
 
-#: The functions with backend fast paths (anyclip._fast), and the backends that have them.
-FAST_PATH_FUNCTIONS = (
-    "clip_by_value",
-    "clip_by_norm",
-    "norm",
-    "global_norm",
-    "clip_by_global_norm",
-)
-FAST_PATH_CASES = [c for f in FAST_PATH_FUNCTIONS for c in harness.case_ids(f)]
-FAST_PATH_GRADS = [c for c in GRAD if c.split("/", 1)[0] in FAST_PATH_FUNCTIONS]
-FAST_PATH_BACKENDS = [name for name in BACKEND_IDS if name in ("numpy", "torch", "torch-cuda")]
+#: The functions with backend fast paths (anyclip._fast), per backend that has them.
+_FAST_PATHS = {
+    "numpy": ("clip_by_value", "clip_by_norm", "norm", "global_norm", "clip_by_global_norm"),
+    "torch": ("clip_by_value", "clip_by_norm", "norm", "global_norm", "clip_by_global_norm"),
+    "jax": ("global_norm", "clip_by_global_norm"),
+}
+_FAST_PATHS["torch-cuda"] = _FAST_PATHS["torch"]
+_FAST_PATHS["jax-gpu"] = _FAST_PATHS["jax"]
 
 
-@pytest.mark.parametrize("backend", FAST_PATH_BACKENDS, indirect=True)
-@pytest.mark.parametrize("case_id", FAST_PATH_CASES)
+def _fast_path_params(kind: str | None) -> list[tuple[str, str]]:
+    ids = GRAD if kind == "grad" else ALL
+    return [
+        (case_id, name)
+        for name in BACKEND_IDS
+        if name in _FAST_PATHS
+        for case_id in ids
+        if case_id.split("/", 1)[0] in _FAST_PATHS[name]
+    ]
+
+
+@pytest.mark.parametrize(("case_id", "backend"), _fast_path_params(None), indirect=["backend"])
 def test_case_generic_path(case_id: str, backend) -> None:
     """The generic array-API code passes the same data as the fast paths used by default."""
     with _fast.disabled():
@@ -64,11 +71,12 @@ def test_case_generic_path(case_id: str, backend) -> None:
 
 
 @pytest.mark.parametrize(
-    "grad_backend", [n for n in FAST_PATH_BACKENDS if n != "numpy"], indirect=True
+    ("case_id", "grad_backend"),
+    [(c, b) for c, b in _fast_path_params("grad") if b != "numpy"],
+    indirect=["grad_backend"],
 )
-@pytest.mark.parametrize("case_id", FAST_PATH_GRADS)
 def test_grad_generic_path(case_id: str, grad_backend) -> None:
-    """TF's gradients through the generic code too (torch's fast paths have their own)."""
+    """TF's gradients through the generic code too (the fast paths are used by default)."""
     with _fast.disabled():
         _run(case_id, grad_backend, "grad")
 

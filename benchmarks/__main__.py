@@ -28,17 +28,30 @@ ROOT = Path(__file__).resolve().parent.parent
 Row = dict[str, Any]
 
 
-def median_time(fn: Callable[[], Any], sync: Callable[[Any], Any], budget: float) -> float:
-    """Median seconds of ``fn`` over repeats (at least 5, about ``budget`` seconds)."""
-    for _ in range(2):  # warm-up: compilation, caches, allocator
-        sync(fn())
-    times: list[float] = []
+def interleaved_medians(
+    fns: list[Callable[[], Any]], sync: Callable[[Any], Any], budget: float
+) -> list[float]:
+    """Median seconds of each of ``fns``, timed in turns (one call of each per round).
+
+    Taking turns puts an implementation and its anchor under the same machine state (cache,
+    allocator, other load), so their ratio does not drift with whatever ran before. At least
+    5 rounds, then about ``budget`` seconds per function (at most 200 rounds); the order
+    rotates every round.
+    """
+    for fn in fns:
+        for _ in range(2):  # warm-up: compilation, caches, allocator
+            sync(fn())
+    times: list[list[float]] = [[] for _ in fns]
     start = time.perf_counter()
-    while len(times) < 5 or (time.perf_counter() - start < budget and len(times) < 200):
-        t0 = time.perf_counter()
-        sync(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    rounds = 0
+    while rounds < 5 or (time.perf_counter() - start < budget * len(fns) and rounds < 200):
+        for k in range(len(fns)):
+            i = (k + rounds) % len(fns)
+            t0 = time.perf_counter()
+            sync(fns[i]())
+            times[i].append(time.perf_counter() - t0)
+        rounds += 1
+    return [statistics.median(t) for t in times]
 
 
 def _none(_: Any) -> None:
@@ -59,6 +72,12 @@ def numpy_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
             np.multiply(a, scale, out=o)
         return outs
 
+    def baseline_global_new() -> Any:
+        total = sum(float(np.vdot(a.ravel(), a.ravel())) for a in arrays)
+        norm = np.float32(np.sqrt(np.float32(total)))
+        scale = np.float32(c) * min(np.float32(1) / norm, np.float32(1) / np.float32(c))
+        return [np.multiply(a, scale) for a in arrays]
+
     def baseline_norm() -> Any:
         return np.sqrt(np.float32(sum(float(np.vdot(a.ravel(), a.ravel())) for a in arrays)))
 
@@ -68,6 +87,12 @@ def numpy_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
         if op == "clip_by_global_norm":
             cases += [
                 (op, "numpy baseline (vdot, out=)", baseline_global, None),
+                (
+                    op,
+                    "numpy baseline (vdot, new arrays)",
+                    baseline_global_new,
+                    "numpy baseline (vdot, out=)",
+                ),
                 (
                     op,
                     "anyclip",
@@ -256,7 +281,7 @@ def bandwidth_bytes_per_s() -> float:
     """Copy bandwidth of this machine (bytes read + written per second), 256 MiB buffers."""
     src = np.ones(64 * 2**20, dtype=np.float32)
     dst = np.empty_like(src)
-    t = median_time(lambda: np.copyto(dst, src), _none, 1.0)
+    (t,) = interleaved_medians([lambda: np.copyto(dst, src)], _none, 1.0)
     return 2 * src.nbytes / t
 
 
@@ -283,27 +308,34 @@ def run(workloads: list[Workload], backends: list[str], budget: float) -> tuple[
                 print(f"  {backend}: not installed ({exc})", file=sys.stderr)
                 continue
             times: dict[tuple[str, str], float] = {}
-            for op, label, fn, anchor, sync in cases:
-                t = median_time(fn, sync, budget)
-                times[(op, label)] = t
-                ratio = t / times[(op, anchor)] if anchor else None
-                rows.append(
-                    {
-                        "workload": w.key,
-                        "title": w.title,
-                        "op": op,
-                        "backend": backend,
-                        "impl": label,
-                        "ms": t * 1e3,
-                        "anchor": anchor,
-                        "vs_anchor": ratio,
-                        "vs_floor": t / floor[op],
-                        "anyclip": "anyclip" in label,
-                    }
-                )
-                shown = f"{ratio:5.2f}x {anchor}" if anchor else ""
-                print(f"{w.key} {op:<20} {backend:<10} {label:<48} {t * 1e3:10.3f} ms  {shown}")
-                sys.stdout.flush()
+            by_op: dict[str, list[tuple]] = {}
+            for case in cases:
+                by_op.setdefault(case[0], []).append(case)
+            for op, group in by_op.items():
+                sync = group[0][4]
+                medians = interleaved_medians([case[2] for case in group], sync, budget)
+                for (_, label, *_), t in zip(group, medians, strict=True):
+                    times[(op, label)] = t
+                for _, label, _, anchor, _ in group:
+                    t = times[(op, label)]
+                    ratio = t / times[(op, anchor)] if anchor else None
+                    rows.append(
+                        {
+                            "workload": w.key,
+                            "title": w.title,
+                            "op": op,
+                            "backend": backend,
+                            "impl": label,
+                            "ms": t * 1e3,
+                            "anchor": anchor,
+                            "vs_anchor": ratio,
+                            "vs_floor": t / floor[op],
+                            "anyclip": "anyclip" in label,
+                        }
+                    )
+                    shown = f"{ratio:5.2f}x {anchor}" if anchor else ""
+                    print(f"{w.key} {op:<20} {backend:<10} {label:<48} {t * 1e3:10.3f} ms  {shown}")
+                    sys.stdout.flush()
             del cases
             gc.collect()
     return rows, bw
@@ -389,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [w for w in WORKLOADS if w.key in args.workloads.split(",")]
     rows, bw = run(chosen, args.backends.split(","), args.budget)
     out_md = Path(args.output)
+    out_md.parent.mkdir(parents=True, exist_ok=True)
     write_report(rows, bw, out_md, out_md.with_suffix(".png"))
     print(f"wrote {out_md} and {out_md.with_suffix('.png')}")
     return 0

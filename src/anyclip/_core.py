@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -52,7 +53,8 @@ def _kernel(fn: F, *, can_warn: bool = True) -> F:
         if library(xp) != "numpy":  # only NumPy turns 0-d results into scalars
             return out
         if isinstance(out, (tuple, list)):
-            return type(out)(None if o is None else as_array(xp, o) for o in out)
+            scalar = sys.modules["numpy"].generic
+            return type(out)(as_array(xp, o) if isinstance(o, scalar) else o for o in out)
         return as_array(xp, out)
 
     return wrapper  # type: ignore[return-value]

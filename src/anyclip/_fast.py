@@ -156,12 +156,13 @@ def _numpy_squared_sum(np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool
     ``half``, each row sum is halved first (TF's ``l2_loss``). Arrays smaller than a row block
     are joined into one first.
     """
-    small = [a.reshape(-1) for a in arrays if a.size < _BLOCK]
-    flats = [a.reshape(-1) for a in arrays if a.size >= _BLOCK]
-    if len(small) > 1:
-        flats.append(np.concatenate(small))
-    elif small:
-        flats.append(small[0])
+    small: list[Any] = []
+    flats: list[Any] = []
+    for a in arrays:
+        (small if a.size < _BLOCK else flats).append(a)
+    flats = [a.reshape(-1) for a in flats]
+    if small:
+        flats.append(np.concatenate(small, axis=None))  # axis=None: flattened, then joined
     sums = []
     for flat in flats:
         rows = flat.size // _ROW

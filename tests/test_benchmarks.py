@@ -1,0 +1,34 @@
+"""The benchmark command (``make bench``) runs and writes its table and chart.
+
+No timing is asserted: a tiny budget on the smallest workload only checks that the runner, the
+anchors and the report still work, so that ``make bench`` keeps running from a fresh clone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_benchmark_command_writes_report(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "performance.md"
+    args = ["--workloads", "W5", "--backends", "numpy", "--budget", "0.01", "--output", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    table = out.read_text()
+    for op in ("clip_by_value", "clip_by_norm", "norm"):
+        assert f"| W5 one 6-element tensor | {op} | numpy | **anyclip** |" in table
+    assert out.with_suffix(".png").stat().st_size > 0

@@ -245,13 +245,24 @@ def _spectral_norm(xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
     rest = [i for i in range(ndim) if i not in axis]
     perm = (*rest, *axis)
     moved = xp.permute_dims(x, perm) if perm != tuple(range(ndim)) else x
-    # A matrix holding inf or NaN has norm NaN (TF's SVD gives NaN; NumPy's raises): take the
-    # SVD of a finite stand-in and put the NaN back, with no branch on values.
+    # A matrix holding inf or NaN has norm NaN and an all-NaN gradient (TF's SVD gives NaN
+    # everywhere; NumPy's raises): take the SVD of a finite stand-in, then add
+    # sum(matrix * poison), with poison NaN for such matrices and 0 for the others, which puts
+    # the NaN back in the value and in the gradient without a branch on values.
     finite = xp.isfinite(moved)
     bad = xp.logical_not(xp.all(finite, axis=(-2, -1)))
     s = xp.linalg.svdvals(xp.where(finite, moved, xp.zeros_like(moved)))
-    top = _max(xp, s, s.ndim - 1)
-    top = xp.where(xp.expand_dims(bad, axis=-1), _scalar(xp, math.nan, top), top)
+    # TF's max(|s|): abs's gradient at 0 is 0, so an all-zero matrix has gradient 0.
+    top = _max(xp, g.abs(xp, s), s.ndim - 1)
+    nan, zero = _scalar(xp, math.nan, top), _scalar(xp, 0.0, top)
+    poison = xp.expand_dims(xp.expand_dims(xp.where(bad, nan, zero), axis=-1), axis=-1)
+    parts = (
+        (xp.real(moved), xp.imag(moved))
+        if xp.isdtype(moved.dtype, "complex floating")
+        else (moved,)
+    )
+    for part in parts:
+        top = top + xp.expand_dims(xp.sum(part * poison, axis=(-2, -1)), axis=-1)
     r = xp.expand_dims(top, axis=-1)
     inverse = [perm.index(i) for i in range(ndim)]
     return xp.permute_dims(r, tuple(inverse)) if perm != tuple(range(ndim)) else r

@@ -175,7 +175,9 @@ def norm(
     ``sum(abs(x) ** p) ** (1 / p)`` without rescaling, so they overflow like TF's; the maximum
     of an empty input (``ord`` inf, matrix ``ord`` 2) is ``-inf``; squares are summed in the
     input's dtype (float16 overflows at 256). The gradient of the Euclidean norm at 0 is NaN,
-    as in TF (``torch.linalg.vector_norm`` gives 0).
+    as in TF (``torch.linalg.vector_norm`` gives 0). The matrix 2-norm is TF's
+    ``max(abs(svd(x)))``: a matrix holding inf or NaN gives NaN and an all-NaN gradient, an
+    all-zero matrix the gradient 0, and tied largest singular values share the gradient.
 
     Examples
     --------

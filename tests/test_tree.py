@@ -58,6 +58,17 @@ def np64(backend: Backend, x: Any) -> np.ndarray:
     return np.asarray(backend.to_numpy(x), dtype=np.float64)
 
 
+def check_leafwise(backend, check, out, tr, expected, ulp=0):
+    """``out`` has ``tr``'s structure, ``None`` where ``tr`` has it, and each other leaf is
+    ``expected(leaf as float64 NumPy)`` (float32, within ``ulp``)."""
+    assert skeleton(out) == skeleton(tr)
+    for g, s in zip(leaves(out), leaves(tr), strict=True):
+        if s is None:
+            assert g is None
+            continue
+        check(g, expected(np64(backend, s)), "float32", ulp)
+
+
 def global_norm64(arrays: list[np.ndarray]) -> float:
     """sqrt(sum of squares) in float64 (tf-semantics.md §3.1, without its rounding)."""
     return float(np.sqrt(sum(np.sum(a * a) for a in arrays)))
@@ -112,25 +123,15 @@ def test_global_norm_structures(backend, structure, ab, check):
 def test_clip_by_value_structures(backend, structure, ab, check):
     tr = structure(*ab)
     out = tree.clip_by_value(tr, -1.0, 3.5)
-    assert skeleton(out) == skeleton(tr)
-    for g, s in zip(leaves(out), leaves(tr), strict=True):
-        if s is None:
-            assert g is None
-            continue
-        check(g, np.minimum(np64(backend, s), 3.5), "float32")
+    check_leafwise(backend, check, out, tr, lambda s: np.minimum(s, 3.5))
 
 
 def test_clip_by_norm_structures(backend, structure, ab, check):
     # each leaf on its own: a has norm 5, b norm 12; clip 2.5 gives [1.5, 2] and [[2.5]]
     tr = structure(*ab)
     out = tree.clip_by_norm(tr, 2.5)
-    assert skeleton(out) == skeleton(tr)
-    for g, s in zip(leaves(out), leaves(tr), strict=True):
-        if s is None:
-            assert g is None
-            continue
-        s64 = np64(backend, s)
-        check(g, s64 * 2.5 / max(math.sqrt(np.sum(s64 * s64)), 2.5), "float32", 2)
+    expected = lambda s: s * 2.5 / max(math.sqrt(np.sum(s * s)), 2.5)  # noqa: E731
+    check_leafwise(backend, check, out, tr, expected, 2)
 
 
 def test_clip_by_norm_axes(backend, make, check):
@@ -144,14 +145,8 @@ def test_clip_by_average_norm_structures(backend, structure, ab, check):
     # tf-semantics.md §5.1: t * c * min(size / l2norm, 1 / c)
     tr = structure(*ab)
     out = tree.clip_by_average_norm(tr, 1.0)
-    assert skeleton(out) == skeleton(tr)
-    for g, s in zip(leaves(out), leaves(tr), strict=True):
-        if s is None:
-            assert g is None
-            continue
-        s64 = np64(backend, s)
-        factor = min(s64.size / math.sqrt(np.sum(s64 * s64)), 1.0)
-        check(g, s64 * factor, "float32", 3)
+    expected = lambda s: s * min(s.size / math.sqrt(np.sum(s * s)), 1.0)  # noqa: E731
+    check_leafwise(backend, check, out, tr, expected, 3)
 
 
 def test_dict_keeps_key_order_and_type(backend, ab):

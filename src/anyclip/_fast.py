@@ -52,10 +52,11 @@ __all__ = [
 
 _ENABLED = True
 
-#: Arrays smaller than this are joined into one before their squares are summed.
+#: Arrays of this many elements or more are large: their squares are summed on their own (the
+#: smaller ones joined first), and the NumPy clip writes its second step in place.
 _BLOCK = 1 << 16
 
-#: Most elements joined into one temporary by the torch sums of squares (4 MiB of float32).
+#: Most elements joined into one temporary by the sums of squares (4 MiB of float32).
 _JOIN = 1 << 20
 
 #: Elements per row in the sums of squares (one ``einsum`` or ``vector_norm`` per row).
@@ -116,8 +117,34 @@ def half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any | None:
     return None
 
 
+def _groups(arrays: Sequence[Any], count: Any) -> list[list[Any]]:
+    """The arrays, in order, as groups whose squares are summed together.
+
+    One group per array of ``_BLOCK`` elements or more; the smaller ones are joined, up to
+    ``_JOIN`` elements per group. ``count`` gives an array's number of elements. Joining
+    replaces a reduction per small array by one per group (the per-array cost dominates for
+    thousands of small arrays); the cap bounds the temporary a group is joined into.
+    """
+    groups: list[list[Any]] = []
+    batch: list[Any] = []
+    size = 0
+    for a in arrays:
+        n = count(a)
+        if n >= _BLOCK:
+            groups.append([a])
+            continue
+        batch.append(a)
+        size += n
+        if size >= _JOIN:
+            groups.append(batch)
+            batch, size = [], 0
+    if batch:
+        groups.append(batch)
+    return groups
+
+
 def _jax_half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any | None:
-    """JAX: arrays under ``_BLOCK`` elements joined (``_JOIN`` at a time) into one reduction.
+    """JAX: one reduction per group of :func:`_groups`, instead of one per array.
 
     XLA runs one loop per reduction; for thousands of small arrays those loops, not the
     arithmetic, take the time (W3), and one ``concatenate`` (fused into the reduction under
@@ -125,24 +152,14 @@ def _jax_half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any | None:
     """
     if arrays[0].dtype not in (xp.float32, xp.float64):
         return None
-    small = [a for a in arrays if a.size < _BLOCK]
-    if len(small) < 2:
+    groups = _groups(arrays, lambda a: a.size)
+    if len(groups) == len(arrays):  # nothing to join
         return None
-    groups: list[list[Any]] = [[a] for a in arrays if a.size >= _BLOCK]
-    batch: list[Any] = []
-    size = 0
-    for a in small:
-        batch.append(xp.reshape(a, (-1,)))
-        size += a.size
-        if size >= _JOIN:
-            groups.append(batch)
-            batch, size = [], 0
-    if batch:
-        groups.append(batch)
     half = constant(xp, 0.5, arrays[0].dtype, arrays[0])
     sums = []
     for group in groups:
-        flat = group[0] if len(group) == 1 else xp.concat(group)
+        flats = [xp.reshape(a, (-1,)) for a in group]
+        flat = flats[0] if len(flats) == 1 else xp.concat(flats)
         sums.append(xp.sum(flat * flat) * half)
     return xp.sum(xp.stack(sums))
 
@@ -153,16 +170,13 @@ def _numpy_squared_sum(np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool
     ``einsum`` squares and sums each row in one pass without a temporary array; the row sums
     (1/``_ROW`` of the data) are then summed pairwise, which keeps float32 sums of tens of
     millions of squares within a few ULP (a single ``vdot`` loses about 1e-4 there). With
-    ``half``, each row sum is halved first (TF's ``l2_loss``). Arrays smaller than a row block
-    are joined into one first.
+    ``half``, each row sum is halved first (TF's ``l2_loss``). Small arrays are joined first
+    (:func:`_groups`).
     """
-    small: list[Any] = []
-    flats: list[Any] = []
-    for a in arrays:
-        (small if a.size < _BLOCK else flats).append(a)
-    flats = [a.reshape(-1) for a in flats]
-    if small:
-        flats.append(np.concatenate(small, axis=None))  # axis=None: flattened, then joined
+    flats = [
+        group[0].reshape(-1) if len(group) == 1 else np.concatenate(group, axis=None)
+        for group in _groups(arrays, lambda a: a.size)
+    ]
     sums = []
     for flat in flats:
         rows = flat.size // _ROW
@@ -183,10 +197,9 @@ def _torch_partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
 
     ``torch._foreach_norm`` and ``torch.linalg.vector_norm`` accumulate float32 sequentially on
     CPU: over a million elements they are hundreds of ULP off (measured; TF is within a few).
-    So each norm here covers at most ``_ROW`` elements: every array is cut into rows of
-    ``_ROW`` (arrays under ``_BLOCK`` elements are first joined, up to ``_JOIN`` elements at a
-    time, by one ``_flatten_dense_tensors`` call, which is also much cheaper than a norm per
-    small array), one ``vector_norm(dim=1)`` gives the row norms, the leftover tails go to one
+    So each norm here covers at most ``_ROW`` elements: every group of :func:`_groups` (small
+    arrays joined by one ``_flatten_dense_tensors`` call) is cut into rows of ``_ROW``, one
+    ``vector_norm(dim=1)`` gives the row norms, the leftover tails go to one
     ``_foreach_norm``, and ``torch.sum`` (pairwise) adds the squares.
     """
     from torch._utils import _flatten_dense_tensors
@@ -201,20 +214,8 @@ def _torch_partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
         if m:
             parts.append(torch.linalg.vector_norm(flat[: m * _ROW].view(m, _ROW), dim=1))
 
-    batch: list[Any] = []
-    size = 0
-    for a in arrays:
-        n = a.numel()
-        if n >= _BLOCK:
-            rows(a.reshape(-1))
-            continue
-        batch.append(a)
-        size += n
-        if size >= _JOIN:
-            rows(_flatten_dense_tensors(batch))
-            batch, size = [], 0
-    if batch:
-        rows(_flatten_dense_tensors(batch) if len(batch) > 1 else batch[0].reshape(-1))
+    for group in _groups(arrays, lambda a: a.numel()):
+        rows(group[0].reshape(-1) if len(group) == 1 else _flatten_dense_tensors(group))
     if tails:
         parts.append(torch.stack(torch._foreach_norm(tails, 2)))
     if not parts:  # only empty arrays
@@ -396,11 +397,13 @@ def plain_norm(x: Any) -> Any | None:
     if lib == "torch":
         import torch
 
+        # l2norm's conditions, spelled out (``_torch_ok`` costs more than this whole call):
+        # float32/64, no gradient recorded (TF's at 0 is the core's), 2 to _ROW elements
         if x.dtype not in (torch.float32, torch.float64):
             return None
-        if x.requires_grad and torch.is_grad_enabled():  # TF's gradient at 0 is the core's
+        if x.requires_grad and torch.is_grad_enabled():
             return None
-        if not 1 < x.numel() <= _ROW:  # one element: see _reduced_count; long: see l2norm
+        if not 1 < x.numel() <= _ROW:
             return None
         return torch.linalg.vector_norm(x)
     if lib == "numpy" and x.size <= _SMALL:

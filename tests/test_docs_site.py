@@ -1,0 +1,252 @@
+"""The documentation site builds without a warning and every page works in a real browser.
+
+The site is built with ``mkdocs build --strict`` (as ``make docs`` builds it) into a temporary
+folder, served on 127.0.0.1, and every page is opened in headless Chromium (Debian's
+``chromium`` package). From the DOM Chromium renders, each page must have its main content and
+must not be a 404, every internal link must reach a page of the site (and the element its
+``#fragment`` names), and the API page must document every public name of ``anyclip``,
+``anyclip.tree``, ``anyclip.torch`` and ``anyclip.optax``.
+
+Without mkdocs or Chromium these tests are a visible SKIP; when ``CI`` is ``true`` (``.ci/run``
+installs both) they fail instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urldefrag, urljoin, urlsplit
+
+import pytest
+
+import anyclip
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+#: The site's pages, one per Markdown file of docs/ (``--strict`` fails on a file left out of
+#: the nav), as paths under the site root.
+PAGES = sorted("" if p.stem == "index" else f"{p.stem}/" for p in DOCS.glob("*.md"))
+#: Modules whose ``__all__`` the API page documents; the adapters are read from source, so the
+#: check does not need torch or optax.
+API_MODULES = ("tree", "torch", "optax")
+
+
+def _missing(what: str) -> None:
+    """Skip, or fail in CI, where a tool the site check needs is missing."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} is required in CI (.ci/run installs it)")
+    pytest.skip(f"{what} is not installed")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built with ``mkdocs build --strict`` as ``make docs`` builds it."""
+    try:
+        import material  # noqa: F401
+        import mkdocs  # noqa: F401
+        import mkdocstrings  # noqa: F401
+    except ImportError:
+        _missing("the docs extra (mkdocs, mkdocs-material, mkdocstrings)")
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        check=False,
+    )
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{log}"
+    assert "WARNING" not in log, f"mkdocs build warned:\n{log}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def base_url(site) -> Iterator[str]:
+    """The built site, served on a free port of 127.0.0.1."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    _missing("chromium (apt-get install -y chromium)")
+    raise AssertionError  # unreachable: _missing skips or fails
+
+
+def chromium_args(chromium: str, user_data_dir: Path) -> list[str]:
+    """Headless Chromium, isolated: no network beyond the page, no profile, no updates."""
+    return [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={user_data_dir}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def dom(chromium, base_url, tmp_path_factory) -> dict[str, str]:
+    """The DOM Chromium renders for each page, by path under the site root."""
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    rendered = {}
+    for page in PAGES:
+        done = subprocess.run(
+            [*chromium_args(chromium, profile), "--dump-dom", base_url + page],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, f"chromium failed on /{page}:\n{done.stderr[-2000:]}"
+        rendered[page] = done.stdout
+    return rendered
+
+
+class _Page(HTMLParser):
+    """What the checks read from a DOM: ids, links, the title, and the main article's text."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+        self.title = ""
+        self.article_text: list[str] = []
+        self._in_title = False
+        self._article_depth = 0
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        if tag == "a" and attrs.get("href"):
+            self.links.append(attrs["href"])
+        if tag == "title":
+            self._in_title = True
+        if tag == "article" and "md-content__inner" in (attrs.get("class") or ""):
+            self._article_depth = 1
+        elif self._article_depth and tag == "article":
+            self._article_depth += 1
+
+    def handle_endtag(self, tag):
+        if tag == "title":
+            self._in_title = False
+        if tag == "article" and self._article_depth:
+            self._article_depth -= 1
+
+    def handle_data(self, data):
+        if self._in_title:
+            self.title += data
+        if self._article_depth:
+            self.article_text.append(data)
+
+
+def _target_page(url: str, base_url: str) -> str | None:
+    """The page (path under the site root) an internal URL opens, or None if it is external."""
+    if not url.startswith(base_url):
+        return None
+    return url[len(base_url) :]
+
+
+# ------------------------------------------------------------------------------ tests
+def test_every_docs_page_is_a_site_page():
+    assert {"", "api/", "quickstart/", "porting/", "faq/", "tf-behaviour/"} <= set(PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p or "index")
+def test_page_renders(dom, page):
+    parsed = _Page(dom[page])
+    text = " ".join("".join(parsed.article_text).split())
+    assert "404" not in parsed.title and "Error response" not in dom[page], (
+        f"/{page} is a 404 page: {parsed.title!r}"
+    )
+    assert len(text) > 200, f"/{page} renders almost no content: {text!r}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p or "index")
+def test_page_has_no_broken_internal_link(dom, site, base_url, page):
+    broken = []
+    checked = 0
+    for href in _Page(dom[page]).links:
+        url, fragment = urldefrag(urljoin(base_url + page, href))
+        target = _target_page(url, base_url)
+        if target is None or urlsplit(url).scheme not in ("http", "https"):
+            continue
+        checked += 1
+        path = site / target
+        if path.is_dir():
+            path = path / "index.html"
+        if not path.is_file():
+            broken.append(f"{href} (no {target or 'index'})")
+            continue
+        if fragment:
+            ids = _Page(dom[target]).ids if target in dom else _Page(path.read_text()).ids
+            if fragment not in ids:
+                broken.append(f"{href} (no #{fragment} on /{target})")
+    assert not broken, f"/{page} has broken links: {broken}"
+    assert checked >= len(PAGES), f"/{page}: only {checked} internal links (the nav has more)"
+
+
+def _source_all(module: str) -> list[str]:
+    """``__all__`` of ``anyclip.<module>``, read from its source (no framework import)."""
+    tree = ast.parse((ROOT / "src" / "anyclip" / f"{module}.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError(f"anyclip.{module} has no __all__")
+
+
+def _public_names() -> list[str]:
+    names = [f"anyclip.{name}" for name in anyclip.__all__]
+    for module in API_MODULES:
+        names.append(f"anyclip.{module}")
+        names.extend(f"anyclip.{module}.{name}" for name in _source_all(module))
+    return sorted(set(names))
+
+
+def test_public_names_are_known():
+    names = _public_names()
+    assert "anyclip.clip_by_global_norm" in names
+    assert "anyclip.torch.clip_grad_norm_" in names
+    assert "anyclip.optax.clip_by_global_norm" in names
+
+
+@pytest.mark.parametrize("name", _public_names())
+def test_api_page_documents_public_name(dom, name):
+    parsed = _Page(dom["api/"])
+    assert name in parsed.ids, f"the API page has no section for {name}"

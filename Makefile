@@ -23,6 +23,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m ruff check $(LINTED)
 	$(BIN)/python -m ruff format --check $(LINTED)
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## bench: time anyclip against each framework's own clipping; writes docs/performance.md

@@ -61,6 +61,7 @@ def clip_by_global_norm(
     *,
     accumulate_dtype: DTypeLike = "widest",
     nonfinite: Nonfinite = "tf",
+    group: str | tuple[str, ...] | None = None,
 ) -> optax.GradientTransformation:
     """Clip the updates by their global norm with TF's formula; keep the norm in the state.
 
@@ -73,6 +74,10 @@ def clip_by_global_norm(
     nonfinite : {"tf", "torch", "skip"}, optional
         What an inf or NaN global norm does (see :func:`anyclip.clip_by_global_norm`);
         ``"raise"`` reads the norm on the host and does not work under ``jax.jit``.
+    group : str or tuple of str, optional
+        Inside ``shard_map`` or ``pmap``: the axis name(s) over which the updates are split;
+        the norm is then the global one (one ``jax.lax.psum`` of a scalar). Under ``jit``
+        with sharded arrays no ``group`` is needed.
 
     Returns
     -------
@@ -94,7 +99,7 @@ def clip_by_global_norm(
     ) -> tuple[Any, ClipByGlobalNormState]:
         del params
         clipped, norm = tree.clip_by_global_norm(
-            updates, clip_norm, accumulate_dtype=accumulate_dtype, nonfinite=policy
+            updates, clip_norm, accumulate_dtype=accumulate_dtype, nonfinite=policy, group=group
         )
         return clipped, ClipByGlobalNormState(norm.astype(state.global_norm.dtype))
 

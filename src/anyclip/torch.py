@@ -28,12 +28,18 @@ import torch
 
 from anyclip import _clip, _core
 from anyclip._compat import namespace
+from anyclip._kernels._dist import is_dtensor
 from anyclip._policy import as_operand, check_nonfinite
 from anyclip._typing import DTypeLike, Nonfinite
 
 __all__ = ["clip_grad_by_norm_", "clip_grad_norm_", "clip_grad_value_"]
 
 Parameters = torch.Tensor | Iterable[torch.Tensor]
+
+
+def _local(x: Any) -> Any:
+    """A DTensor's local tensor (its shard, sharing storage); anything else unchanged."""
+    return x.to_local() if is_dtensor(x) else x
 
 
 def _grads(parameters: Parameters) -> list[torch.Tensor]:
@@ -52,6 +58,7 @@ def clip_grad_norm_(
     *,
     accumulate_dtype: DTypeLike = "widest",
     nonfinite: Nonfinite = "tf",
+    group: Any = None,
 ) -> torch.Tensor:
     """Scale all gradients in place so their global norm is at most ``clip_norm``, as TF.
 
@@ -76,11 +83,16 @@ def clip_grad_norm_(
     nonfinite : {"tf", "torch", "skip", "raise"}, optional
         What an inf or NaN global norm does (see :func:`anyclip.clip_by_global_norm`).
         ``"tf"`` (default) makes every gradient NaN; ``"torch"`` matches torch's own result.
+    group : ProcessGroup, DeviceMesh or sequence of them, optional
+        The processes whose gradients form the global norm with these ones (pipeline stages,
+        expert groups): one all-reduce of a scalar over each. Sharded gradients (``DTensor``,
+        FSDP2, tensor parallel) need none. Every process of the group must call.
 
     Returns
     -------
     Tensor
-        The global norm of the gradients before clipping (0-d, on the first gradient's device).
+        The global norm of the gradients before clipping (0-d, on the first gradient's device;
+        a ``Replicate`` DTensor, equal on every rank, for DTensor gradients).
 
     Raises
     ------
@@ -94,6 +106,8 @@ def clip_grad_norm_(
     The norm is :func:`anyclip.global_norm`'s: gradients on several devices are grouped by
     device, each device sums its own squares, and the partial sums meet on the first
     gradient's device (a device-to-device copy, no host sync); the factor is sent back.
+    DTensor gradients are scaled shard by shard in place: no gather, and the only
+    communication is the all-reduce of the 0-d partial sum.
     """
     if float(norm_type) != 2.0:
         msg = f"`norm_type` must be 2 (TF clips by the L2 norm), got {norm_type!r}"
@@ -105,16 +119,18 @@ def clip_grad_norm_(
     grads = _grads(parameters)
     if not grads:  # torch returns 0 too; on the parameters' device
         return torch.zeros((), device=parameters[0].device if parameters else None)
-    norm = _clip.global_norm(grads, accumulate_dtype=accumulate_dtype)
-    if policy == "raise" and not bool(torch.isfinite(norm)):  # host sync, by request
-        msg = f"the global norm of the gradients is not finite ({float(norm)})"
+    norm = _clip.global_norm(grads, accumulate_dtype=accumulate_dtype, group=group)
+    value = _local(norm)
+    if policy == "raise" and not bool(torch.isfinite(value)):  # host sync, by request
+        msg = f"the global norm of the gradients is not finite ({float(value)})"
         raise FloatingPointError(msg)
-    xp = namespace(norm)
-    c = as_operand(clip_norm, xp, norm, "clip_norm")
-    scale = _core.global_scale(xp, c, norm, policy)
+    xp = namespace(value)
+    c = as_operand(_local(clip_norm), xp, value, "clip_norm")
+    scale = _core.global_scale(xp, c, value, policy)
     by_group: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for g in grads:
-        by_group.setdefault((g.device, g.dtype), []).append(g)
+        local = _local(g)  # a DTensor's shard, scaled in place: placements unchanged
+        by_group.setdefault((local.device, local.dtype), []).append(local)
     for (device, dtype), group in by_group.items():
         torch._foreach_mul_(group, scale.to(device=device, dtype=dtype, non_blocking=True))
     return norm

@@ -4,6 +4,12 @@ Every test that touches arrays takes the ``backend`` fixture. It is parametrised
 backend anyclip supports; a backend that is not installed (or a device that is not present) is a
 visible SKIP locally. Backends named in the environment variable ``ANYCLIP_REQUIRE_BACKENDS``
 (comma separated; ``.ci/run`` sets it) FAIL instead of skipping when they cannot be loaded.
+
+The generic ``dask`` backend is opt-in: it runs only when named in
+``ANYCLIP_REQUIRE_BACKENDS``. dask is installed by the ``test`` extra for
+``tests/test_dask.py`` (laziness, the matrix 2-norm, out of core on a LocalCluster), but the
+whole catalogue on dask still has known failures at the edges (NaN/inf policies, overflow and
+empty cases; about 360 of the parametrisations) and takes minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -68,9 +74,14 @@ def _required() -> set[str]:
 
 _CACHE: dict[str, Backend | str] = {}
 
+#: Backends of the shared fixtures that run only when named in ANYCLIP_REQUIRE_BACKENDS.
+OPT_IN = frozenset({"dask"})
+
 
 def get_backend(name: str) -> Backend:
     """Load backend ``name`` once per session; skip or fail when it is unavailable."""
+    if name in OPT_IN and name not in _required():
+        pytest.skip(f"backend {name!r} is opt-in: name it in ANYCLIP_REQUIRE_BACKENDS")
     if name not in _CACHE:
         try:
             _CACHE[name] = load_backend(name)

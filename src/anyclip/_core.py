@@ -196,7 +196,7 @@ def norm(
             axes = axis if axis is None or isinstance(axis, tuple) else (axis,)
             r = kernels.norm2(xp, x, axes)
     elif isinstance(axis, tuple) and ord == 2:
-        r = _spectral_norm(xp, kernels.spectral_input(xp, x, axis), axis)
+        r = _spectral_norm(xp, kernels, kernels.spectral_input(xp, x, axis), axis)
     else:
         a = g.abs(xp, x)
         if ord == 1:
@@ -219,7 +219,7 @@ def norm(
     return _squeeze_reduced(xp, r, axis)
 
 
-def _spectral_norm(xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
+def _spectral_norm(xp: Namespace, kernels: Kernels, x: Any, axis: tuple[int, int]) -> Any:
     """Largest singular value over the two ``axis``, kept as two size-1 axes."""
     ndim = x.ndim
     rest = [i for i in range(ndim) if i not in axis]
@@ -231,7 +231,7 @@ def _spectral_norm(xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
     # the NaN back in the value and in the gradient without a branch on values.
     finite = xp.isfinite(moved)
     bad = xp.logical_not(xp.all(finite, axis=(-2, -1)))
-    s = xp.linalg.svdvals(xp.where(finite, moved, xp.zeros_like(moved)))
+    s = kernels.svdvals(xp, xp.where(finite, moved, xp.zeros_like(moved)))
     # TF's max(|s|): abs's gradient at 0 is 0, so an all-zero matrix has gradient 0.
     top = _max(xp, g.abs(xp, s), s.ndim - 1)
     nan, zero = _scalar(xp, math.nan, top), _scalar(xp, 0.0, top)
@@ -261,7 +261,10 @@ def l2_normalize(
     ``kernels`` (optional) settles the sum of squares (:meth:`Kernels.settle`: one
     all-reduce when ``x`` is a DTensor sharded over a reduced axis).
     """
-    settle = (lambda r: r) if kernels is None else (lambda r: kernels.settle(xp, r))
+
+    def settle(r: Any) -> Any:
+        return r if kernels is None else kernels.settle(xp, r)
+
     if xp.isdtype(x.dtype, "complex floating"):
         re, im = xp.real(x), xp.imag(x)
         square_sum = settle(reduce_sum(xp, re * re + im * im, axis, keepdims=True))

@@ -109,6 +109,10 @@ class Kernels:
         """``x``, checked for the matrix 2-norm over ``axis`` (its SVD needs whole matrices)."""
         return x
 
+    def svdvals(self, xp: Namespace, m: Any) -> Any:
+        """The singular values of the matrices ``m`` (..., M, N), for the matrix 2-norm."""
+        return xp.linalg.svdvals(m)
+
     def local(self, xp: Namespace, x: Any) -> Any:
         """``x`` as a plain array of this process (a sharded torch tensor's replicated value)."""
         return x

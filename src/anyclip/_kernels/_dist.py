@@ -232,6 +232,10 @@ class GroupKernels(Kernels):
         """As the wrapped kernels'."""
         return self.base.spectral_input(xp, x, axis)
 
+    def svdvals(self, xp: Namespace, m: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.svdvals(xp, m)
+
     def local(self, xp: Namespace, x: Any) -> Any:
         """As the wrapped kernels'."""
         return self.base.local(xp, x)

@@ -25,6 +25,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m ruff check $(LINTED)
 	$(BIN)/python -m ruff format --check $(LINTED)
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## docs: build the documentation site into site/; a warning is an error

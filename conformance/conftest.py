@@ -15,7 +15,6 @@ from conformance import harness  # noqa: E402
 
 _VARIANT = {
     "test_case": "eager",
-    "test_case_generic_path": "eager",
     "test_case_jit": "jit",
     "test_grad": "grad",
 }

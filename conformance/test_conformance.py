@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 import anyclip
-from anyclip import _fast
 from anyclip._testing import BACKEND_IDS
 from conformance import harness
 
@@ -40,45 +39,6 @@ def test_case_jit(case_id: str, backend) -> None:
 @pytest.mark.parametrize("case_id", GRAD)
 def test_grad(case_id: str, grad_backend) -> None:
     _run(case_id, grad_backend, "grad")
-
-
-#: The functions with backend fast paths (anyclip._fast), per backend that has them.
-_FAST_PATHS = {
-    "numpy": ("clip_by_value", "clip_by_norm", "norm", "global_norm", "clip_by_global_norm"),
-    "torch": ("clip_by_value", "clip_by_norm", "norm", "global_norm", "clip_by_global_norm"),
-    "jax": ("global_norm", "clip_by_global_norm"),
-}
-_FAST_PATHS["torch-cuda"] = _FAST_PATHS["torch"]
-_FAST_PATHS["jax-gpu"] = _FAST_PATHS["jax"]
-
-
-def _fast_path_params(kind: str | None) -> list[tuple[str, str]]:
-    ids = GRAD if kind == "grad" else ALL
-    return [
-        (case_id, name)
-        for name in BACKEND_IDS
-        if name in _FAST_PATHS
-        for case_id in ids
-        if case_id.split("/", 1)[0] in _FAST_PATHS[name]
-    ]
-
-
-@pytest.mark.parametrize(("case_id", "backend"), _fast_path_params(None), indirect=["backend"])
-def test_case_generic_path(case_id: str, backend) -> None:
-    """The generic array-API code passes the same data as the fast paths used by default."""
-    with _fast.disabled():
-        _run(case_id, backend, "eager")
-
-
-@pytest.mark.parametrize(
-    ("case_id", "grad_backend"),
-    [(c, b) for c, b in _fast_path_params("grad") if b != "numpy"],
-    indirect=["grad_backend"],
-)
-def test_grad_generic_path(case_id: str, grad_backend) -> None:
-    """TF's gradients through the generic code too (the fast paths are used by default)."""
-    with _fast.disabled():
-        _run(case_id, grad_backend, "grad")
 
 
 def test_catalogue_size() -> None:

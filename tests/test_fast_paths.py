@@ -1,9 +1,10 @@
-"""The plain-call fast paths of ``anyclip._fast`` against the generic path, at their edges.
+"""The backend kernels and plain-call fast paths against the generic kernels, at their edges.
 
-Conformance runs both paths on TF's data (``test_case`` and ``test_case_generic_path``). These
-tests add the arguments at the border of what the plain paths accept (bound order, NaN, inf and
-out-of-range bounds, NumPy scalars, 0-d and empty arrays): there a plain path must agree with
-the generic one, or step aside and let it answer.
+Conformance runs both on TF's data (``conformance/`` with the kernels each call chooses,
+``test_generic_kernels.py`` with ``bind(GENERIC)``). These tests add the arguments at the
+border of what the plain paths accept (bound order, NaN, inf and out-of-range bounds, NumPy
+scalars, 0-d and empty arrays): there a fast path must agree with the generic kernels, or step
+aside and let them answer.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import numpy as np
 import pytest
 
 import anyclip
-from anyclip import _fast
+from anyclip._api import bind
+from anyclip._kernels import GENERIC, plain_clip_by_norm, plain_clip_by_value, plain_norm
 from anyclip._testing import BACKEND_IDS, assert_array
 
 from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2
@@ -41,11 +43,13 @@ BOUNDS = [
 ]
 
 
+GENERIC_API = bind(GENERIC)
+
+
 def _check_both(backend, fn, args, dtype, ulp=0):
-    """``fn(*args)`` with the fast paths on equals it with them off (or raises the same error)."""
+    """``fn(*args)`` equals it with the generic kernels (or raises the same error)."""
     try:
-        with _fast.disabled():
-            generic = fn(*args)
+        generic = getattr(GENERIC_API, fn.__name__)(*args)
     except (TypeError, ValueError) as exc:
         with pytest.raises(type(exc)):
             fn(*args)
@@ -103,10 +107,10 @@ def test_clip_by_norm_plain_equals_generic(backend, make, dtype, shape, clip_nor
 def test_plain_paths_engage(backend, make):
     """The calls ``benchmarks/`` times as W5 take the plain paths (else W5 measures nothing)."""
     t = make([0.5, -3.0, 4.0, 2.0, -1.0, 0.0], "float32")
-    assert _fast.plain_clip_by_value(t, -1.0, 1.0) is not None
-    assert _fast.plain_norm(t) is not None
+    assert plain_clip_by_value(t, -1.0, 1.0) is not None
+    assert plain_norm(t) is not None
     if backend.library == "numpy":
-        assert _fast.plain_clip_by_norm(t, 1.0) is not None
+        assert plain_clip_by_norm(t, 1.0) is not None
 
 
 @pytest.mark.parametrize("backend", PLAIN_BACKENDS, indirect=True)
@@ -117,7 +121,7 @@ def test_plain_paths_engage(backend, make):
 )
 def test_plain_clip_by_value_steps_aside(backend, make, bounds):
     """Bounds a clamp would treat differently from TF's two steps go the general way."""
-    assert _fast.plain_clip_by_value(make([1.0, 2.0], "float32"), *bounds) is None
+    assert plain_clip_by_value(make([1.0, 2.0], "float32"), *bounds) is None
 
 
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)
@@ -126,7 +130,7 @@ def test_torch_plain_clip_keeps_tf_gradient(backend):
     torch = backend.module
     x = torch.tensor([-2.0, -1.0, 0.0, 1.0, 2.0, math.nan], requires_grad=True)
     w = torch.arange(1.0, 7.0)
-    assert _fast.plain_clip_by_value(x, -1.0, 1.0) is not None
+    assert plain_clip_by_value(x, -1.0, 1.0) is not None
     (anyclip.clip_by_value(x, -1.0, 1.0) * w).sum().backward()
     assert_array(x.grad, [0.0, 2.0, 3.0, 4.0, 0.0, 0.0], backend=backend, dtype="float32")
 

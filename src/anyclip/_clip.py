@@ -1,24 +1,50 @@
-"""Public clipping functions: argument checks, namespace resolution and docs.
+"""Public clipping functions: signatures, docs, argument checks and the choice of kernels.
 
-The arithmetic lives in :mod:`anyclip._core`; the dtype policy in :mod:`anyclip._convert`.
+Layer: public. Each function resolves its namespace once, converts and checks its arguments
+with :mod:`anyclip._policy`, chooses its kernels once (:func:`anyclip._kernels.kernels_for`)
+and runs the formula of :mod:`anyclip._core`. The work is done by a private twin
+(``_clip_by_norm(kernels, ...)``) that :func:`anyclip._api.bind` also exposes with fixed
+kernels; the public function adds the plain-call fast paths in front of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, cast, overload
 
-from anyclip import _core, _fast, _gradients
+from anyclip import _core
 from anyclip._compat import comparable_dtype, dtype_name, is_array, is_numpy_scalar, namespace
-from anyclip._convert import (
+from anyclip._kernels import (
+    GENERIC,
+    Kernels,
+    kernels_for,
+    plain_clip_by_norm,
+    plain_clip_by_value,
+)
+from anyclip._policy import (
+    FLOATS,
+    ListNames,
     as_input,
+    as_list,
     as_operand,
     check_broadcastable,
+    check_nonfinite,
     dtype_kind,
-    is_sequence_of_arrays,
+    floating_list,
     normalize_axes,
+    real_list,
     require_kind,
     resolve_accumulate_dtype,
+)
+from anyclip._typing import (
+    Array,
+    ArrayT,
+    Axes,
+    DTypeLike,
+    Namespace,
+    Nonfinite,
+    Operand,
+    PythonData,
 )
 
 __all__ = [
@@ -29,14 +55,25 @@ __all__ = [
     "global_norm",
 ]
 
-ArrayT = TypeVar("ArrayT")
 
-_FLOATS = "a floating dtype (float16, bfloat16, float32 or float64)"
+@overload
+def clip_by_value(
+    t: ArrayT, clip_value_min: Operand, clip_value_max: Operand, name: str | None = None
+) -> ArrayT: ...
+
+
+@overload
+def clip_by_value(
+    t: PythonData, clip_value_min: Operand, clip_value_max: Operand, name: str | None = None
+) -> Array: ...
 
 
 def clip_by_value(
-    t: ArrayT, clip_value_min: Any, clip_value_max: Any, name: str | None = None
-) -> ArrayT:
+    t: Array | PythonData,
+    clip_value_min: Operand,
+    clip_value_max: Operand,
+    name: str | None = None,
+) -> Array:
     """Clip values elementwise to ``[clip_value_min, clip_value_max]``, as ``tf.clip_by_value``.
 
     Computes ``maximum(minimum(t, clip_value_max), clip_value_min)``.
@@ -93,9 +130,20 @@ def clip_by_value(
     >>> anyclip.clip_by_value(np.array([0, 5, 10]), 6, 4)  # min > max: min wins, as in TF
     array([6, 6, 6])
     """
-    plain = _fast.plain_clip_by_value(t, clip_value_min, clip_value_max)
+    plain = plain_clip_by_value(t, clip_value_min, clip_value_max)
     if plain is not None:
-        return plain
+        return cast(Array, plain)
+    return cast(Array, _clip_by_value(None, t, clip_value_min, clip_value_max))
+
+
+def _clip_by_value(
+    kernels: Kernels | None,
+    t: Any,
+    clip_value_min: Any,
+    clip_value_max: Any,
+    name: str | None = None,
+) -> Any:
+    """:func:`clip_by_value` without the plain-call fast path (no kernel step to choose)."""
     xp = namespace(t, clip_value_min, clip_value_max, names=_BOUNDS)
     t = as_input(t, xp, "t")
     require_kind(xp, t, "t", ("int", "real"), "a real dtype (floating or integer)")
@@ -112,7 +160,7 @@ def clip_by_value(
     return _core.clip_by_value(xp, t, lo, hi)
 
 
-def _clip_norm_operand(xp: Any, clip_norm: Any, t: Any) -> Any:
+def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any) -> Any:
     """``clip_norm`` as ``tf.clip_by_norm`` converts it (negative becomes 0)."""
     if clip_norm is None:
         msg = "`clip_norm` must be a number or an array, got None"
@@ -124,22 +172,22 @@ def _clip_norm_operand(xp: Any, clip_norm: Any, t: Any) -> Any:
     if is_array(clip_norm):
         require_kind(xp, clip_norm, "clip_norm", ("bool", "int", "real"), "a real dtype")
         zero = as_operand(0, xp, clip_norm, "clip_norm")
-        clipped = _gradients.maximum(xp, clip_norm, zero)
+        clipped = _core.nonnegative(xp, clip_norm, zero)
         return as_operand(clipped, xp, t, "clip_norm", cast_arrays=True)
     if isinstance(clip_norm, (list, tuple)):
         c = as_operand(clip_norm, xp, t, "clip_norm")
-        return _gradients.maximum(xp, c, as_operand(0, xp, t, "clip_norm"))
+        return _core.nonnegative(xp, c, as_operand(0, xp, t, "clip_norm"))
     msg = f"`clip_norm` must be a number or an array, got {type(clip_norm).__name__}"
     raise TypeError(msg)
 
 
 def clip_by_norm(
     t: ArrayT,
-    clip_norm: Any,
-    axes: Any = None,
+    clip_norm: Operand,
+    axes: Axes = None,
     name: str | None = None,
     *,
-    accumulate_dtype: Any = None,
+    accumulate_dtype: DTypeLike = None,
 ) -> ArrayT:
     """Scale ``t`` so its L2 norm over ``axes`` is at most ``clip_norm``, as ``tf.clip_by_norm``.
 
@@ -204,83 +252,44 @@ def clip_by_norm(
            [0.3, 0.4]], dtype=float32)
     """
     if axes is None and accumulate_dtype is None:
-        plain = _fast.plain_clip_by_norm(t, clip_norm)
+        plain = plain_clip_by_norm(t, clip_norm)
         if plain is not None:
-            return plain
+            return cast(ArrayT, plain)
+    return cast(ArrayT, _clip_by_norm(None, t, clip_norm, axes, accumulate_dtype=accumulate_dtype))
+
+
+def _clip_by_norm(
+    kernels: Kernels | None,
+    t: Any,
+    clip_norm: Any,
+    axes: Any = None,
+    name: str | None = None,
+    *,
+    accumulate_dtype: Any = None,
+) -> Any:
+    """:func:`clip_by_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
     xp = namespace(t, clip_norm, names=("t", "clip_norm"))
     t = as_input(t, xp, "t")
-    require_kind(xp, t, "t", ("real",), _FLOATS)
+    require_kind(xp, t, "t", ("real",), FLOATS)
     ax = normalize_axes(axes, t.ndim, "axes")
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [t.dtype])
     work = t if acc is None or acc == t.dtype else xp.astype(t, acc)
     c = _clip_norm_operand(xp, clip_norm, work)
     check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t")
-    out = _core.clip_by_norm(xp, work, c, ax)
+    k = kernels_for(xp, (work,)) if kernels is None else kernels
+    out = _core.clip_by_norm(xp, k, work, c, ax)
     return out if out.dtype == t.dtype else xp.astype(out, t.dtype)
 
 
 _BOUNDS = ("t", "clip_value_min", "clip_value_max")
 
 
-class _ListNames(Sequence[str]):
-    """``t_list[0]``, ``t_list[1]``, ... then ``extra``: argument names, made only when needed."""
-
-    def __init__(self, n: int, extra: tuple[str, ...] = ()) -> None:
-        self.n, self.extra = n, extra
-
-    def __len__(self) -> int:
-        return self.n + len(self.extra)
-
-    def __getitem__(self, i: Any) -> Any:
-        if not isinstance(i, int):
-            return [self[j] for j in range(len(self))[i]]
-        return f"t_list[{i}]" if i < self.n else self.extra[i - self.n]
-
-
-def _check_t_list(t_list: Any) -> list[Any]:
-    if not is_sequence_of_arrays(t_list):
-        msg = (
-            "`t_list` must be a sequence (list or tuple) of arrays, "
-            f"got {type(t_list).__module__}.{type(t_list).__qualname__}"
-        )
-        raise TypeError(msg)
-    return list(t_list)
-
-
-def _floating_list(xp: Any, t_list: list[Any], *, mixed_ok: bool = False) -> list[Any | None]:
-    """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype."""
-    present = [v for v in t_list if v is not None]
-    if all(is_array(v) for v in present):  # the common case: one check per distinct dtype
-        dtypes = {v.dtype for v in present}
-        if len(dtypes) <= 1 or mixed_ok:
-            for dtype in dtypes:
-                if dtype_kind(xp, dtype) != "real":
-                    break
-            else:
-                return list(t_list)
-    out: list[Any | None] = []
-    first = None
-    for i, v in enumerate(t_list):
-        if v is None:
-            out.append(None)
-            continue
-        v = as_input(v, xp, f"t_list[{i}]")
-        require_kind(xp, v, f"t_list[{i}]", ("real",), _FLOATS)
-        if first is None:
-            first = v
-        elif v.dtype != first.dtype and not mixed_ok:
-            msg = (
-                "`t_list` must hold arrays of one dtype (TF does not promote), got "
-                f"{dtype_name(first.dtype)} and {dtype_name(v.dtype)} at t_list[{i}]"
-            )
-            raise TypeError(msg)
-        out.append(v)
-    return out
-
-
 def global_norm(
-    t_list: Sequence[Any], name: str | None = None, *, accumulate_dtype: Any = None
-) -> Any:
+    t_list: Sequence[ArrayT | None],
+    name: str | None = None,
+    *,
+    accumulate_dtype: DTypeLike = None,
+) -> ArrayT:
     """The L2 norm of all arrays in ``t_list`` together, as ``tf.linalg.global_norm``.
 
     Computes ``sqrt(sum(sum(t * t) / 2 for t in t_list) * 2)``.
@@ -321,6 +330,10 @@ def global_norm(
     or more gives inf), and the gradient at an all-zero input is NaN (the derivative of the
     square root at 0).
 
+    Not in TF: torch tensors may sit on several devices. Each device sums its own squares;
+    the partial sums (0-d tensors, never the data) meet on the first array's device, where
+    the result is.
+
     Examples
     --------
     >>> import numpy as np
@@ -330,33 +343,47 @@ def global_norm(
     >>> anyclip.global_norm([a, None, b])
     array(13., dtype=float32)
     """
-    items = _check_t_list(t_list)
-    xp = namespace(*items, names=_ListNames(len(items)))
-    return _global_norm(xp, items, accumulate_dtype)
+    return cast(ArrayT, _global_norm(None, t_list, accumulate_dtype=accumulate_dtype))
 
 
-def _global_norm(xp: Any, items: list[Any], accumulate_dtype: Any, *, checked: bool = False) -> Any:
-    """``global_norm`` of ``items`` (arrays or None; already converted when ``checked``)."""
-    if not checked:
-        items = _floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
-    arrays = [v for v in items if v is not None]
-    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [v.dtype for v in arrays])
-    if acc is not None:
-        arrays = [v if v.dtype == acc else xp.astype(v, acc) for v in arrays]
-    if arrays:
-        return _core.global_norm(xp, arrays, arrays[0].dtype, arrays[0])
-    return _core.global_norm(xp, [], xp.float32 if acc is None else acc, None)
-
-
-def clip_by_global_norm(
-    t_list: Sequence[Any],
-    clip_norm: Any,
-    use_norm: Any = None,
+def _global_norm(
+    kernels: Kernels | None,
+    t_list: Any,
     name: str | None = None,
     *,
     accumulate_dtype: Any = None,
-    nonfinite: str = "tf",
-) -> tuple[list[Any], Any]:
+) -> Any:
+    """:func:`global_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
+    items = as_list(t_list)
+    xp = namespace(*items, names=ListNames(len(items)))
+    values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
+    return _global_norm_of(kernels, xp, values, accumulate_dtype)[0]
+
+
+def _global_norm_of(
+    kernels: Kernels | None, xp: Namespace, values: list[Any], accumulate_dtype: Any
+) -> tuple[Any, Kernels]:
+    """The global norm of checked ``values`` (arrays or None), and the kernels that took it."""
+    arrays = [v for v in values if v is not None]
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [v.dtype for v in arrays])
+    if acc is not None:
+        arrays = [v if v.dtype == acc else xp.astype(v, acc) for v in arrays]
+    if not arrays:
+        norm = _core.global_norm(xp, GENERIC, [], xp.float32 if acc is None else acc, None)
+        return norm, GENERIC if kernels is None else kernels
+    k = kernels_for(xp, arrays) if kernels is None else kernels
+    return _core.global_norm(xp, k, arrays, arrays[0].dtype, arrays[0]), k
+
+
+def clip_by_global_norm(
+    t_list: Sequence[ArrayT | None],
+    clip_norm: Operand,
+    use_norm: ArrayT | None = None,
+    name: str | None = None,
+    *,
+    accumulate_dtype: DTypeLike = None,
+    nonfinite: Nonfinite = "tf",
+) -> tuple[list[ArrayT | None], ArrayT]:
     """Scale every array in ``t_list`` by one factor so their global norm is at most ``clip_norm``.
 
     Mirrors ``tf.clip_by_global_norm``: every array is multiplied by
@@ -421,6 +448,9 @@ def clip_by_global_norm(
     * The gradient flows through the global norm; at an all-zero input it is NaN even though
       nothing is clipped. At a norm exactly equal to ``clip_norm`` it is the clipping branch's.
 
+    Not in TF: torch tensors may sit on several devices (the norm as in :func:`global_norm`);
+    the factor is sent to each array's device.
+
     Examples
     --------
     >>> import numpy as np
@@ -433,16 +463,38 @@ def clip_by_global_norm(
     >>> norm
     array(13., dtype=float32)
     """
-    if nonfinite not in _core.NONFINITE_POLICIES:
-        msg = f"`nonfinite` must be one of {_core.NONFINITE_POLICIES}, got {nonfinite!r}"
-        raise ValueError(msg)
-    items = _check_t_list(t_list)
+    return cast(
+        "tuple[list[ArrayT | None], ArrayT]",
+        _clip_by_global_norm(
+            None,
+            t_list,
+            clip_norm,
+            use_norm,
+            accumulate_dtype=accumulate_dtype,
+            nonfinite=nonfinite,
+        ),
+    )
+
+
+def _clip_by_global_norm(
+    kernels: Kernels | None,
+    t_list: Any,
+    clip_norm: Any,
+    use_norm: Any = None,
+    name: str | None = None,
+    *,
+    accumulate_dtype: Any = None,
+    nonfinite: Any = "tf",
+) -> tuple[list[Any], Any]:
+    """:func:`clip_by_global_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
+    policy = check_nonfinite(nonfinite)
+    items = as_list(t_list)
     xp = namespace(
-        *items, clip_norm, use_norm, names=_ListNames(len(items), ("clip_norm", "use_norm"))
+        *items, clip_norm, use_norm, names=ListNames(len(items), ("clip_norm", "use_norm"))
     )
     if use_norm is None:
-        values = _floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
-        use_norm = _global_norm(xp, values, accumulate_dtype, checked=True)
+        values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
+        use_norm, k = _global_norm_of(kernels, xp, values, accumulate_dtype)
     elif not is_array(use_norm):
         msg = (
             "`use_norm` must be a 0-d floating array (the precomputed global norm), "
@@ -450,29 +502,18 @@ def clip_by_global_norm(
         )
         raise TypeError(msg)
     else:
-        values = _any_list(xp, items)
-        require_kind(xp, use_norm, "use_norm", ("real",), _FLOATS)
+        values = real_list(xp, items)
+        require_kind(xp, use_norm, "use_norm", ("real",), FLOATS)
+        present = [v for v in values if v is not None]
+        k = kernels if kernels is not None else kernels_for(xp, present or [use_norm])
     c = as_operand(clip_norm, xp, use_norm, "clip_norm")
-    if nonfinite == "raise" and not bool(xp.all(xp.isfinite(use_norm))):  # host sync
+    if policy == "raise" and not bool(xp.all(xp.isfinite(use_norm))):  # host sync
         msg = f"the global norm is not finite ({float(use_norm)}); `nonfinite` is 'raise'"
         raise FloatingPointError(msg)
-    return _core.clip_by_global_norm(xp, values, c, use_norm, nonfinite), use_norm
+    return _core.clip_by_global_norm(xp, k, values, c, use_norm, policy), use_norm
 
 
-def _any_list(xp: Any, t_list: list[Any]) -> list[Any | None]:
-    """Entries converted to arrays, any real dtype (TF scales integers by a truncated factor)."""
-    out: list[Any | None] = []
-    for i, v in enumerate(t_list):
-        if v is None:
-            out.append(None)
-            continue
-        v = as_input(v, xp, f"t_list[{i}]")
-        require_kind(xp, v, f"t_list[{i}]", ("int", "real"), "a real dtype")
-        out.append(v)
-    return out
-
-
-def clip_by_average_norm(t: ArrayT, clip_norm: Any, name: str | None = None) -> ArrayT:
+def clip_by_average_norm(t: ArrayT, clip_norm: Operand, name: str | None = None) -> ArrayT:
     """Clip ``t`` so its L2 norm divided by its size is at most ``clip_norm``.
 
     Mirrors ``tf.compat.v1.clip_by_average_norm``: computes
@@ -517,6 +558,13 @@ def clip_by_average_norm(t: ArrayT, clip_norm: Any, name: str | None = None) -> 
     >>> anyclip.clip_by_average_norm(np.array([3.0, 4.0], dtype=np.float32), 1.0)
     array([1.2, 1.6], dtype=float32)
     """
+    return cast(ArrayT, _clip_by_average_norm(None, t, clip_norm))
+
+
+def _clip_by_average_norm(
+    kernels: Kernels | None, t: Any, clip_norm: Any, name: str | None = None
+) -> Any:
+    """:func:`clip_by_average_norm` (its formula has no kernel step)."""
     xp = namespace(t, clip_norm, names=("t", "clip_norm"))
     t = as_input(t, xp, "t")
     if dtype_kind(xp, t.dtype) != "real" or t.dtype != xp.float32:

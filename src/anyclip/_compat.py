@@ -1,40 +1,33 @@
-"""The one place that talks to array-api-compat.
+"""The one place that talks to array-api-compat: namespaces, devices and libraries.
 
-Everything else in anyclip asks this module for an array namespace, a device or a dtype fact. It
-never imports torch, jax or tensorflow: array-api-compat recognises their arrays through
-``sys.modules``, so importing anyclip stays cheap and framework-free.
+Layer: helpers below the public layer. Everything else in anyclip asks this module for an array
+namespace, a device, a library name or a dtype fact; arithmetic lives in
+:mod:`anyclip._numerics`. It never imports torch, jax or tensorflow: array-api-compat recognises
+their arrays through ``sys.modules``, so importing anyclip stays cheap and framework-free.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import array_api_compat
 
+from anyclip._typing import Namespace
+
 __all__ = [
-    "Namespace",
-    "as_array",
     "comparable_dtype",
-    "constant",
     "default_namespace",
     "device",
     "dtype_name",
     "is_array",
-    "is_jax",
     "is_numpy_scalar",
-    "is_torch",
     "is_weak_scalar",
     "library",
     "namespace",
-    "quiet",
+    "to_device",
 ]
-
-#: An array namespace (a module such as ``array_api_compat.numpy`` or ``jax.numpy``).
-Namespace = Any
 
 
 def is_numpy_scalar(value: object) -> bool:
@@ -64,9 +57,12 @@ def _namespace_of(value: object) -> Namespace | None:
     except KeyError:
         pass
     torch = sys.modules.get("torch")
+    xp: Namespace | None
     if torch is not None and isinstance(value, torch.Tensor):
         # directly, without array-api-compat's cached helpers, which torch.compile warns about
-        import array_api_compat.torch as xp
+        import array_api_compat.torch as torch_namespace
+
+        xp = torch_namespace
     elif is_numpy_scalar(value) or not array_api_compat.is_array_api_obj(value):
         xp = None
     else:
@@ -154,54 +150,6 @@ def library(xp: Namespace) -> str:
     return name
 
 
-def is_torch(xp: Namespace) -> bool:
-    """Whether ``xp`` is PyTorch's namespace."""
-    return library(xp) == "torch"
-
-
-def is_jax(xp: Namespace) -> bool:
-    """Whether ``xp`` is JAX's namespace."""
-    return library(xp) == "jax"
-
-
-#: 0-d constants made from Python scalars, by (value, sign, type, dtype, device). They are
-#: internal operands only (never returned to a caller), so sharing them is safe.
-_CONSTANTS: dict[tuple[Any, ...], Any] = {}
-_CONSTANTS_MAX = 512
-
-
-def _torch_compiling() -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.compiler.is_compiling()
-
-
-def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
-    """A constant array of ``dtype`` on ``like``'s device.
-
-    JAX constants are left uncommitted (no ``device=``) so that they follow the traced or
-    committed array they meet, under ``jax.jit`` included. NumPy and torch constants made from
-    a Python scalar are cached (not while torch.compile traces).
-    """
-    lib = library(xp)
-    if lib == "jax" or like is None:
-        return xp.asarray(value, dtype=dtype)
-    dev = device(like)
-    if lib not in ("numpy", "torch") or type(value) not in (float, int, bool):
-        return xp.asarray(value, dtype=dtype, device=dev)
-    if lib == "torch" and _torch_compiling():
-        return xp.asarray(value, dtype=dtype, device=dev)
-    key = (value, math.copysign(1.0, value), type(value), dtype, dev)
-    try:
-        return _CONSTANTS[key]
-    except KeyError:
-        pass
-    out = xp.asarray(value, dtype=dtype, device=dev)
-    if len(_CONSTANTS) >= _CONSTANTS_MAX:
-        _CONSTANTS.clear()
-    _CONSTANTS[key] = out
-    return out
-
-
 def comparable_dtype(xp: Namespace, dtype: Any) -> Any:
     """A wider dtype to compare ``dtype`` in, where the backend cannot; None where it can.
 
@@ -220,21 +168,6 @@ def comparable_dtype(xp: Namespace, dtype: Any) -> Any:
     return None
 
 
-def sqrt(xp: Namespace, x: Any) -> Any:
-    """A correctly rounded square root, as TF's.
-
-    ``torch.sqrt`` of float32 is not correctly rounded on some CPUs (1 ULP off on about a fifth
-    of inputs); the root of float32 taken in float64 and rounded back is. anyclip takes roots of
-    reduced sums only, so the widening costs little. MPS has no float64 and keeps torch.sqrt.
-    """
-    if library(xp) == "torch":
-        import torch
-
-        if x.dtype == torch.float32 and x.device.type != "mps":
-            return torch.sqrt(x.double()).float()
-    return xp.sqrt(x)
-
-
 def is_weak_scalar(value: Any) -> bool:
     """Whether ``value`` is a JAX weakly typed 0-d array: a Python scalar passed through jit."""
     jax = sys.modules.get("jax")
@@ -242,24 +175,6 @@ def is_weak_scalar(value: Any) -> bool:
         return False
     aval = getattr(value, "aval", None)  # concrete arrays and tracers both have one
     return bool(getattr(aval, "weak_type", False))
-
-
-def quiet(xp: Namespace) -> Any:
-    """A context in which NumPy does not warn about inf/NaN results (TF does not either)."""
-    if library(xp) in ("numpy", "array_api_strict", "dask"):  # all compute with NumPy
-        import numpy as np
-
-        return np.errstate(all="ignore")
-    return contextlib.nullcontext()
-
-
-def as_array(xp: Namespace, result: Any) -> Any:
-    """``result`` as an array: NumPy reductions return scalars, anyclip returns 0-d arrays."""
-    if is_numpy_scalar(result):
-        import numpy as np
-
-        return np.asarray(result)
-    return result
 
 
 def dtype_name(dtype: Any) -> str:
@@ -270,15 +185,6 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
-_THRESHOLDS: dict[tuple[str, Any], float] = {}
-
-
-def float_overflow_threshold(xp: Namespace, dtype: Any) -> float:
-    """The smallest magnitude that rounds to infinity when converted to ``dtype``."""
-    key = (xp.__name__, dtype)  # a string key: torch.compile cannot hash modules
-    if key not in _THRESHOLDS:  # a dict, not lru_cache: torch.compile traces through it
-        info = xp.finfo(dtype)
-        big = float(info.max)
-        _, exp = math.frexp(big)
-        _THRESHOLDS[key] = big + float(info.eps) * 2.0 ** (exp - 1) / 2
-    return _THRESHOLDS[key]
+def to_device(x: Any, dev: Any) -> Any:
+    """``x`` moved to device ``dev`` (itself when it is already there)."""
+    return array_api_compat.to_device(x, dev)

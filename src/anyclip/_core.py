@@ -1,13 +1,16 @@
 """The array-API core: TF's formulas, op for op, for arrays that are already validated.
 
-Every function takes the namespace ``xp`` first and arrays that the public layer has already
-checked and converted (dtypes agree, axes normalised, shapes broadcastable). The operation order
+Layer: core, below the public layer. Every function takes the namespace ``xp`` first and arrays
+that the public layer has already checked and converted (dtypes agree, axes normalised, shapes
+broadcastable); the functions with a heavy step (a norm, a sum of squares over a list, a
+division, the scaling of a list) take a ``kernels`` argument (:class:`anyclip._kernels.Kernels`)
+chosen once per call by the public layer, and delegate that step to it. The operation order
 is TF 2.21's, with no shortcut when nothing needs clipping, so results round as TF's do. There
 is no Python ``if`` on an array value anywhere below: only shapes and dtypes steer the code, so
 everything traces under ``jax.jit`` and ``torch.compile``.
 
-``maximum``, ``minimum`` and ``abs`` come from :mod:`anyclip._gradients`, which gives them TF's
-gradient rules on the autodiff backends.
+``maximum``, ``minimum``, ``abs`` and ``rsqrt`` come from :mod:`anyclip._gradients`, which
+gives them TF's gradient rules on the autodiff backends.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from anyclip import _fast
 from anyclip import _gradients as g
-from anyclip._compat import Namespace, as_array, constant, library, quiet, sqrt
+from anyclip._compat import library
+from anyclip._kernels import Kernels
+from anyclip._numerics import as_array, constant, quiet, reduce_sum, sqrt
+from anyclip._typing import Namespace, Nonfinite
 
 __all__ = [
     "clip_by_average_norm",
@@ -28,8 +33,11 @@ __all__ = [
     "clip_by_norm",
     "clip_by_value",
     "global_norm",
+    "global_scale",
     "l2_normalize",
+    "nonnegative",
     "norm",
+    "norm_from_half_squares",
     "normalize",
 ]
 
@@ -37,7 +45,7 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _kernel(fn: F, *, can_warn: bool = True) -> F:
+def _entry(fn: F, *, can_warn: bool = True) -> F:
     """Run a core function without NumPy's inf/NaN warnings; return arrays, not NumPy scalars.
 
     ``can_warn=False`` skips the warning guard for functions that cannot raise one.
@@ -54,8 +62,8 @@ def _kernel(fn: F, *, can_warn: bool = True) -> F:
             return out
         if isinstance(out, (tuple, list)):
             scalar = sys.modules["numpy"].generic
-            return type(out)(as_array(xp, o) if isinstance(o, scalar) else o for o in out)
-        return as_array(xp, out)
+            return type(out)(as_array(o) if isinstance(o, scalar) else o for o in out)
+        return as_array(out)
 
     return wrapper  # type: ignore[return-value]
 
@@ -63,11 +71,6 @@ def _kernel(fn: F, *, can_warn: bool = True) -> F:
 def _scalar(xp: Namespace, value: float, like: Any) -> Any:
     """A 0-d constant of ``like``'s dtype on ``like``'s device."""
     return constant(xp, value, like.dtype, like)
-
-
-def _sum(xp: Namespace, x: Any, axis: Any, keepdims: bool) -> Any:
-    """``reduce_sum`` in ``x``'s own dtype (the standard would widen integers)."""
-    return xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
 
 def _max(xp: Namespace, x: Any, axis: Any) -> Any:
@@ -81,7 +84,7 @@ def _max(xp: Namespace, x: Any, axis: Any) -> Any:
             lowest = -math.inf
         # ``sum`` over the empty axes is 0 and keeps the result connected to ``x`` (a zero
         # gradient, as TF's), where a bare ``full`` would leave autodiff without a graph.
-        return _sum(xp, x, axis, keepdims=True) * _scalar(xp, 0, x) + _scalar(xp, lowest, x)
+        return reduce_sum(xp, x, axis, keepdims=True) * _scalar(xp, 0, x) + _scalar(xp, lowest, x)
     return xp.max(x, axis=axis, keepdims=True)
 
 
@@ -101,55 +104,41 @@ def _clip_by_value(xp: Namespace, t: Any, lo: Any, hi: Any) -> Any:
     return g.maximum(xp, g.minimum(xp, t, hi), lo)
 
 
-clip_by_value = _kernel(_clip_by_value, can_warn=False)  # minimum and maximum never warn
+clip_by_value = _entry(_clip_by_value, can_warn=False)  # minimum and maximum never warn
 
 
-@_kernel
-def clip_by_norm(xp: Namespace, t: Any, clip_norm: Any, axes: tuple[int, ...] | None) -> Any:
+def nonnegative(xp: Namespace, clip_norm: Any, zero: Any) -> Any:
+    """``maximum(clip_norm, 0)``, as ``tf.clip_by_norm`` clamps an array ``clip_norm``."""
+    return g.maximum(xp, clip_norm, zero)
+
+
+@_entry
+def clip_by_norm(
+    xp: Namespace, kernels: Kernels, t: Any, clip_norm: Any, axes: tuple[int, ...] | None
+) -> Any:
     """``(t * c) / maximum(l2norm, c)`` with TF's double ``where`` for a finite gradient at 0."""
-    l2norm = _fast.l2norm(xp, t, axes)
-    if l2norm is None:
-        l2sum = _sum(xp, t * t, axes, keepdims=True)
-        pred = l2sum > 0
-        ones = xp.ones_like(l2sum)
-        l2norm = xp.where(pred, sqrt(xp, xp.where(pred, l2sum, ones)), l2sum)
+    l2norm = kernels.clip_norm2(xp, t, axes)
     intermediate = t * clip_norm
     divisor = g.maximum(xp, l2norm, clip_norm)
-    fast = _fast.divide_owned(xp, intermediate, divisor)
-    return intermediate / divisor if fast is None else fast
+    return kernels.divide_into(xp, intermediate, divisor)
 
 
-def half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any:
-    """``sum(l2_loss(t) for t in arrays)``, with ``l2_loss(t) = sum(t * t) * 0.5``.
-
-    The arrays share one dtype and device; the sum is over ``stack``, in list order, as TF's.
-    """
-    fast = _fast.half_squared_sum(xp, arrays)
-    if fast is not None:
-        return fast
-    half = [_sum(xp, v * v, None, keepdims=False) * _scalar(xp, 0.5, v) for v in arrays]
-    return _sum(xp, xp.stack(half), None, keepdims=False)
-
-
-def norm_from_half_sums(xp: Namespace, partials: Sequence[Any]) -> Any:
-    """``sqrt(sum(partials) * 2)``; one partial (one device) is used as it is."""
-    total = partials[0] if len(partials) == 1 else _sum(xp, xp.stack(partials), None, False)
+def norm_from_half_squares(xp: Namespace, total: Any) -> Any:
+    """``sqrt(total * 2)``: the global norm from the sum of every ``l2_loss``."""
     return sqrt(xp, total * _scalar(xp, 2.0, total))
 
 
-@_kernel
-def global_norm(xp: Namespace, arrays: Sequence[Any], dtype: Any, like: Any) -> Any:
+@_entry
+def global_norm(
+    xp: Namespace, kernels: Kernels, arrays: Sequence[Any], dtype: Any, like: Any
+) -> Any:
     """``sqrt(sum(l2_loss(t) for t) * 2)`` with ``l2_loss(t) = sum(t * t) / 2``."""
     if not arrays:
         return constant(xp, 0.0, dtype, like)
-    return norm_from_half_sums(xp, [half_squared_sum(xp, arrays)])
+    return norm_from_half_squares(xp, kernels.total_half_squares(xp, arrays))
 
 
-#: The non-finite policies of the global-norm clippers (see ``clip_by_global_norm``).
-NONFINITE_POLICIES = ("tf", "torch", "skip", "raise")
-
-
-def global_scale(xp: Namespace, clip_norm: Any, use_norm: Any, nonfinite: str = "tf") -> Any:
+def global_scale(xp: Namespace, clip_norm: Any, use_norm: Any, nonfinite: Nonfinite = "tf") -> Any:
     """The factor ``clip_by_global_norm`` multiplies every array by, in ``use_norm``'s dtype.
 
     ``c * minimum(1 / use_norm, 1 / c)``, plus ``use_norm - use_norm`` (NaN for a non-finite
@@ -165,75 +154,64 @@ def global_scale(xp: Namespace, clip_norm: Any, use_norm: Any, nonfinite: str = 
     return scale_for_finite + (use_norm - use_norm)
 
 
-@_kernel
+@_entry
 def clip_by_global_norm(
     xp: Namespace,
-    t_list: Sequence[Any | None],
+    kernels: Kernels,
+    t_list: Sequence[Any],
     clip_norm: Any,
     use_norm: Any,
-    nonfinite: str = "tf",
-) -> list[Any | None]:
+    nonfinite: Nonfinite = "tf",
+) -> list[Any]:
     """Multiply every array by :func:`global_scale`, cast to the array's dtype."""
-    scale = global_scale(xp, clip_norm, use_norm, nonfinite)
-    fast = _fast.scale_arrays(xp, t_list, scale)
-    if fast is not None:
-        return fast
-    out: list[Any | None] = []
-    for v in t_list:
-        if v is None:
-            out.append(None)
-            continue
-        s = scale if scale.dtype == v.dtype else xp.astype(scale, v.dtype)
-        out.append(v * s)
-    return out
+    return kernels.scale(xp, t_list, global_scale(xp, clip_norm, use_norm, nonfinite))
 
 
-@_kernel
+@_entry
 def clip_by_average_norm(xp: Namespace, t: Any, clip_norm: Any) -> Any:
     """``t * c * minimum(rsqrt(sum(t * t)) * size(t), 1 / c)``."""
     n_element = _scalar(xp, float(math.prod(t.shape)), t)
     axes = tuple(range(t.ndim))
-    l2norm_inv = g.rsqrt(xp, _sum(xp, t * t, axes, keepdims=False))
+    l2norm_inv = g.rsqrt(xp, reduce_sum(xp, t * t, axes, keepdims=False))
     bound = g.minimum(xp, l2norm_inv * n_element, _scalar(xp, 1.0, t) / clip_norm)
     return t * clip_norm * bound
 
 
 # -------------------------------------------------------------------- norms
-@_kernel
+@_entry
 def norm(
     xp: Namespace,
+    kernels: Kernels,
     x: Any,
     ord: Any,
     axis: int | tuple[int, int] | None,
     keepdims: bool,
 ) -> Any:
     """``tf.norm`` for validated arguments: ``axis`` is ``None``, an int or a 2-tuple of ints."""
-    is_matrix = isinstance(axis, tuple)
-    if ord in ("fro", "euclidean", 2) and not (is_matrix and ord == 2):
+    if ord in ("fro", "euclidean", 2) and not (isinstance(axis, tuple) and ord == 2):
         if xp.isdtype(x.dtype, "complex floating"):
-            r = sqrt(xp, _sum(xp, x * xp.conj(x), axis, keepdims=True))
+            r = sqrt(xp, reduce_sum(xp, x * xp.conj(x), axis, keepdims=True))
         else:
             axes = axis if axis is None or isinstance(axis, tuple) else (axis,)
-            fast = _fast.l2norm(xp, x, axes)
-            r = sqrt(xp, _sum(xp, x * x, axis, keepdims=True)) if fast is None else fast
-    elif is_matrix and ord == 2:
+            r = kernels.norm2(xp, x, axes)
+    elif isinstance(axis, tuple) and ord == 2:
         r = _spectral_norm(xp, x, axis)
     else:
         a = g.abs(xp, x)
         if ord == 1:
-            if is_matrix:
-                r = _max(xp, _sum(xp, a, axis[0], keepdims=True), axis[1])
+            if isinstance(axis, tuple):
+                r = _max(xp, reduce_sum(xp, a, axis[0], keepdims=True), axis[1])
             else:
-                r = _sum(xp, a, axis, keepdims=True)
+                r = reduce_sum(xp, a, axis, keepdims=True)
         elif ord == math.inf:
-            if is_matrix:
-                r = _max(xp, _sum(xp, a, axis[1], keepdims=True), axis[0])
+            if isinstance(axis, tuple):
+                r = _max(xp, reduce_sum(xp, a, axis[1], keepdims=True), axis[0])
             else:
                 r = _max(xp, a, axis)
         else:
             p = _scalar(xp, ord, a)
             inv_p = _scalar(xp, 1.0 / ord, a)
-            r = _sum(xp, a**p, axis, keepdims=True) ** inv_p
+            r = reduce_sum(xp, a**p, axis, keepdims=True) ** inv_p
     if keepdims:
         return r
     return _squeeze_reduced(xp, r, axis)
@@ -268,15 +246,15 @@ def _spectral_norm(xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
     return xp.permute_dims(r, tuple(inverse)) if perm != tuple(range(ndim)) else r
 
 
-@_kernel
+@_entry
 def l2_normalize(xp: Namespace, x: Any, axis: tuple[int, ...] | None, epsilon: Any) -> Any:
     """``x * rsqrt(maximum(sum(x * x), epsilon))``: ``epsilon`` floors the *squared* norm."""
     if xp.isdtype(x.dtype, "complex floating"):
         re, im = xp.real(x), xp.imag(x)
-        square_sum = _sum(xp, re * re + im * im, axis, keepdims=True)
+        square_sum = reduce_sum(xp, re * re + im * im, axis, keepdims=True)
         x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
         return x * xp.astype(x_inv_norm, x.dtype)
-    square_sum = _sum(xp, x * x, axis, keepdims=True)
+    square_sum = reduce_sum(xp, x * x, axis, keepdims=True)
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
     return x * x_inv_norm
 
@@ -285,15 +263,16 @@ def l2_normalize(xp: Namespace, x: Any, axis: tuple[int, ...] | None, epsilon: A
 _TRUEDIV_FLOAT_BITS = {8: 32, 16: 32, 32: 64, 64: 64}
 
 
-@_kernel
+@_entry
 def normalize(
     xp: Namespace,
+    kernels: Kernels,
     x: Any,
     ord: Any,
     axis: int | tuple[int, int] | None,
 ) -> tuple[Any, Any]:
     """``(x / norm, norm)`` with the norm kept over ``axis`` and cast to ``x``'s dtype."""
-    n = norm(xp, x, ord, axis, keepdims=True)
+    n = norm(xp, kernels, x, ord, axis, keepdims=True)
     if n.dtype != x.dtype:
         n = xp.astype(n, x.dtype)
     if xp.isdtype(x.dtype, "integral"):

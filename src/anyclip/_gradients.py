@@ -1,5 +1,8 @@
 """TF's gradient rules for the few primitives where backends disagree with TF.
 
+Layer: primitives of the core (the one place, with :mod:`anyclip._kernels`, that branches on
+the backend).
+
 Values come from the backend's own op; only the gradient rule is replaced, and only on the
 backends with autodiff (torch autograd, JAX). Every other backend gets the plain op.
 
@@ -21,7 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from anyclip._compat import Namespace, library
+from anyclip._compat import library
+from anyclip._typing import Namespace
 
 __all__ = ["abs", "maximum", "minimum", "rsqrt"]
 
@@ -214,7 +218,8 @@ def _same_shape(xp: Namespace, x: Any, y: Any) -> tuple[Any, Any]:
     """Broadcast for the custom rules (the broadcast's own gradient sums back)."""
     if tuple(x.shape) == tuple(y.shape):
         return x, y
-    return tuple(xp.broadcast_arrays(x, y))  # type: ignore[return-value]
+    bx, by = xp.broadcast_arrays(x, y)
+    return bx, by
 
 
 def _select(xp: Namespace, x: Any, y: Any, take_max: bool) -> Any:

@@ -1,18 +1,20 @@
 """Public norm functions: ``norm``, ``l2_normalize`` and ``normalize``.
 
-Argument checks follow ``tf.norm``'s own validation (which ``ord`` goes with which ``axis``);
-the arithmetic lives in :mod:`anyclip._core`.
+Layer: public, as :mod:`anyclip._clip`. Argument checks follow ``tf.norm``'s own validation
+(which ``ord`` goes with which ``axis``); the kernels are chosen once per call; the arithmetic
+lives in :mod:`anyclip._core`.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, TypeVar
+from typing import Any, cast
 
-from anyclip import _core, _fast
+from anyclip import _core
 from anyclip._compat import dtype_name, is_numpy_scalar, namespace
-from anyclip._convert import (
+from anyclip._kernels import Kernels, kernels_for, plain_norm
+from anyclip._policy import (
     as_input,
     as_operand,
     dtype_kind,
@@ -20,10 +22,9 @@ from anyclip._convert import (
     require_kind,
     resolve_accumulate_dtype,
 )
+from anyclip._typing import ArrayT, Axes, DTypeLike, Namespace, NormOrd, Operand
 
 __all__ = ["l2_normalize", "norm", "normalize"]
-
-ArrayT = TypeVar("ArrayT")
 
 _REAL_OF_COMPLEX = {"complex64": lambda xp: xp.float32, "complex128": lambda xp: xp.float64}
 _MATRIX_ORDS = "['euclidean', 'fro', 1, 2, inf]"
@@ -86,7 +87,7 @@ def _canonical_axis(axis: Any, ndim: int) -> int | tuple[int, int] | None:
 _SVD_DTYPES = ("float32", "float64", "complex64", "complex128")
 
 
-def _check_norm_dtype(xp: Any, x: Any, ord: Any, name: str, is_matrix: bool) -> None:
+def _check_norm_dtype(xp: Namespace, x: Any, ord: Any, name: str, is_matrix: bool) -> None:
     kind = dtype_kind(xp, x.dtype)
     if is_matrix and ord == 2 and dtype_name(x.dtype) not in _SVD_DTYPES:
         msg = (
@@ -106,7 +107,7 @@ def _check_norm_dtype(xp: Any, x: Any, ord: Any, name: str, is_matrix: bool) -> 
     raise TypeError(msg)
 
 
-def _prepare_norm(tensor: Any, ord: Any, axis: Any) -> tuple[Any, Any, Any, Any]:
+def _prepare_norm(tensor: Any, ord: Any, axis: Any) -> tuple[Namespace, Any, Any, Any]:
     is_matrix = isinstance(axis, (tuple, list)) and len(axis) == 2
     canonical_ord = _canonical_ord(ord, is_matrix)
     xp = namespace(tensor)
@@ -118,12 +119,12 @@ def _prepare_norm(tensor: Any, ord: Any, axis: Any) -> tuple[Any, Any, Any, Any]
 
 def norm(
     tensor: ArrayT,
-    ord: Any = "euclidean",
-    axis: Any = None,
+    ord: NormOrd = "euclidean",
+    axis: int | tuple[int, int] | list[int] | None = None,
     keepdims: bool | None = None,
     name: str | None = None,
     *,
-    accumulate_dtype: Any = None,
+    accumulate_dtype: DTypeLike = None,
 ) -> ArrayT:
     """Vector or matrix norm, as ``tf.norm``.
 
@@ -191,17 +192,32 @@ def norm(
     >>> anyclip.norm(m, ord=1, axis=(0, 1))  # the matrix 1-norm: max column sum
     array(6., dtype=float32)
     """
-    if type(ord) is str and ord == "euclidean" and axis is None and not keepdims:
-        plain = None if accumulate_dtype is not None else _fast.plain_norm(tensor)
+    if isinstance(ord, str) and ord == "euclidean" and axis is None and not keepdims:
+        plain = None if accumulate_dtype is not None else plain_norm(tensor)
         if plain is not None:
-            return plain
+            return cast(ArrayT, plain)
+    return cast(ArrayT, _norm(None, tensor, ord, axis, keepdims, accumulate_dtype=accumulate_dtype))
+
+
+def _norm(
+    kernels: Kernels | None,
+    tensor: Any,
+    ord: Any = "euclidean",
+    axis: Any = None,
+    keepdims: bool | None = None,
+    name: str | None = None,
+    *,
+    accumulate_dtype: Any = None,
+) -> Any:
+    """:func:`norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
     xp, x, canonical_ord, ax = _prepare_norm(tensor, ord, axis)
     work = _accumulating(xp, x, accumulate_dtype, "tensor")
-    r = _core.norm(xp, work, canonical_ord, ax, bool(keepdims))
+    k = kernels_for(xp, (work,)) if kernels is None else kernels
+    r = _core.norm(xp, k, work, canonical_ord, ax, bool(keepdims))
     return r if work is x else xp.astype(r, x.dtype)
 
 
-def _accumulating(xp: Any, x: Any, accumulate_dtype: Any, name: str) -> Any:
+def _accumulating(xp: Namespace, x: Any, accumulate_dtype: Any, name: str) -> Any:
     """``x`` cast to ``accumulate_dtype`` (itself when None or already that dtype)."""
     if accumulate_dtype is None:
         return x
@@ -212,12 +228,12 @@ def _accumulating(xp: Any, x: Any, accumulate_dtype: Any, name: str) -> Any:
 
 def l2_normalize(
     x: ArrayT,
-    axis: Any = None,
-    epsilon: Any = 1e-12,
+    axis: Axes = None,
+    epsilon: Operand = 1e-12,
     name: str | None = None,
-    dim: Any = None,
+    dim: Axes = None,
     *,
-    accumulate_dtype: Any = None,
+    accumulate_dtype: DTypeLike = None,
 ) -> ArrayT:
     """Divide ``x`` by its L2 norm over ``axis``, as ``tf.math.l2_normalize``.
 
@@ -275,6 +291,22 @@ def l2_normalize(
     >>> anyclip.l2_normalize(np.array([1e-7, 0.0], dtype=np.float32))  # below the norm floor
     array([0.1, 0. ], dtype=float32)
     """
+    return cast(
+        ArrayT, _l2_normalize(None, x, axis, epsilon, dim=dim, accumulate_dtype=accumulate_dtype)
+    )
+
+
+def _l2_normalize(
+    kernels: Kernels | None,
+    x: Any,
+    axis: Any = None,
+    epsilon: Any = 1e-12,
+    name: str | None = None,
+    dim: Any = None,
+    *,
+    accumulate_dtype: Any = None,
+) -> Any:
+    """:func:`l2_normalize` (its formula has no kernel step)."""
     if axis is not None and dim is not None:
         msg = "`axis` and `dim` must not both be given (`dim` is the deprecated name of `axis`)"
         raise ValueError(msg)
@@ -293,8 +325,8 @@ def l2_normalize(
 
 def normalize(
     tensor: ArrayT,
-    ord: Any = "euclidean",
-    axis: Any = None,
+    ord: NormOrd = "euclidean",
+    axis: int | tuple[int, int] | list[int] | None = None,
     name: str | None = None,
 ) -> tuple[ArrayT, ArrayT]:
     """Divide ``tensor`` by its norm and return both, as ``tf.linalg.normalize``.
@@ -338,5 +370,17 @@ def normalize(
     >>> normalized, n
     (array([0.6, 0.8], dtype=float32), array([5.], dtype=float32))
     """
+    return cast("tuple[ArrayT, ArrayT]", _normalize(None, tensor, ord, axis))
+
+
+def _normalize(
+    kernels: Kernels | None,
+    tensor: Any,
+    ord: Any = "euclidean",
+    axis: Any = None,
+    name: str | None = None,
+) -> tuple[Any, Any]:
+    """:func:`normalize` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
     xp, x, canonical_ord, ax = _prepare_norm(tensor, ord, axis)
-    return _core.normalize(xp, x, canonical_ord, ax)
+    k = kernels_for(xp, (x,)) if kernels is None else kernels
+    return _core.normalize(xp, k, x, canonical_ord, ax)

@@ -1,5 +1,7 @@
 """optax ``GradientTransformation``s that clip with TF's formulas.
 
+Layer: public adapter over :mod:`anyclip.tree`.
+
 Use them in an ``optax.chain`` where ``optax.clip_by_global_norm`` (which divides first and
 leaves the updates unchanged below the threshold) or ``optax.clip`` would be:
 
@@ -28,8 +30,8 @@ import optax
 
 from anyclip import tree
 from anyclip._compat import namespace
-from anyclip._convert import resolve_accumulate_dtype
-from anyclip._core import NONFINITE_POLICIES
+from anyclip._policy import check_nonfinite, resolve_accumulate_dtype
+from anyclip._typing import DTypeLike, Nonfinite
 
 __all__ = [
     "ClipByGlobalNormState",
@@ -57,8 +59,8 @@ def _norm_dtype(params: Any, accumulate_dtype: Any) -> Any:
 def clip_by_global_norm(
     clip_norm: float,
     *,
-    accumulate_dtype: Any = "widest",
-    nonfinite: str = "tf",
+    accumulate_dtype: DTypeLike = "widest",
+    nonfinite: Nonfinite = "tf",
 ) -> optax.GradientTransformation:
     """Clip the updates by their global norm with TF's formula; keep the norm in the state.
 
@@ -82,9 +84,7 @@ def clip_by_global_norm(
     ValueError
         If ``nonfinite`` is not one of the policies (checked here, not at the first update).
     """
-    if nonfinite not in NONFINITE_POLICIES:
-        msg = f"`nonfinite` must be one of {NONFINITE_POLICIES}, got {nonfinite!r}"
-        raise ValueError(msg)
+    policy = check_nonfinite(nonfinite)
 
     def init_fn(params: Any) -> ClipByGlobalNormState:
         return ClipByGlobalNormState(jnp.zeros((), _norm_dtype(params, accumulate_dtype)))
@@ -94,7 +94,7 @@ def clip_by_global_norm(
     ) -> tuple[Any, ClipByGlobalNormState]:
         del params
         clipped, norm = tree.clip_by_global_norm(
-            updates, clip_norm, accumulate_dtype=accumulate_dtype, nonfinite=nonfinite
+            updates, clip_norm, accumulate_dtype=accumulate_dtype, nonfinite=policy
         )
         return clipped, ClipByGlobalNormState(norm.astype(state.global_norm.dtype))
 

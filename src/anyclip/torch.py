@@ -1,5 +1,7 @@
 """In-place gradient clipping for PyTorch models, with TF's formulas.
 
+Layer: public adapter over the eight functions (the norm is :func:`anyclip.global_norm`'s).
+
 Drop-in replacements for ``torch.nn.utils.clip_grad_norm_`` and ``clip_grad_value_`` (and a
 per-parameter ``clip_grad_by_norm_`` that torch lacks) that give TF's numbers: they work on
 ``p.grad`` in place, skip parameters without a gradient, and return the global norm as a tensor
@@ -26,7 +28,8 @@ import torch
 
 from anyclip import _clip, _core
 from anyclip._compat import namespace
-from anyclip._convert import as_operand, resolve_accumulate_dtype
+from anyclip._policy import as_operand, check_nonfinite
+from anyclip._typing import DTypeLike, Nonfinite
 
 __all__ = ["clip_grad_by_norm_", "clip_grad_norm_", "clip_grad_value_"]
 
@@ -47,8 +50,8 @@ def clip_grad_norm_(
     error_if_nonfinite: bool = False,
     foreach: bool | None = None,
     *,
-    accumulate_dtype: Any = "widest",
-    nonfinite: str = "tf",
+    accumulate_dtype: DTypeLike = "widest",
+    nonfinite: Nonfinite = "tf",
 ) -> torch.Tensor:
     """Scale all gradients in place so their global norm is at most ``clip_norm``, as TF.
 
@@ -88,40 +91,27 @@ def clip_grad_norm_(
 
     Notes
     -----
-    Gradients are grouped by device: each device sums its own squares, the partial sums meet
-    on the first gradient's device (a device-to-device copy, no host sync), and the factor is
-    sent back. On one device the norm is computed exactly as :func:`anyclip.global_norm`.
+    The norm is :func:`anyclip.global_norm`'s: gradients on several devices are grouped by
+    device, each device sums its own squares, and the partial sums meet on the first
+    gradient's device (a device-to-device copy, no host sync); the factor is sent back.
     """
     if float(norm_type) != 2.0:
         msg = f"`norm_type` must be 2 (TF clips by the L2 norm), got {norm_type!r}"
         raise ValueError(msg)
-    if error_if_nonfinite:
-        nonfinite = "raise"
-    if nonfinite not in _core.NONFINITE_POLICIES:
-        msg = f"`nonfinite` must be one of {_core.NONFINITE_POLICIES}, got {nonfinite!r}"
-        raise ValueError(msg)
+    policy = "raise" if error_if_nonfinite else check_nonfinite(nonfinite)
     if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
     parameters = list(parameters)
     grads = _grads(parameters)
     if not grads:  # torch returns 0 too; on the parameters' device
         return torch.zeros((), device=parameters[0].device if parameters else None)
-    xp = namespace(grads[0])
-    _clip._floating_list(xp, list(grads), mixed_ok=accumulate_dtype is not None)
-    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [g.dtype for g in grads])
-    acc = grads[0].dtype if acc is None else acc
-    home = grads[0].device
-    by_device: dict[torch.device, list[torch.Tensor]] = {}
-    for g in grads:
-        by_device.setdefault(g.device, []).append(g if g.dtype == acc else g.to(acc))
-    partials = [_core.half_squared_sum(xp, group) for group in by_device.values()]
-    partials = [p.to(home, non_blocking=True) for p in partials]
-    norm = _core.norm_from_half_sums(xp, partials)
-    if nonfinite == "raise" and not bool(torch.isfinite(norm)):  # host sync, by request
+    norm = _clip.global_norm(grads, accumulate_dtype=accumulate_dtype)
+    if policy == "raise" and not bool(torch.isfinite(norm)):  # host sync, by request
         msg = f"the global norm of the gradients is not finite ({float(norm)})"
         raise FloatingPointError(msg)
+    xp = namespace(norm)
     c = as_operand(clip_norm, xp, norm, "clip_norm")
-    scale = _core.global_scale(xp, c, norm, nonfinite)
+    scale = _core.global_scale(xp, c, norm, policy)
     by_group: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for g in grads:
         by_group.setdefault((g.device, g.dtype), []).append(g)

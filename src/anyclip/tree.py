@@ -1,5 +1,7 @@
 """The clip and norm functions over nested structures of arrays ("trees").
 
+Layer: public, on top of the eight functions (it calls them; it has no formula of its own).
+
 TF clips flat lists only. These functions take any nesting of lists, tuples, dicts (torch
 ``state_dict`` and ``dict(model.named_parameters())`` included), namedtuples and, when JAX is in
 use, JAX pytrees; they return the same structure, with ``None`` leaves kept as ``None``.
@@ -23,10 +25,11 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from anyclip import _clip
 from anyclip._compat import is_array
+from anyclip._typing import Nonfinite
 
 __all__ = [
     "clip_by_average_norm",
@@ -88,7 +91,7 @@ def _jax_structure(node: Any, leaves: list[Any]) -> Rebuild | None:
     sub_leaves, treedef = jax.tree_util.tree_flatten(
         node, is_leaf=lambda x: x is None or is_array(x)
     )
-    if treedef.num_nodes == 1:  # not a registered container
+    if jax.tree_util.treedef_is_leaf(treedef):  # not a registered container
         return None
     bad = [type(leaf).__name__ for leaf in sub_leaves if not (leaf is None or is_array(leaf))]
     if bad:
@@ -140,7 +143,7 @@ def map_leaves(fn: Callable[[Any], Any], tree: TreeT) -> TreeT:
     (array([2., 2.]), None)
     """
     leaves, unflatten = flatten(tree)
-    return unflatten([None if leaf is None else fn(leaf) for leaf in leaves])
+    return cast(TreeT, unflatten([None if leaf is None else fn(leaf) for leaf in leaves]))
 
 
 def clip_by_value(tree: TreeT, clip_value_min: Any, clip_value_max: Any) -> TreeT:
@@ -231,7 +234,7 @@ def clip_by_global_norm(
     use_norm: Any = None,
     *,
     accumulate_dtype: Any = "widest",
-    nonfinite: str = "tf",
+    nonfinite: Nonfinite = "tf",
 ) -> tuple[TreeT, Any]:
     """:func:`anyclip.clip_by_global_norm` over all leaves of ``tree``, keeping its structure.
 

@@ -1,5 +1,8 @@
 """anyclip's dtype and argument policy, written down once.
 
+Layer: the public layer's checks. Every public function (and adapter) converts and checks its
+arguments here before anything reaches :mod:`anyclip._core`.
+
 TensorFlow never promotes: every argument is converted to the dtype of the main input, and what
 cannot be converted is refused. anyclip follows it:
 
@@ -16,6 +19,9 @@ cannot be converted is refused. anyclip follows it:
   dtype, or the call raises ``TypeError``: anyclip never casts an array silently (except where the
   TF function itself casts, such as ``clip_by_norm``'s ``clip_norm``).
 * An argument may broadcast against the main input but never enlarge it (``ValueError``).
+* ``t_list`` is a list or tuple (not a lone array, a generator or a dict) of arrays or ``None``;
+  its arrays share one floating dtype unless an ``accumulate_dtype`` is given.
+* ``nonfinite`` is one of :data:`NONFINITE_POLICIES`.
 """
 
 from __future__ import annotations
@@ -23,28 +29,33 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
-from anyclip._compat import (
-    Namespace,
-    constant,
-    dtype_name,
-    float_overflow_threshold,
-    is_array,
-    is_numpy_scalar,
-    is_weak_scalar,
-)
+from anyclip._compat import dtype_name, is_array, is_numpy_scalar, is_weak_scalar, library
+from anyclip._numerics import constant, float_overflow_threshold
+from anyclip._typing import Namespace, Nonfinite
 
 __all__ = [
+    "FLOATS",
+    "NONFINITE_POLICIES",
+    "ListNames",
     "as_input",
-    "resolve_accumulate_dtype",
-    "widest_float",
+    "as_list",
     "as_operand",
     "check_broadcastable",
+    "check_nonfinite",
     "dtype_kind",
+    "floating_list",
+    "is_sequence_of_arrays",
     "normalize_axes",
+    "real_list",
     "require_kind",
+    "resolve_accumulate_dtype",
+    "widest_float",
 ]
+
+#: How the error messages name the floating dtypes TF's clipping functions accept.
+FLOATS = "a floating dtype (float16, bfloat16, float32 or float64)"
 
 
 #: dtype_kind's answers, by (namespace name, dtype): string keys, which torch.compile can hash.
@@ -239,7 +250,9 @@ def as_operand(
     return constant(xp, converted, target, like)
 
 
-def check_broadcastable(shape: tuple[int, ...], target: tuple[int, ...], name: str, tname: str):
+def check_broadcastable(
+    shape: tuple[int, ...], target: tuple[int, ...], name: str, tname: str
+) -> None:
     """Raise ``ValueError`` unless ``shape`` broadcasts to ``target`` without enlarging it."""
     ok = len(shape) <= len(target) and all(
         s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False)
@@ -350,8 +363,6 @@ def resolve_accumulate_dtype(xp: Namespace, value: Any, dtypes: Sequence[Any]) -
 
 
 def _bfloat16(xp: Namespace) -> Any:
-    from anyclip._compat import library
-
     if library(xp) == "torch":
         import torch
 
@@ -361,3 +372,97 @@ def _bfloat16(xp: Namespace) -> Any:
 
         return jnp.bfloat16
     return None
+
+
+# -------------------------------------------------------------------- lists
+class ListNames(Sequence[str]):
+    """``t_list[0]``, ``t_list[1]``, ... then ``extra``: argument names, made only when needed."""
+
+    def __init__(self, n: int, extra: tuple[str, ...] = ()) -> None:
+        self.n, self.extra = n, extra
+
+    def __len__(self) -> int:
+        return self.n + len(self.extra)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        return f"t_list[{i}]" if i < self.n else self.extra[i - self.n]
+
+
+def as_list(t_list: Any) -> list[Any]:
+    """``t_list`` as a new list; ``TypeError`` unless it is a list or tuple (TF's rule)."""
+    if not is_sequence_of_arrays(t_list):
+        msg = (
+            "`t_list` must be a sequence (list or tuple) of arrays, "
+            f"got {type(t_list).__module__}.{type(t_list).__qualname__}"
+        )
+        raise TypeError(msg)
+    return list(t_list)
+
+
+def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -> list[Any]:
+    """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype."""
+    present = [v for v in t_list if v is not None]
+    if all(is_array(v) for v in present):  # the common case: one check per distinct dtype
+        dtypes = {v.dtype for v in present}
+        if len(dtypes) <= 1 or mixed_ok:
+            for dtype in dtypes:
+                if dtype_kind(xp, dtype) != "real":
+                    break
+            else:
+                return list(t_list)
+    out: list[Any] = []
+    first = None
+    for i, v in enumerate(t_list):
+        if v is None:
+            out.append(None)
+            continue
+        v = as_input(v, xp, f"t_list[{i}]")
+        require_kind(xp, v, f"t_list[{i}]", ("real",), FLOATS)
+        if first is None:
+            first = v
+        elif v.dtype != first.dtype and not mixed_ok:
+            msg = (
+                "`t_list` must hold arrays of one dtype (TF does not promote), got "
+                f"{dtype_name(first.dtype)} and {dtype_name(v.dtype)} at t_list[{i}]"
+            )
+            raise TypeError(msg)
+        out.append(v)
+    return out
+
+
+def real_list(xp: Namespace, t_list: list[Any]) -> list[Any]:
+    """Entries converted to arrays, any real dtype (TF scales integers by a truncated factor)."""
+    out: list[Any] = []
+    for i, v in enumerate(t_list):
+        if v is None:
+            out.append(None)
+            continue
+        v = as_input(v, xp, f"t_list[{i}]")
+        require_kind(xp, v, f"t_list[{i}]", ("int", "real"), "a real dtype")
+        out.append(v)
+    return out
+
+
+# --------------------------------------------------------------- nonfinite
+#: The non-finite policies of the global-norm clippers (see ``clip_by_global_norm``).
+NONFINITE_POLICIES: tuple[Nonfinite, ...] = ("tf", "torch", "skip", "raise")
+
+
+def check_nonfinite(nonfinite: object) -> Nonfinite:
+    """``nonfinite`` itself; ``ValueError`` unless it is one of :data:`NONFINITE_POLICIES`."""
+    for policy in NONFINITE_POLICIES:
+        if nonfinite == policy:
+            return policy
+    msg = (
+        f"`nonfinite` must be one of {NONFINITE_POLICIES}, got {nonfinite!r}; "
+        "pass 'tf' for TensorFlow's behaviour"
+    )
+    raise ValueError(msg)

@@ -1,0 +1,95 @@
+"""The one seam for backend fast paths: :class:`Kernels` and :func:`kernels_for`.
+
+Layer: kernels, between the public layer and the core. Each public function resolves its
+namespace, checks its arguments, then calls :func:`kernels_for` once and hands the result to
+:mod:`anyclip._core`, whose formulas are pure array-API code in TF's order and delegate their
+heavy steps (norms, sums of squares across arrays and devices, in-place division, scaling a
+list) to it. Which kernels serve a call depends on the library and the dtype only:
+
+* NumPy float32/float64: :class:`~anyclip._kernels._numpy.NumpyKernels`;
+* torch, every dtype: :class:`~anyclip._kernels._torch.TorchKernels` (it also groups a list
+  spread over several devices);
+* JAX float32/float64: :class:`~anyclip._kernels._jax.JaxKernels`;
+* everything else: :data:`GENERIC`, the array-API implementation of every step.
+
+Tests run the generic code on every backend by binding :data:`GENERIC` explicitly
+(``anyclip._api.bind(GENERIC)``); there is no global switch. The plain-call fast paths
+(:func:`plain_clip_by_value`, :func:`plain_clip_by_norm`, :func:`plain_norm`) live here too.
+Importing this package imports no framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from anyclip._compat import library
+from anyclip._kernels._base import Kernels
+from anyclip._kernels._jax import JaxKernels
+from anyclip._kernels._numpy import NumpyKernels
+from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, plain_norm
+from anyclip._kernels._torch import TorchKernels
+from anyclip._typing import Namespace
+
+__all__ = [
+    "GENERIC",
+    "JAX",
+    "NUMPY",
+    "TORCH",
+    "Kernels",
+    "kernels_for",
+    "plain_clip_by_norm",
+    "plain_clip_by_value",
+    "plain_norm",
+]
+
+#: The array-API implementation of every step, for any namespace.
+GENERIC = Kernels()
+NUMPY = NumpyKernels()
+TORCH = TorchKernels()
+JAX = JaxKernels()
+
+#: The kernels of each (namespace name, dtype) met so far: string keys, which torch.compile
+#: can hash, and one dict lookup per call.
+_CHOSEN: dict[tuple[str, Any], Kernels] = {}
+
+#: Libraries whose kernels are for float32 and float64 only.
+_FLOAT_ONLY = {"numpy": NUMPY, "jax": JAX}
+
+
+def kernels_for(xp: Namespace, arrays: Sequence[Any]) -> Kernels:
+    """The kernels for one call on ``arrays`` (at least one array of namespace ``xp``).
+
+    Chosen from the library and the first array's dtype (the arrays a core step reduces share
+    one dtype); the answer is cached.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import array_api_compat.numpy as xp
+    >>> from anyclip._kernels import kernels_for
+    >>> kernels_for(xp, [np.zeros(2, dtype=np.float32)])
+    <anyclip kernels: numpy>
+    >>> kernels_for(xp, [np.zeros(2, dtype=np.float16)])
+    <anyclip kernels: generic>
+    """
+    dtype = arrays[0].dtype
+    key = (xp.__name__, dtype)
+    try:
+        return _CHOSEN[key]
+    except KeyError:
+        chosen = _choose(xp, dtype)
+    except TypeError:  # an unhashable dtype object
+        return _choose(xp, dtype)
+    _CHOSEN[key] = chosen
+    return chosen
+
+
+def _choose(xp: Namespace, dtype: Any) -> Kernels:
+    lib = library(xp)
+    if lib == "torch":
+        return TORCH
+    fast = _FLOAT_ONLY.get(lib)
+    if fast is not None and dtype in (xp.float32, xp.float64):
+        return fast
+    return GENERIC

@@ -1,0 +1,133 @@
+"""The generic kernels: TF's reductions and steps, in pure array-API code.
+
+Layer: kernels, below the core. :class:`Kernels` is the one seam between the formulas of
+:mod:`anyclip._core` and the ways a backend can evaluate their heavy steps. Each method takes
+the namespace and arrays the core already validated, computes one step of TF's formula, and
+returns arrays; a backend subclass may override a method to compute the same step faster
+(fewer passes over memory, no temporaries, fused reductions), never to change the formula.
+
+:meth:`Kernels.total_half_squares` is the one step that reduces *across* arrays: the place
+where per-device partial sums meet (torch), and where a distributed subclass would add its
+all-reduce over a process group or a JAX axis name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from anyclip._numerics import constant, reduce_sum, sqrt
+from anyclip._typing import Namespace
+
+__all__ = ["BLOCK", "JOIN", "ROW", "Kernels", "groups"]
+
+#: Arrays of this many elements or more are large: their squares are summed on their own (the
+#: smaller ones joined first), and the NumPy clip writes its second step in place.
+BLOCK = 1 << 16
+
+#: Most elements joined into one temporary by the sums of squares (4 MiB of float32).
+JOIN = 1 << 20
+
+#: Elements per row in the sums of squares (one ``einsum`` or ``vector_norm`` per row).
+ROW = 256
+
+
+class Kernels:
+    """The generic implementation of every step the core delegates (any array-API namespace).
+
+    Stateless: one instance serves every call. Subclasses override methods for one backend
+    and call ``super()`` for the arguments their fast path does not cover.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import array_api_compat.numpy as xp
+    >>> from anyclip._kernels import GENERIC
+    >>> GENERIC.norm2(xp, np.array([3.0, 4.0]), None)
+    array([5.])
+    """
+
+    #: A short name, for reprs and test ids.
+    name = "generic"
+
+    def __repr__(self) -> str:
+        return f"<anyclip kernels: {self.name}>"
+
+    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
+        """``sqrt(sum(x * x, axes, keepdims=True))``: the Euclidean norm of ``tf.norm``."""
+        return sqrt(xp, reduce_sum(xp, x * x, axes, keepdims=True))
+
+    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
+        """The L2 norm of ``tf.clip_by_norm``: TF's double ``where`` keeps its gradient finite at 0.
+
+        ``where(l2sum > 0, sqrt(where(l2sum > 0, l2sum, 1)), l2sum)``, with the reduced axes
+        kept. An override may drop the ``where``s only where no gradient is recorded (the
+        values are the same).
+        """
+        l2sum = reduce_sum(xp, t * t, axes, keepdims=True)
+        pred = l2sum > 0
+        ones = xp.ones_like(l2sum)
+        return xp.where(pred, sqrt(xp, xp.where(pred, l2sum, ones)), l2sum)
+
+    def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
+        """``owned / divisor``; ``owned`` is a temporary the core made, which may be reused."""
+        return owned / divisor
+
+    def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
+        """``sum(l2_loss(t) for t in arrays)`` with ``l2_loss(t) = sum(t * t) * 0.5``.
+
+        The arrays (at least one) share one dtype and one device; the sum is over ``stack``,
+        in list order, as TF's.
+        """
+        half = [
+            reduce_sum(xp, v * v, None, keepdims=False) * constant(xp, 0.5, v.dtype, v)
+            for v in arrays
+        ]
+        return reduce_sum(xp, xp.stack(half), None, keepdims=False)
+
+    def total_half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
+        """:meth:`half_squares` of every array of the call, as one 0-d array.
+
+        The reduction across arrays: an override groups the arrays (by device here; by a
+        process group or a JAX axis name in a distributed subclass), sums each group with
+        :meth:`half_squares`, and adds the partial sums where ``arrays[0]`` lives. The
+        generic one has one group.
+        """
+        return self.half_squares(xp, arrays)
+
+    def scale(self, xp: Namespace, t_list: Sequence[Any], scale: Any) -> list[Any]:
+        """``[None if t is None else t * cast(scale, t.dtype) for t in t_list]``."""
+        out: list[Any] = []
+        for v in t_list:
+            if v is None:
+                out.append(None)
+                continue
+            s = scale if scale.dtype == v.dtype else xp.astype(scale, v.dtype)
+            out.append(v * s)
+        return out
+
+
+def groups(arrays: Sequence[Any], count: Callable[[Any], int]) -> list[list[Any]]:
+    """The arrays, in order, as groups whose squares are summed together.
+
+    One group per array of ``BLOCK`` elements or more; the smaller ones are joined, up to
+    ``JOIN`` elements per group. ``count`` gives an array's number of elements. Joining
+    replaces a reduction per small array by one per group (the per-array cost dominates for
+    thousands of small arrays); the cap bounds the temporary a group is joined into.
+    """
+    out: list[list[Any]] = []
+    batch: list[Any] = []
+    size = 0
+    for a in arrays:
+        n = count(a)
+        if n >= BLOCK:
+            out.append([a])
+            continue
+        batch.append(a)
+        size += n
+        if size >= JOIN:
+            out.append(batch)
+            batch, size = [], 0
+    if batch:
+        out.append(batch)
+    return out

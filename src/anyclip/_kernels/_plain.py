@@ -1,0 +1,154 @@
+"""Plain-call fast paths: the smallest calls, answered before any argument check.
+
+Layer: kernels, called by the public layer only (a bound set of kernels skips them). A NumPy
+array or torch tensor (exact types) of a float dtype with Python-number bounds and default
+arguments skips the general argument checks, whose Python cost is several times that of the
+arithmetic on small arrays (benchmark W5). Anything else returns ``None`` and takes the
+general path, which also raises every error. ``clip_by_value`` becomes one ``clamp`` only when
+``min <= max``, where ``maximum(minimum(t, max), min)`` and ``clamp`` agree in values and in
+``t``'s gradient (both pass it on at the bounds and drop it at NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from anyclip._kernels._base import BLOCK, ROW
+
+__all__ = ["plain_clip_by_norm", "plain_clip_by_value", "plain_norm"]
+
+#: Largest array the plain NumPy norms sum with one ``vdot`` (sequential, so kept short).
+_SMALL = 32
+
+#: Python ints up to this magnitude convert to a float exactly, so a bound rounds only once.
+_EXACT_INT = 1 << 53
+
+#: ``"numpy"`` for ``numpy.ndarray``, ``"torch"`` for ``torch.Tensor``, None for other types
+#: (subclasses such as ``torch.nn.Parameter`` included: they take the general path).
+_PLAIN_TYPES: dict[type, str | None] = {}
+
+#: Per dtype: (scalar type to convert bounds to, largest finite value); None when no fast path.
+_PLAIN_DTYPES: dict[Any, tuple[Any, float] | None] = {}
+
+
+def _plain(x: Any) -> str | None:
+    cls = type(x)
+    try:
+        return _PLAIN_TYPES[cls]
+    except KeyError:
+        pass
+    name = (cls.__module__, cls.__name__)
+    lib = {("numpy", "ndarray"): "numpy", ("torch", "Tensor"): "torch"}.get(name)
+    _PLAIN_TYPES[cls] = lib
+    return lib
+
+
+def _plain_dtype(lib: str, dtype: Any) -> tuple[Any, float] | None:
+    """The dtypes with plain paths, with their bound conversion and largest finite value.
+
+    float16/32/64 for NumPy (each converts a Python float with one rounding, as TF does);
+    float32/64 for torch (its float16 bounds would round twice, through float32).
+    """
+    try:
+        return _PLAIN_DTYPES[dtype]
+    except KeyError:
+        pass
+    info = None
+    if lib == "numpy":
+        import numpy as np
+
+        if dtype in (np.float16, np.float32, np.float64):
+            info = (dtype.type, float(np.finfo(dtype).max))
+    else:
+        import torch
+
+        if dtype in (torch.float32, torch.float64):
+            info = (float, torch.finfo(dtype).max)
+    _PLAIN_DTYPES[dtype] = info
+    return info
+
+
+def _bound(value: Any, convert: Any, largest: float) -> Any | None:
+    """A Python number (or a NumPy scalar of the array's own dtype) as a bound, or None.
+
+    Only values that convert without overflow (or are infinite) qualify; NaN never does.
+    """
+    kind = type(value)
+    if kind is int:
+        if not -_EXACT_INT <= value <= _EXACT_INT:
+            return None
+        value, kind = float(value), float
+    if kind is float:
+        if -largest <= value <= largest or value in (math.inf, -math.inf):
+            return convert(value)
+        return None
+    if kind is convert and value == value:  # a NumPy scalar of the array's dtype, not NaN
+        return value
+    return None
+
+
+def plain_clip_by_value(t: Any, lo: Any, hi: Any) -> Any | None:
+    """``clip_by_value`` for a plain float array and ordered number bounds, or None."""
+    lib = _plain(t)
+    if lib is None:
+        return None
+    info = _plain_dtype(lib, t.dtype)
+    if info is None:
+        return None
+    lo, hi = _bound(lo, *info), _bound(hi, *info)
+    if lo is None or hi is None or not lo <= hi:
+        return None
+    if lib == "torch":
+        import torch
+
+        return torch.clamp(t, lo, hi)
+    if t.ndim == 0:  # NumPy would return a scalar
+        return None
+    import numpy as np
+
+    if t.size < BLOCK:
+        return np.maximum(np.minimum(t, hi), lo)
+    out = np.minimum(t, hi)
+    return np.maximum(out, lo, out=out)
+
+
+def plain_norm(x: Any) -> Any | None:
+    """``norm(x)`` (vector 2-norm over every axis) for a plain float array, or None."""
+    lib = _plain(x)
+    if lib == "torch":
+        import torch
+
+        # TorchKernels' conditions, spelled out (cheaper than the general check):
+        # float32/64, no gradient recorded (TF's at 0 is the core's), 2 to ROW elements
+        if x.dtype not in (torch.float32, torch.float64):
+            return None
+        if x.requires_grad and torch.is_grad_enabled():
+            return None
+        if not 1 < x.numel() <= ROW:
+            return None
+        return torch.linalg.vector_norm(x)
+    if lib == "numpy" and x.size <= _SMALL:
+        import numpy as np
+
+        if x.dtype not in (np.float32, np.float64):  # float16 squares must round in float16
+            return None
+        return np.asarray(np.sqrt(np.vdot(x, x)))  # BLAS: no warning when squares overflow
+    return None
+
+
+def plain_clip_by_norm(t: Any, clip_norm: Any) -> Any | None:
+    """``clip_by_norm(t, clip_norm)`` for a small plain NumPy array, or None."""
+    if _plain(t) != "numpy" or t.size > _SMALL or t.ndim == 0:
+        return None
+    import numpy as np
+
+    info = _plain_dtype("numpy", t.dtype)
+    if info is None or t.dtype == np.float16:  # float16 squares must round in float16
+        return None
+    c = _bound(clip_norm, *info)
+    if c is None or not c >= 0:  # negative bounds are replaced by 0 on the general path
+        return None
+    divisor = np.maximum(np.sqrt(np.vdot(t, t)), c)  # scalars: these never warn
+    with np.errstate(all="ignore"):  # t * c may overflow, 0 / 0 is NaN, as in TF
+        return t * c / divisor

@@ -1,0 +1,102 @@
+"""The TF reference data through the generic kernels, on the backends that have faster ones.
+
+The public functions choose their kernels per call (``anyclip._kernels.kernels_for``) and take
+the plain-call fast paths where they apply; ``conformance/`` checks them. Here the same
+catalogue runs through ``bind(GENERIC)``: the array-API implementation of every step, with no
+fast path, on NumPy, torch and JAX, so that both ways to every result are held to TF's data
+(values and, on the autodiff backends, gradients). Known deviations are the conformance
+suite's own ``xfails/<backend>.txt`` entries, as strict xfails.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from anyclip._api import bind
+from anyclip._kernels import GENERIC
+from anyclip._testing import BACKEND_IDS, Backend
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # ``from conformance import harness`` (pytest runs importlib mode)
+    sys.path.insert(0, str(ROOT))
+
+from conformance import harness  # noqa: E402
+
+GENERIC_API = bind(GENERIC)
+
+#: The functions with a kernel step or a plain-call fast path, per library that has them.
+_FAST = {
+    "numpy": (
+        "clip_by_value",
+        "clip_by_norm",
+        "norm",
+        "normalize",
+        "global_norm",
+        "clip_by_global_norm",
+    ),
+    "torch": (
+        "clip_by_value",
+        "clip_by_norm",
+        "norm",
+        "normalize",
+        "global_norm",
+        "clip_by_global_norm",
+    ),
+    "jax": ("global_norm", "clip_by_global_norm"),
+}
+
+
+def _params(variant: str) -> list:
+    ids = harness.case_ids(kind="grad" if variant == "grad" else "all")
+    out = []
+    for name in BACKEND_IDS:
+        functions = _FAST.get(name.split("-", 1)[0], ())
+        if variant == "grad" and name not in Backend.AUTODIFF:
+            continue
+        for case_id in ids:
+            if case_id.split("/", 1)[0] not in functions:
+                continue
+            reason = harness.xfail_reason(case_id, name, variant)
+            marks = (
+                [pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError)]
+                if reason is not None
+                else []
+            )
+            out.append(pytest.param(case_id, name, marks=marks, id=f"{case_id}-{name}"))
+    return out
+
+
+def _run(case_id: str, backend: Backend, variant: str) -> None:
+    why = harness.applicable(case_id, backend, variant)
+    if why is not None:
+        pytest.skip(why)
+    function = harness.load_index()[case_id]["function"]
+    harness.check_case(case_id, backend, variant, fn=getattr(GENERIC_API, function))
+
+
+@pytest.mark.parametrize(("case_id", "backend"), _params("eager"), indirect=["backend"])
+def test_case_generic_kernels(case_id: str, backend: Backend) -> None:
+    _run(case_id, backend, "eager")
+
+
+@pytest.mark.parametrize(("case_id", "grad_backend"), _params("grad"), indirect=["grad_backend"])
+def test_grad_generic_kernels(case_id: str, grad_backend: Backend) -> None:
+    _run(case_id, grad_backend, "grad")
+
+
+def test_bound_functions_are_the_public_ones() -> None:
+    """``bind`` exposes exactly the eight TF-named functions, with the public signatures."""
+    import inspect
+
+    import anyclip
+
+    names = sorted(n for n in anyclip.__all__ if n != "tree")
+    for name in names:
+        public = inspect.signature(getattr(anyclip, name))
+        bound = inspect.signature(getattr(GENERIC_API, name))
+        assert [p.name for p in bound.parameters.values()] == list(public.parameters), name
+        defaults = [p.default for p in bound.parameters.values()]
+        assert defaults == [p.default for p in public.parameters.values()], name

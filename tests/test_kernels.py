@@ -1,0 +1,98 @@
+"""The kernels seam: which kernels a call gets, and that a subclass changes only its step.
+
+``kernels_for`` picks the kernels from the library and dtype; ``bind(kernels)`` runs the public
+code with fixed kernels. A subclass that overrides ``total_half_squares`` (the step a
+distributed reduction will override) must change the global norm, and the clipping factor
+built from it, exactly as the formula says; and torch lists spread over several devices (CPU
+and a GPU) must give the single-device result.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import anyclip
+from anyclip._api import bind
+from anyclip._kernels import GENERIC, JAX, NUMPY, TORCH, Kernels, kernels_for
+from anyclip._testing import assert_array
+
+from .conftest import ULP_GLOBAL
+
+#: The kernels each library gets, by dtype (None: every dtype).
+EXPECTED = {
+    ("numpy", "float32"): NUMPY,
+    ("numpy", "float64"): NUMPY,
+    ("numpy", "float16"): GENERIC,
+    ("torch", None): TORCH,
+    ("jax", "float32"): JAX,
+    ("jax", "float64"): JAX,
+    ("jax", "float16"): GENERIC,
+    ("jax", "bfloat16"): GENERIC,
+    ("array_api_strict", None): GENERIC,
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "int32"])
+def test_kernels_for_library_and_dtype(backend, make, dtype):
+    x = make([1, 2], dtype)
+    want = EXPECTED.get((backend.library, dtype), EXPECTED.get((backend.library, None), GENERIC))
+    assert kernels_for(backend.xp, [x]) is want
+    assert kernels_for(backend.xp, [x]) is want  # the cached answer is the same
+
+
+class Replicated(Kernels):
+    """Two identical replicas: the reduction across the group doubles the sum of squares."""
+
+    name = "replicated"
+
+    def total_half_squares(self, xp, arrays):
+        total = super().total_half_squares(xp, arrays)
+        return total + total
+
+
+def test_total_half_squares_is_the_reduction_seam(backend, make):
+    a = np.array([3.0, -4.0, 1.5], dtype=np.float32)
+    b = np.array([[12.0], [0.25]], dtype=np.float32)
+    xs = [make(a, "float32"), None, make(b, "float32")]
+    api = bind(Replicated())
+    # the norm over both replicas: sqrt(2 * sum of squares), in float64 by hand
+    want = math.sqrt(2 * (np.sum(a.astype(np.float64) ** 2) + np.sum(b.astype(np.float64) ** 2)))
+    norm = api.global_norm(xs)
+    assert_array(norm, np.float32(want), backend=backend, dtype="float32", ulp=ULP_GLOBAL)
+    clipped, used = api.clip_by_global_norm(xs, 6.5)
+    assert_array(used, np.float32(want), backend=backend, dtype="float32", ulp=ULP_GLOBAL)
+    assert clipped[1] is None
+    for got, x in zip((clipped[0], clipped[2]), (a, b), strict=True):
+        # TF's factor clip * minimum(1 / norm, 1 / clip), in float64 by hand
+        factor = 6.5 * min(1 / want, 1 / 6.5)
+        assert_array(got, x * factor, backend=backend, dtype="float32", ulp=ULP_GLOBAL + 2)
+
+
+@pytest.mark.parametrize("backend", ["torch-cuda"], indirect=True)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_torch_list_over_two_devices(backend, requires_grad):
+    """A list on the GPU and the CPU: per-device partial sums, the result on the first device."""
+    torch = backend.module
+    rng = np.random.default_rng(3)
+    host = [rng.standard_normal(n).astype(np.float32) for n in (70_000, 5, 300, 1)]
+    on_gpu = [backend.asarray(h, "float32") for h in host[:2]]
+    on_cpu = [torch.asarray(h.copy()) for h in host[2:]]
+    mixed = [on_gpu[0], on_cpu[0], on_gpu[1], on_cpu[1]]
+    if requires_grad:
+        mixed = [t.detach().requires_grad_(True) for t in mixed]
+    total = sum(np.sum(h.astype(np.float64) ** 2) for h in host)
+    norm = anyclip.global_norm(mixed)
+    assert norm.device == mixed[0].device
+    assert_array(norm, np.float32(math.sqrt(total)), backend=backend, dtype="float32", ulp=4)
+    clipped, used = anyclip.clip_by_global_norm(mixed, 1.0)
+    assert_array(used, np.float32(math.sqrt(total)), backend=backend, dtype="float32", ulp=4)
+    factor = min(1 / math.sqrt(total), 1.0)
+    for got, src, h in zip(clipped, mixed, host, strict=True):
+        assert got.device == src.device
+        np.testing.assert_allclose(got.detach().cpu().numpy(), h * factor, rtol=1e-5)
+    if requires_grad:
+        torch.sum(torch.stack([c.sum().to(mixed[0].device) for c in clipped])).backward()
+        assert all(t.grad is not None and t.grad.device == t.device for t in mixed)

@@ -1,6 +1,6 @@
 """optax ``GradientTransformation``s that clip with TF's formulas.
 
-Layer: public adapter, on top of :mod:`anyclip.tree`.
+Layer: public adapter over :mod:`anyclip.tree`.
 
 Use them in an ``optax.chain`` where ``optax.clip_by_global_norm`` (which divides first and
 leaves the updates unchanged below the threshold) or ``optax.clip`` would be:

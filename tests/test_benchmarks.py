@@ -38,9 +38,9 @@ def test_distributed_benchmark_command_writes_report(tmp_path):
     """``python -m benchmarks.distributed`` on 2 gloo ranks (JAX part skipped for time)."""
     pytest.importorskip("torch.distributed")
     out = tmp_path / "distributed.md"
+    args = ["--worlds", "2", "--no-jax", "--output", str(out)]
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.distributed", "--worlds", "2", "--no-jax"]
-        + ["--output", str(out)],
+        [sys.executable, "-m", "benchmarks.distributed", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -105,15 +105,17 @@ def _mesh_groups(g: Any) -> list[Any]:
     return list(g.get_all_groups())
 
 
-def all_reduce_torch(total: Any, groups: Sequence[Any]) -> Any:
-    """``total`` (0-d) summed over every process group in ``groups``, in at least float32.
+def all_reduce_torch(total: Any, groups: Sequence[Any], op: str = "sum") -> Any:
+    """``total`` (0-d) summed (``op="max"``: maximised) over every group in ``groups``.
 
-    Autograd-aware when a gradient is recorded through ``total``
+    In at least float32. Autograd-aware when a gradient is recorded through ``total``
     (``torch.distributed.nn.functional.all_reduce``); otherwise an in-place all-reduce of a
     fresh 0-d tensor.
     """
     import torch
     import torch.distributed as dist
+
+    reduce_op = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
 
     dtype = total.dtype
     wide = dtype in (torch.float16, torch.bfloat16)
@@ -124,10 +126,10 @@ def all_reduce_torch(total: Any, groups: Sequence[Any]) -> Any:
             from torch.distributed.nn import functional as dist_fn
 
             reduce_fn: Callable[..., Any] = dist_fn.all_reduce  # untyped in torch
-            out = reduce_fn(out, op=dist.ReduceOp.SUM, group=group)
+            out = reduce_fn(out, op=reduce_op, group=group)
         else:
             out = out.clone() if out is total else out
-            dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+            dist.all_reduce(out, op=reduce_op, group=group)
     return out.to(dtype) if wide else out
 
 

@@ -198,6 +198,22 @@ def pipeline(world: int, rank: int) -> None:
     for p, g in zip(params, mine, strict=True):
         check_scaled(p.grad, g, 1.0 / exact)
 
+    # through autograd: d norm / d x = x / norm on every rank (the backward is not reduced)
+    leaves = [g.clone().requires_grad_(True) for g in mine]
+    gnorm = anyclip.global_norm(leaves, group=dist.group.WORLD)
+    grads = torch.autograd.grad(gnorm, leaves)
+    for x, d in zip(leaves, grads, strict=True):
+        want = x.detach().double().numpy() / exact
+        np.testing.assert_allclose(d.double().numpy(), want, rtol=1e-6)
+
+    # a stage without gradients still joins the all-reduce (else the others would hang)
+    held = [] if rank == 0 else params
+    others = exact_norm([g.numpy() for i, g in enumerate(full) if i % world != 0])
+    for p, g in zip(params, mine, strict=True):
+        p.grad = g.clone()
+    onorm = anyclip.torch.clip_grad_norm_(held, 1.0, group=dist.group.WORLD)
+    assert ulp_distance(float(onorm), others) <= ULP_DIST, (float(onorm), others)
+
     if world == 4:  # pipeline x expert: two groups of a 2 x 2 mesh, reduced in turn
         mesh2 = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "ep"))
         groups = [mesh2.get_group("pp"), mesh2.get_group("ep")]

@@ -28,7 +28,7 @@ from anyclip._kernels import (
     plain_clip_by_norm,
     plain_clip_by_value,
 )
-from anyclip._kernels._dist import GroupKernels, check_group, zero_partial
+from anyclip._kernels._dist import GroupKernels, check_group, group_namespace, zero_partial
 from anyclip._policy import (
     FLOATS,
     ListNames,
@@ -376,6 +376,8 @@ def _global_norm(
     """:func:`global_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
     items = as_list(t_list)
     xp = namespace(*items, names=ListNames(len(items)))
+    if group is not None and all(v is None for v in items):  # joins its group's all-reduce
+        xp = group_namespace(group) or xp
     groups = check_group(xp, group)
     values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
     return _global_norm_of(kernels, xp, values, accumulate_dtype, groups)[0]
@@ -537,6 +539,8 @@ def _clip_by_global_norm(
     xp = namespace(
         *items, clip_norm, use_norm, names=ListNames(len(items), ("clip_norm", "use_norm"))
     )
+    if group is not None and all(v is None for v in items) and use_norm is None:
+        xp = group_namespace(group) or xp  # no array here: still joins the all-reduce
     groups = check_group(xp, group)
     if use_norm is None:
         values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)

@@ -117,6 +117,8 @@ def clip_grad_norm_(
         parameters = [parameters]
     parameters = list(parameters)
     grads = _grads(parameters)
+    if not grads and group is not None:  # this stage has no gradient: still joins the group
+        return _clip.global_norm([], accumulate_dtype=accumulate_dtype, group=group)
     if not grads:  # torch returns 0 too; on the parameters' device
         return torch.zeros((), device=parameters[0].device if parameters else None)
     norm = _clip.global_norm(grads, accumulate_dtype=accumulate_dtype, group=group)

@@ -34,6 +34,7 @@ __all__ = [
     "GroupKernels",
     "all_reduce_torch",
     "check_group",
+    "group_namespace",
     "dtensor_half_squares",
     "is_dtensor",
     "zero_partial",
@@ -90,6 +91,26 @@ def check_group(xp: Namespace | None, group: Any) -> tuple[Any, ...]:
     raise TypeError(msg)
 
 
+def group_namespace(group: Any) -> Namespace | None:
+    """The namespace ``group`` implies, for a call without any array (``None``: no group).
+
+    A process that holds no array still joins the all-reduce of its group: its namespace is
+    torch's for torch groups and ``jax.numpy`` for axis names.
+    """
+    if group is None:
+        return None
+    items = tuple(group) if isinstance(group, (list, tuple)) else (group,)
+    if items and all(_torch_group_kind(g) for g in items):
+        import array_api_compat.torch as torch_namespace
+
+        return torch_namespace
+    if items and all(isinstance(g, str) for g in items):
+        import jax.numpy as jnp
+
+        return jnp
+    return None
+
+
 def _mesh_groups(g: Any) -> list[Any]:
     """The process groups to all-reduce over for one group (a mesh's every dimension)."""
     mesh_mod = sys.modules.get("torch.distributed.device_mesh")
@@ -105,28 +126,54 @@ def _mesh_groups(g: Any) -> list[Any]:
     return list(g.get_all_groups())
 
 
+_ALL_REDUCE_FN: list[Any] = []
+
+
+def _differentiable_all_reduce() -> Any:
+    """An autograd ``Function``: all-reduce forward, identity backward (made once).
+
+    Every rank computes the same global norm and back-propagates it: the gradient of a
+    rank's partial sum is the gradient of the norm itself, as in Megatron's "reduce from
+    model-parallel region". (``torch.distributed.nn.functional.all_reduce`` all-reduces the
+    gradient too, which would scale it by the world size here.)
+    """
+    if _ALL_REDUCE_FN:
+        return _ALL_REDUCE_FN[0]
+    import torch
+    import torch.distributed as dist
+
+    class _AllReduce(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, op: Any, group: Any) -> Any:
+            out = x.clone()
+            dist.all_reduce(out, op=op, group=group)
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad, None, None
+
+    _ALL_REDUCE_FN.append(_AllReduce)
+    return _AllReduce
+
+
 def all_reduce_torch(total: Any, groups: Sequence[Any], op: str = "sum") -> Any:
     """``total`` (0-d) summed (``op="max"``: maximised) over every group in ``groups``.
 
-    In at least float32. Autograd-aware when a gradient is recorded through ``total``
-    (``torch.distributed.nn.functional.all_reduce``); otherwise an in-place all-reduce of a
-    fresh 0-d tensor.
+    In at least float32, into a fresh tensor. When a gradient is recorded through ``total``,
+    the backward pass is the identity (see :func:`_differentiable_all_reduce`).
     """
     import torch
     import torch.distributed as dist
 
     reduce_op = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
-
     dtype = total.dtype
     wide = dtype in (torch.float16, torch.bfloat16)
     out = total.float() if wide else total
     recorded = torch.is_grad_enabled() and out.requires_grad
     for group in [pg for g in groups for pg in _mesh_groups(g)]:
         if recorded:
-            from torch.distributed.nn import functional as dist_fn
-
-            reduce_fn: Callable[..., Any] = dist_fn.all_reduce  # untyped in torch
-            out = reduce_fn(out, op=reduce_op, group=group)
+            out = _differentiable_all_reduce().apply(out, reduce_op, group)
         else:
             out = out.clone() if out is total else out
             dist.all_reduce(out, op=reduce_op, group=group)

@@ -276,12 +276,51 @@ def norms(world: int, rank: int) -> None:
         np.testing.assert_allclose(final(l2), f64 / n, rtol=1e-6)
 
 
+def elementwise(world: int, rank: int) -> None:
+    """clip_by_value, clip_by_average_norm, normalize and the per-gradient torch adapters."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    import anyclip
+    import anyclip.torch
+
+    mesh = init_device_mesh("cpu", (world,))
+    (full,) = full_grads([(7, 5)], seed=6)
+    f64 = full.double().numpy()
+    x = distribute_tensor(full, mesh, [Shard(0)])
+    with Counter() as c:
+        v = anyclip.clip_by_value(x, -0.5, 0.5)
+    c.check(0)
+    assert isinstance(v, DTensor) and v.placements == x.placements
+    np.testing.assert_array_equal(v.full_tensor().numpy(), np.clip(full.numpy(), -0.5, 0.5))
+    with Counter() as c:
+        a = anyclip.clip_by_average_norm(x, 0.01)
+        n, nn = anyclip.normalize(x)
+    c.check(2)
+    l2 = np.sqrt(np.sum(f64 * f64))
+    want = f64 * 0.01 * min(f64.size / l2, 100.0)
+    np.testing.assert_allclose(a.full_tensor().double().numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(n.full_tensor().double().numpy(), f64 / l2, rtol=1e-6)
+    assert not any(p.is_partial() for p in nn.placements)
+
+    p = torch.nn.Parameter(distribute_tensor(torch.zeros(7, 5), mesh, [Shard(0)]))
+    p.grad = distribute_tensor(full, mesh, [Shard(0)])
+    anyclip.torch.clip_grad_value_([p], -0.5, 0.5)
+    np.testing.assert_array_equal(p.grad.full_tensor().numpy(), np.clip(full.numpy(), -0.5, 0.5))
+    p.grad = distribute_tensor(full, mesh, [Shard(0)])
+    anyclip.torch.clip_grad_by_norm_([p], 1.0, axes=1)
+    rows = np.sqrt(np.sum(f64 * f64, axis=1, keepdims=True))
+    want = f64 / np.maximum(rows, 1.0)
+    np.testing.assert_allclose(p.grad.full_tensor().double().numpy(), want, rtol=1e-6)
+
+
 SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "ddp": ddp,
     "fsdp2": fsdp2,
     "tensor_parallel": tensor_parallel,
     "pipeline": pipeline,
     "norms": norms,
+    "elementwise": elementwise,
 }
 
 

@@ -119,6 +119,17 @@ def shard_map_group() -> None:
     )(w)
     assert float(jnp.max(per_device)) < exact  # without group: each device's own norm
 
+    # jax.grad inside shard_map: d norm / d block = block / norm (psum's transpose)
+    grad = jax.jit(
+        jax.shard_map(
+            jax.grad(lambda b: anyclip.global_norm([b], group="x")),
+            mesh=mesh,
+            in_specs=P("x", None),
+            out_specs=P("x", None),
+        )
+    )(w)
+    np.testing.assert_allclose(np.asarray(grad), host["w"] / exact, rtol=1e-6, atol=1e-9)
+
     tx = anyclip.optax.clip_by_global_norm(1.0, group="x")
 
     def step(block: jax.Array) -> jax.Array:

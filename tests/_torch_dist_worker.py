@@ -314,6 +314,70 @@ def elementwise(world: int, rank: int) -> None:
     np.testing.assert_allclose(p.grad.full_tensor().double().numpy(), want, rtol=1e-6)
 
 
+#: Largest distance, in float32 ULP, from TF 2.21's recorded global norm (the conformance
+#: data), of a global norm split across ranks or sharded (stated in docs/distributed.md).
+ULP_TF = 3
+
+
+def _tf_cases() -> list[tuple[str, list[np.ndarray], np.ndarray]]:
+    """The float32 global_norm cases of the conformance data whose items are all arrays."""
+    import io
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "conformance"
+    index_path = next(p for p in root.rglob("index.json") if p.parent.name == "data")
+    cases = json.loads(index_path.read_text(encoding="utf-8"))["cases"]
+    with zipfile.ZipFile(index_path.parent / "global_norm.npz") as zf:
+        arrays = {
+            n.removesuffix(".npy"): np.lib.format.read_array(io.BytesIO(zf.read(n)))
+            for n in zf.namelist()
+        }
+    out = []
+    for cid, entry in cases.items():
+        if entry["function"] != "global_norm" or "outputs" not in entry:
+            continue
+        if entry["outputs"].get("dtype") != "float32" or entry.get("kwargs"):
+            continue
+        items = entry["args"][0].get("items", [])
+        if not items or not all(isinstance(i, dict) and "array" in i for i in items):
+            continue
+        out.append((cid, [arrays[i["array"]] for i in items], arrays[entry["outputs"]["key"]]))
+    return out
+
+
+def tf_reference(world: int, rank: int) -> None:
+    """TF's recorded global norms, the arrays split across ranks (group=) or sharded."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    import anyclip
+
+    mesh = init_device_mesh("cpu", (world,))
+    cases = _tf_cases()
+    assert len(cases) >= 20, len(cases)
+    worst = 0.0
+    for cid, items, want in cases:
+        tensors = [torch.from_numpy(a.copy()) for a in items]
+        mine = [t for i, t in enumerate(tensors) if i % world == rank]
+        split = float(anyclip.global_norm(mine, group=dist.group.WORLD))
+        sharded = [
+            distribute_tensor(t, mesh, [Shard(0)] if t.ndim else [Replicate()]) for t in tensors
+        ]
+        shard = float(anyclip.global_norm(sharded).to_local())
+        ref = float(want)
+        for got, how in ((split, "split"), (shard, "sharded")):
+            if math.isfinite(ref):
+                d = ulp_distance(got, ref)
+                worst = max(worst, d)
+                assert d <= ULP_TF, f"{cid} ({how}): {got} vs TF {ref}, {d} ULP"
+            else:
+                assert math.isnan(got) == math.isnan(ref) and not math.isfinite(got), (
+                    f"{cid} ({how}): {got} vs TF {ref}"
+                )
+    print(f"tf_reference: {len(cases)} cases, worst {worst} ULP", file=sys.stderr)
+
+
 SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "ddp": ddp,
     "fsdp2": fsdp2,
@@ -321,6 +385,7 @@ SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "pipeline": pipeline,
     "norms": norms,
     "elementwise": elementwise,
+    "tf_reference": tf_reference,
 }
 
 

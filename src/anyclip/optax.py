@@ -139,7 +139,8 @@ def clip_by_global_norm(
     >>> import jax.numpy as jnp
     >>> import anyclip.optax
     >>> tx = anyclip.optax.clip_by_global_norm(max_norm=6.5)
-    >>> updates = [jnp.array([3.0, 4.0]), jnp.array([[12.0]])]
+    >>> f32 = jnp.float32
+    >>> updates = [jnp.array([3.0, 4.0], dtype=f32), jnp.array([[12.0]], dtype=f32)]
     >>> clipped, state = tx.update(updates, tx.init(updates))
     >>> clipped
     [Array([1.5, 2. ], dtype=float32), Array([[6.]], dtype=float32)]
@@ -186,7 +187,7 @@ def clip_by_norm(
     >>> import jax.numpy as jnp
     >>> import anyclip.optax
     >>> tx = anyclip.optax.clip_by_norm(1.0)
-    >>> tx.update([jnp.array([3.0, 4.0])], tx.init(None))[0]
+    >>> tx.update([jnp.array([3.0, 4.0], dtype=jnp.float32)], tx.init(None))[0]
     [Array([0.6, 0.8], dtype=float32)]
     """
     return _stateless(
@@ -202,7 +203,7 @@ def clip_by_value(clip_value_min: float, clip_value_max: float) -> optax.Gradien
     >>> import jax.numpy as jnp
     >>> import anyclip.optax
     >>> tx = anyclip.optax.clip_by_value(6.0, 4.0)  # min > max: min wins, as in TF
-    >>> tx.update([jnp.array([0.0, 5.0, 10.0])], tx.init(None))[0]
+    >>> tx.update([jnp.array([0.0, 5.0, 10.0], dtype=jnp.float32)], tx.init(None))[0]
     [Array([6., 6., 6.], dtype=float32)]
     """
     return _stateless(lambda u: tree.clip_by_value(u, clip_value_min, clip_value_max))
@@ -219,7 +220,7 @@ def clip(max_delta: float) -> optax.GradientTransformation:
     >>> import jax.numpy as jnp
     >>> import anyclip.optax
     >>> tx = anyclip.optax.clip(0.5)
-    >>> tx.update([jnp.array([-2.0, 0.25, 3.0])], tx.init(None))[0]
+    >>> tx.update([jnp.array([-2.0, 0.25, 3.0], dtype=jnp.float32)], tx.init(None))[0]
     [Array([-0.5 ,  0.25,  0.5 ], dtype=float32)]
     """
     return _stateless(lambda u: tree.clip_by_value(u, -max_delta, max_delta))
@@ -262,7 +263,8 @@ def keras_clipping(
     >>> import jax.numpy as jnp
     >>> import anyclip.optax
     >>> tx = anyclip.optax.keras_clipping(global_clipnorm=6.5)
-    >>> updates = [jnp.array([3.0, 4.0]), jnp.array([[12.0]])]
+    >>> f32 = jnp.float32
+    >>> updates = [jnp.array([3.0, 4.0], dtype=f32), jnp.array([[12.0]], dtype=f32)]
     >>> tx.update(updates, tx.init(updates))[0]
     [Array([1.5, 2. ], dtype=float32), Array([[6.]], dtype=float32)]
     """

@@ -480,3 +480,28 @@ def test_torch_without_numpy(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("ok")
+
+
+@torch_backends
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda g: anyclip.global_norm([None, g]), r"t_list\[1\]"),
+        (lambda g: anyclip.clip_by_global_norm([g], 1.0), r"t_list\[0\]"),
+        (lambda g: anyclip.clip_by_norm(g, 1.0), "t"),
+        (lambda g: anyclip.clip_by_value(g, 0.0, 1.0), "t"),
+        (lambda g: anyclip.norm(g), "tensor"),
+    ],
+)
+def test_sparse_in_the_functional_api_is_a_clear_error(backend, call, name):
+    # the functions return new arrays; the in-place adapters are where sparse gradients go
+    torch = backend.module
+    g = torch.sparse_coo_tensor(
+        torch.tensor([[0, 2]]),
+        torch.tensor([3.0, 4.0]),
+        (3,),
+        device=backend.device,
+        check_invariants=True,
+    )
+    with pytest.raises(TypeError, match=rf"`{name}` must be a dense tensor.*anyclip.torch"):
+        call(g)

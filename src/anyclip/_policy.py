@@ -50,6 +50,7 @@ __all__ = [
     "keras_option",
     "normalize_axes",
     "real_list",
+    "refuse_sparse",
     "require_kind",
     "resolve_accumulate_dtype",
     "widest_float",
@@ -118,9 +119,26 @@ def _python_kind(value: Any) -> str:
     raise TypeError(msg)
 
 
+def refuse_sparse(xp: Namespace, value: Any, name: str) -> None:
+    """``TypeError`` for a sparse torch tensor, with the fix (the adapters take them)."""
+    if library(xp) != "torch":
+        return
+    import torch
+
+    if value.layout != torch.strided:
+        msg = (
+            f"`{name}` must be a dense tensor, got a sparse one ({value.layout}); the in-place "
+            "anyclip.torch adapters clip sparse gradients through their values as TF clips "
+            "IndexedSlices (pass the parameters), or pass `t.values()` (`t._values()` for COO) "
+            "or `t.to_dense()` here"
+        )
+        raise TypeError(msg)
+
+
 def as_input(value: Any, xp: Namespace, name: str) -> Any:
     """The main input as an array of ``xp`` (Python data is converted as TF does)."""
     if is_array(value):
+        refuse_sparse(xp, value, name)
         return value
     if value is None:
         msg = f"`{name}` must be an array, got None"
@@ -435,6 +453,10 @@ def as_list(t_list: Any) -> list[Any]:
 def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -> list[Any]:
     """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype."""
     present = [v for v in t_list if v is not None]
+    if library(xp) == "torch":
+        for i, v in enumerate(t_list):
+            if v is not None and is_array(v):
+                refuse_sparse(xp, v, f"t_list[{i}]")
     if all(is_array(v) for v in present):  # the common case: one check per distinct dtype
         dtypes = {v.dtype for v in present}
         if len(dtypes) <= 1 or mixed_ok:

@@ -505,3 +505,17 @@ def test_sparse_in_the_functional_api_is_a_clear_error(backend, call, name):
     )
     with pytest.raises(TypeError, match=rf"`{name}` must be a dense tensor.*anyclip.torch"):
         call(g)
+
+
+@torch_backends
+def test_p_norm_mixed_dtypes(backend, at):
+    # |3| + |-4| + |12| = 19 accumulated in float64 (the widest); each grad keeps its dtype
+    torch = backend.module
+    params = _params(backend, [[3.0, -4.0]], "float32") + _params(backend, [[12.0]], "float64")
+    norm = at.clip_grad_norm_(params, 9.5, norm_type=1)
+    assert norm.dtype == torch.float64
+    assert float(norm) == 19.0
+    assert_array(params[0].grad, [1.5, -2.0], backend=backend, dtype="float32", ulp=1)
+    assert_array(params[1].grad, [6.0], backend=backend, dtype="float64", ulp=1)
+    with pytest.raises(TypeError, match=r"one dtype.*accumulate_dtype='widest'"):
+        at.clip_grad_norm_(params, 1.0, norm_type=1, accumulate_dtype=None)

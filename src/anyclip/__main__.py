@@ -85,7 +85,9 @@ EXAMPLES: list[tuple[str, Any, Callable[[Callable[..., Any]], Any]]] = [
 
 
 # ------------------------------------------------------------ the look-alike functions
-def _torch_clip_grad_norm(grads: list[list[float]], max_norm: float, dtype: str = "float32"):
+def _torch_clip_grad_norm(
+    grads: list[list[float]], max_norm: float, dtype: str = "float32"
+) -> list[Any]:
     import torch
 
     params = []
@@ -97,7 +99,9 @@ def _torch_clip_grad_norm(grads: list[list[float]], max_norm: float, dtype: str 
     return [p.grad for p in params]
 
 
-def _anyclip_torch_clip_grad_norm(grads: list[list[float]], max_norm: float, dtype="float32"):
+def _anyclip_torch_clip_grad_norm(
+    grads: list[list[float]], max_norm: float, dtype: str = "float32"
+) -> list[Any]:
     import torch
 
     import anyclip.torch
@@ -285,12 +289,11 @@ def _train_torch() -> list[tuple[float, float]]:
     optimizer = torch.optim.SGD([w, b], lr=0.1)
     steps = []
     for _ in TRAINING_TF:
-        optimizer.zero_grad()
         loss = ((x @ w + b - y) ** 2).mean()
-        loss.backward()
-        grads = [anyclip.clip_by_value(p.grad, -5.0, 5.0) for p in (w, b)]
-        grads, norm = anyclip.clip_by_global_norm(grads, 1.0)
-        w.grad, b.grad = grads
+        (grad_w, grad_b) = torch.autograd.grad(loss, (w, b))
+        grads = [anyclip.clip_by_value(g, -5.0, 5.0) for g in (grad_w, grad_b)]
+        clipped, norm = anyclip.clip_by_global_norm(grads, 1.0)
+        w.grad, b.grad = clipped
         optimizer.step()
         steps.append((loss.item(), norm.item()))
     return steps
@@ -429,11 +432,11 @@ def demo() -> int:
     for what, tf_call, tf_value, rows in DIFFERENCES:
         print(f"\n  {what}")
         print(f"    {tf_call:<50} {_show_tf(tf_value)}  (TF 2.21)")
-        for needs, label, fn in rows:
+        for needs, label, compute in rows:
             if needs not in loaded:
                 print(f"    {label:<50} skipped: {needs} not installed")
                 continue
-            print(f"    {label:<50} {_show(fn())}")
+            print(f"    {label:<50} {_show(compute())}")
 
     print("\n3. A training loop ported from TF 1.x: y = x @ w + b, mean squared error, 5 steps")
     print(TRAINING_RECIPE)

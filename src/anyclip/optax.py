@@ -1,6 +1,6 @@
 """optax ``GradientTransformation``s that clip with TF's formulas.
 
-Layer: public adapter, on top of :mod:`anyclip.tree`.
+Layer: public adapter over :mod:`anyclip.tree`.
 
 Drop-in replacements: :func:`clip_by_global_norm` takes optax's arguments (``max_norm``,
 positional or by name; TF's ``clip_norm`` also works) and keeps optax's state

@@ -1,6 +1,6 @@
 """In-place gradient clipping for PyTorch models, with TF's formulas.
 
-Layer: public adapter, on top of the eight functions and :mod:`anyclip._core`'s factor.
+Layer: public adapter over the eight functions (the norm is :func:`anyclip.global_norm`'s).
 
 Drop-in replacements for ``torch.nn.utils.clip_grad_norm_``, ``clip_grad_value_``,
 ``get_total_norm`` and ``clip_grads_with_norm_``, with torch's exact signatures (names, order,

@@ -435,7 +435,10 @@ def as_list(t_list: Any) -> list[Any]:
     """
     if not is_sequence_of_arrays(t_list):
         if isinstance(t_list, Mapping):
-            fix = "for a dict (or any tree) of arrays use anyclip.tree.clip_by_global_norm"
+            fix = (
+                "for a dict (or any tree) of arrays use anyclip.tree (tree.global_norm, "
+                "tree.clip_by_global_norm)"
+            )
         elif is_array(t_list):
             fix = "wrap a lone array in a list: [t]"
         elif isinstance(t_list, Iterable) and not isinstance(t_list, (str, bytes)):

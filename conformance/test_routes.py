@@ -107,7 +107,7 @@ def _torch_single(function: str) -> Any:
     def run(t: Any, *args: Any, **kwargs: Any) -> Any:
         (p,) = _torch_grads([t])
         if function == "clip_by_value":
-            anyclip.torch.clip_grad_value_([p], *args, **kwargs)
+            anyclip.torch.clip_grad_by_value_([p], *args, **kwargs)  # TF's two bounds
         else:
             anyclip.torch.clip_grad_by_norm_([p], *args, **kwargs)
         return p.grad
@@ -130,7 +130,9 @@ def _optax_route(function: str) -> Any:
 
     def run(updates: Any, *args: Any, **kwargs: Any) -> Any:
         if function == "clip_by_global_norm":
-            tx = anyclip.optax.clip_by_global_norm(*args, accumulate_dtype=None, **kwargs)
+            tx = anyclip.optax.clip_by_global_norm(
+                *args, accumulate_dtype=None, norm_in_state=True, **kwargs
+            )
         else:
             tx = getattr(anyclip.optax, function)(*args, **kwargs)
         state = tx.init(updates)

@@ -73,7 +73,7 @@ def train_chain() -> dict[str, jax.Array]:
     params, x, y = make_problem()
     tx = optax.chain(
         anyclip.optax.clip_by_value(-CLIP_VALUE, CLIP_VALUE),
-        anyclip.optax.clip_by_global_norm(CLIP_NORM),
+        anyclip.optax.clip_by_global_norm(CLIP_NORM, norm_in_state=True),
         optax.sgd(LEARNING_RATE),
     )
     state = tx.init(params)

@@ -61,8 +61,8 @@ def train_in_place() -> list[torch.Tensor]:
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
-        anyclip.torch.clip_grad_value_(model.parameters(), -CLIP_VALUE, CLIP_VALUE)
-        global_norm = anyclip.torch.clip_grad_norm_(model.parameters(), CLIP_NORM)
+        anyclip.torch.clip_grad_value_(model.parameters(), CLIP_VALUE)
+        global_norm = anyclip.torch.clip_grad_norm_(model.parameters(), max_norm=CLIP_NORM)
         opt.step()
         report(step, loss, global_norm)
     return [p.detach().clone() for p in model.parameters()]

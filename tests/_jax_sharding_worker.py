@@ -130,7 +130,7 @@ def shard_map_group() -> None:
     )(w)
     np.testing.assert_allclose(np.asarray(grad), host["w"] / exact, rtol=1e-6, atol=1e-9)
 
-    tx = anyclip.optax.clip_by_global_norm(1.0, group="x")
+    tx = anyclip.optax.clip_by_global_norm(1.0, group="x", norm_in_state=True)
 
     def step(block: jax.Array) -> jax.Array:
         state = tx.init({"w": block})

@@ -206,6 +206,22 @@ def pipeline(world: int, rank: int) -> None:
         want = x.detach().double().numpy() / exact
         np.testing.assert_allclose(d.double().numpy(), want, rtol=1e-6)
 
+    # torch's split API: get_total_norm(group=) then clip_grads_with_norm_
+    for p, g in zip(params, mine, strict=True):
+        p.grad = g.clone()
+    with Counter() as c:
+        total = anyclip.torch.get_total_norm([p.grad for p in params], group=mesh)
+        anyclip.torch.clip_grads_with_norm_(params, 1.0, total)
+    c.check(1)
+    assert ulp_distance(float(total), exact) <= ULP_DIST
+    for p, g in zip(params, mine, strict=True):
+        check_scaled(p.grad, g, 1.0 / exact)
+    # other orders over the group: 1 and inf, as NumPy's of all the data
+    flat = np.concatenate([g.double().numpy().ravel() for g in full])
+    for order, want in ((1.0, np.sum(np.abs(flat))), (math.inf, np.max(np.abs(flat)))):
+        got = float(anyclip.torch.get_total_norm(mine, norm_type=order, group=dist.group.WORLD))
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=str(order))
+
     # a stage without gradients still joins the all-reduce (else the others would hang)
     held = [] if rank == 0 else params
     others = exact_norm([g.numpy() for i, g in enumerate(full) if i % world != 0])
@@ -305,7 +321,7 @@ def elementwise(world: int, rank: int) -> None:
 
     p = torch.nn.Parameter(distribute_tensor(torch.zeros(7, 5), mesh, [Shard(0)]))
     p.grad = distribute_tensor(full, mesh, [Shard(0)])
-    anyclip.torch.clip_grad_value_([p], -0.5, 0.5)
+    anyclip.torch.clip_grad_by_value_([p], -0.5, 0.5)
     np.testing.assert_array_equal(p.grad.full_tensor().numpy(), np.clip(full.numpy(), -0.5, 0.5))
     p.grad = distribute_tensor(full, mesh, [Shard(0)])
     anyclip.torch.clip_grad_by_norm_([p], 1.0, axes=1)

@@ -446,7 +446,9 @@ ADAPTER_CASES = {
     "clip_grad_norm_": lambda at, ps: at.clip_grad_norm_(ps, 6.5),
     "clip_grad_norm_-torch-policy": lambda at, ps: at.clip_grad_norm_(ps, 1.0, nonfinite="torch"),
     "clip_grad_norm_-skip-policy": lambda at, ps: at.clip_grad_norm_(ps, 1.0, nonfinite="skip"),
-    "clip_grad_value_": lambda at, ps: at.clip_grad_value_(ps, -1.0, 3.5),
+    "clip_grad_value_": lambda at, ps: at.clip_grad_value_(ps, 3.5),
+    "clip_grad_by_value_": lambda at, ps: at.clip_grad_by_value_(ps, -1.0, 3.5),
+    "clip_grad_norm_-p1": lambda at, ps: at.clip_grad_norm_(ps, 6.5, norm_type=1),
     "clip_grad_by_norm_": lambda at, ps: at.clip_grad_by_norm_(ps, 2.5),
     "clip_grad_by_norm_-axes": lambda at, ps: at.clip_grad_by_norm_(ps, 2.5, axes=0),
 }

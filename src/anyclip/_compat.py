@@ -8,6 +8,7 @@ their arrays through ``sys.modules``, so importing anyclip stays cheap and frame
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -63,7 +64,11 @@ def _namespace_of(value: object) -> Namespace | None:
         import array_api_compat.torch as torch_namespace
 
         xp = torch_namespace
-    elif is_numpy_scalar(value) or not array_api_compat.is_array_api_obj(value):
+    elif (
+        is_numpy_scalar(value)
+        or tp.__module__.startswith("numpy.ma")  # a masked array: refused by the policy
+        or not array_api_compat.is_array_api_obj(value)
+    ):
         xp = None
     else:
         xp = array_api_compat.array_namespace(value)
@@ -110,13 +115,35 @@ def _type_name(value: Any) -> str:
 
 
 def default_namespace() -> Namespace:
-    """NumPy's namespace, used when a call has no array to take a namespace from."""
+    """The namespace of a call without any array argument to take one from.
+
+    NumPy's when NumPy is installed; otherwise the first of torch, JAX and array-api-strict
+    that is already imported (a torch-only or JAX-only install needs no NumPy).
+
+    Raises
+    ------
+    TypeError
+        When none of them is available.
+    """
     try:
         import numpy as np
-    except ImportError as exc:  # pragma: no cover - numpy is installed with every backend
-        msg = "a call without any array argument needs NumPy installed to build its result"
-        raise TypeError(msg) from exc
-    return array_api_compat.array_namespace(np.empty(0))
+    except ImportError:
+        pass
+    else:
+        return array_api_compat.array_namespace(np.empty(0))
+    for module, compat in (
+        ("torch", "array_api_compat.torch"),
+        ("jax", "jax.numpy"),
+        ("array_api_strict", "array_api_strict"),
+    ):
+        if sys.modules.get(module) is not None:
+            return importlib.import_module(compat)
+    msg = (
+        "a call without any array argument builds its result with NumPy, or without NumPy "
+        "with torch, JAX or array-api-strict if one is imported; none is: install NumPy or "
+        "pass an array"
+    )
+    raise TypeError(msg)
 
 
 def device(x: Any) -> Any:

@@ -28,7 +28,12 @@ __all__ = ["l2_normalize", "norm", "normalize"]
 
 _REAL_OF_COMPLEX = {"complex64": lambda xp: xp.float32, "complex128": lambda xp: xp.float64}
 _MATRIX_ORDS = "['euclidean', 'fro', 1, 2, inf]"
-_AXIS_MSG = "`axis` must be None, an integer, or a tuple of 2 unique integers, got {!r}"
+_VECTOR_ORDS = "`ord` of a vector norm: 'euclidean', 1, 2, inf or a number p > 0"
+#: The error texts start with TF's own words, so a ported ``assertRaisesRegex`` still matches.
+_AXIS_MSG = (
+    "'axis' must be None, an integer, or a tuple of 2 unique integers, got {} "
+    "(`axis`: one axis for a vector norm, two for a matrix norm)"
+)
 
 
 def _canonical_ord(ord: Any, is_matrix: bool) -> Any:
@@ -39,12 +44,15 @@ def _canonical_ord(ord: Any, is_matrix: bool) -> Any:
                 return ord
         elif _is_real_number(ord) and ord in (1, 2, math.inf):
             return {1: 1, 2: 2}.get(ord, math.inf)
-        msg = f"`ord` must be a supported matrix norm in {_MATRIX_ORDS}, got {ord}"
+        msg = (
+            f"'ord' must be a supported matrix norm in {_MATRIX_ORDS}, got {ord} "
+            "(`ord` of a matrix norm, with two axes)"
+        )
         raise ValueError(msg)
     if isinstance(ord, str):
         if ord == "euclidean":
             return ord
-        msg = f"`ord` must be a supported vector norm ('euclidean', 1, 2, inf or p > 0), got {ord}"
+        msg = f"'ord' must be a supported vector norm, got {ord} ({_VECTOR_ORDS})"
         raise ValueError(msg)
     if not _is_real_number(ord):
         msg = f"`ord` must be a string or a real number, got {ord!r} of type {type(ord).__name__}"
@@ -56,7 +64,7 @@ def _canonical_ord(ord: Any, is_matrix: bool) -> Any:
     if ord == math.inf:
         return math.inf
     if not ord > 0 and not math.isnan(ord):
-        msg = f"`ord` must be a supported vector norm ('euclidean', 1, 2, inf or p > 0), got {ord}"
+        msg = f"'ord' must be a supported vector norm, got {ord} ({_VECTOR_ORDS})"
         raise ValueError(msg)
     return float(ord)
 

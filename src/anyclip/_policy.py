@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, overload
 
 from anyclip._compat import dtype_name, is_array, is_numpy_scalar, is_weak_scalar, library
@@ -47,8 +47,10 @@ __all__ = [
     "dtype_kind",
     "floating_list",
     "is_sequence_of_arrays",
+    "keras_option",
     "normalize_axes",
     "real_list",
+    "refuse_sparse",
     "require_kind",
     "resolve_accumulate_dtype",
     "widest_float",
@@ -117,9 +119,26 @@ def _python_kind(value: Any) -> str:
     raise TypeError(msg)
 
 
+def refuse_sparse(xp: Namespace, value: Any, name: str) -> None:
+    """``TypeError`` for a sparse torch tensor, with the fix (the adapters take them)."""
+    if library(xp) != "torch":
+        return
+    import torch
+
+    if value.layout != torch.strided:
+        msg = (
+            f"`{name}` must be a dense tensor, got a sparse one ({value.layout}); the in-place "
+            "anyclip.torch adapters clip sparse gradients through their values as TF clips "
+            "IndexedSlices (pass the parameters), or pass `t.values()` (`t._values()` for COO) "
+            "or `t.to_dense()` here"
+        )
+        raise TypeError(msg)
+
+
 def as_input(value: Any, xp: Namespace, name: str) -> Any:
     """The main input as an array of ``xp`` (Python data is converted as TF does)."""
     if is_array(value):
+        refuse_sparse(xp, value, name)
         return value
     if value is None:
         msg = f"`{name}` must be an array, got None"
@@ -128,6 +147,18 @@ def as_input(value: Any, xp: Namespace, name: str) -> Any:
         import numpy as np
 
         return xp.asarray(np.asarray(value))
+    module = type(value).__module__
+    if module.startswith("numpy.ma"):
+        msg = (
+            f"`{name}` must be an array without a mask, got a NumPy masked array: TF drops "
+            "masks and would count the masked values; pass `x.filled(0)` to clip with them "
+            "as zeros, or `x.compressed()` for the unmasked values only"
+        )
+        raise TypeError(msg)
+    if module.startswith("numpy") and type(value).__name__ == "matrix":
+        import numpy as np
+
+        return xp.asarray(np.asarray(value))  # as TF converts it: a plain 2-D array
     try:
         kind = _python_kind(value)
     except TypeError as exc:
@@ -397,11 +428,26 @@ class ListNames(Sequence[str]):
 
 
 def as_list(t_list: Any) -> list[Any]:
-    """``t_list`` as a new list; ``TypeError`` unless it is a list or tuple (TF's rule)."""
+    """``t_list`` as a new list; ``TypeError`` unless it is a list or tuple (TF's rule).
+
+    The message starts with TF's own (``"`t_list` should be a sequence of tensors"``), then
+    says what was expected and the fix for a dict, an iterator or a lone array.
+    """
     if not is_sequence_of_arrays(t_list):
+        if isinstance(t_list, Mapping):
+            fix = (
+                "for a dict (or any tree) of arrays use anyclip.tree (tree.global_norm, "
+                "tree.clip_by_global_norm)"
+            )
+        elif is_array(t_list):
+            fix = "wrap a lone array in a list: [t]"
+        elif isinstance(t_list, Iterable) and not isinstance(t_list, (str, bytes)):
+            fix = "pass list(...) of it (a generator or iterator can be read only once)"
+        else:
+            fix = "pass a list or tuple of arrays"
         msg = (
-            "`t_list` must be a sequence (list or tuple) of arrays, "
-            f"got {type(t_list).__module__}.{type(t_list).__qualname__}"
+            f"`t_list` should be a sequence of tensors. Received {type(t_list)}. "
+            f"anyclip expected a list or tuple of arrays (or None); {fix}"
         )
         raise TypeError(msg)
     return list(t_list)
@@ -410,6 +456,10 @@ def as_list(t_list: Any) -> list[Any]:
 def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -> list[Any]:
     """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype."""
     present = [v for v in t_list if v is not None]
+    if library(xp) == "torch":
+        for i, v in enumerate(t_list):
+            if v is not None and is_array(v):
+                refuse_sparse(xp, v, f"t_list[{i}]")
     if all(is_array(v) for v in present):  # the common case: one check per distinct dtype
         dtypes = {v.dtype for v in present}
         if len(dtypes) <= 1 or mixed_ok:
@@ -466,3 +516,37 @@ def check_nonfinite(nonfinite: object) -> Nonfinite:
         "pass 'tf' for TensorFlow's behaviour"
     )
     raise ValueError(msg)
+
+
+# ------------------------------------------------------ Keras optimizers
+def _keras_number(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        msg = f"`{name}` must be a number or None (as in Keras), got {value!r}"
+        raise TypeError(msg) from None
+
+
+def keras_option(clipnorm: Any, clipvalue: Any, global_clipnorm: Any) -> tuple[str, float] | None:
+    """The one Keras clipping option in force, as ``(name, value)``, or None for none.
+
+    Keras 3 (``keras.optimizers.Optimizer``) refuses more than one of the three, and applies
+    one only when it is positive (``if self.clipnorm and self.clipnorm > 0``).
+    """
+    given = {
+        "clipnorm": _keras_number(clipnorm, "clipnorm"),
+        "clipvalue": _keras_number(clipvalue, "clipvalue"),
+        "global_clipnorm": _keras_number(global_clipnorm, "global_clipnorm"),
+    }
+    if sum(v is not None for v in given.values()) > 1:
+        msg = (  # Keras's own wording first, for a ported assertRaisesRegex
+            "Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: "
+            f"clipnorm={clipnorm}, clipvalue={clipvalue}, global_clipnorm={global_clipnorm}"
+        )
+        raise ValueError(msg)
+    for name, value in given.items():
+        if value is not None and value > 0:
+            return name, value
+    return None

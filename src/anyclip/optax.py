@@ -2,19 +2,31 @@
 
 Layer: public adapter over :mod:`anyclip.tree`.
 
-Use them in an ``optax.chain`` where ``optax.clip_by_global_norm`` (which divides first and
-leaves the updates unchanged below the threshold) or ``optax.clip`` would be:
+Drop-in replacements: :func:`clip_by_global_norm` takes optax's arguments (``max_norm``,
+positional or by name; TF's ``clip_norm`` also works) and keeps optax's state
+(``optax.EmptyState()``), so swapping ``optax.clip_by_global_norm`` for
+``anyclip.optax.clip_by_global_norm`` changes the import alone, and checkpoints of the chain
+load either way. Unlike optax's (which divides first and leaves the updates unchanged below
+the threshold) it multiplies by TF's factor. :func:`keras_clipping` gives an optax chain
+Keras's ``clipnorm``, ``clipvalue`` or ``global_clipnorm``.
 
 >>> import jax.numpy as jnp
 >>> import optax
 >>> import anyclip.optax
->>> tx = optax.chain(anyclip.optax.clip_by_global_norm(1.0), optax.sgd(0.1))
+>>> tx = optax.chain(anyclip.optax.clip_by_global_norm(max_norm=1.0), optax.sgd(0.1))
 >>> params = {"w": jnp.array([3.0, 4.0], dtype=jnp.float32)}
 >>> state = tx.init(params)
 >>> updates, state = tx.update(params, state, params)
 >>> updates["w"]
 Array([-0.06      , -0.08000001], dtype=float32)
->>> state[0].global_norm  # the last norm before clipping, for logging
+>>> state[0]  # optax's own state: the same checkpoint structure
+EmptyState()
+
+With ``norm_in_state=True`` the state keeps the last pre-clip norm, for logging:
+
+>>> tx = anyclip.optax.clip_by_global_norm(1.0, norm_in_state=True)
+>>> _, state = tx.update(params, tx.init(params))
+>>> state.global_norm
 Array(5., dtype=float32)
 
 Importing this module imports jax and optax; ``import anyclip`` alone does not.
@@ -30,19 +42,29 @@ import optax
 
 from anyclip import tree
 from anyclip._compat import namespace
-from anyclip._policy import check_nonfinite, resolve_accumulate_dtype
+from anyclip._policy import check_nonfinite, keras_option, resolve_accumulate_dtype
 from anyclip._typing import DTypeLike, Nonfinite
 
 __all__ = [
     "ClipByGlobalNormState",
     "clip_by_global_norm",
     "clip_by_norm",
+    "clip",
     "clip_by_value",
+    "keras_clipping",
 ]
 
 
 class ClipByGlobalNormState(NamedTuple):
-    """State of :func:`clip_by_global_norm`: the global norm of the last updates, pre-clip."""
+    """State of ``clip_by_global_norm(..., norm_in_state=True)``: the last pre-clip norm.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> from anyclip.optax import ClipByGlobalNormState
+    >>> ClipByGlobalNormState(jnp.float32(5.0)).global_norm
+    Array(5., dtype=float32)
+    """
 
     global_norm: jax.Array
 
@@ -56,24 +78,51 @@ def _norm_dtype(params: Any, accumulate_dtype: Any) -> Any:
     return dtypes[0] if acc is None else acc
 
 
+def _max_norm(max_norm: Any, clip_norm: Any) -> Any:
+    if max_norm is not None and clip_norm is not None:
+        msg = (
+            "`max_norm` (optax's name) and `clip_norm` (TF's) are the same argument; pass one, "
+            f"got max_norm={max_norm!r} and clip_norm={clip_norm!r}"
+        )
+        raise TypeError(msg)
+    if max_norm is None and clip_norm is None:
+        msg = "clip_by_global_norm() needs the largest norm: pass `max_norm` (or `clip_norm`)"
+        raise TypeError(msg)
+    return max_norm if clip_norm is None else clip_norm
+
+
 def clip_by_global_norm(
-    clip_norm: float,
+    max_norm: Any = None,
     *,
+    clip_norm: Any = None,
     accumulate_dtype: DTypeLike = "widest",
     nonfinite: Nonfinite = "tf",
+    norm_in_state: bool = False,
     group: str | tuple[str, ...] | None = None,
 ) -> optax.GradientTransformation:
-    """Clip the updates by their global norm with TF's formula; keep the norm in the state.
+    """Clip the updates by their global norm with TF's formula; optax's signature and state.
+
+    Every update is multiplied by ``max_norm * minimum(1 / norm, 1 / max_norm)``
+    (:func:`anyclip.tree.clip_by_global_norm`).
 
     Parameters
     ----------
-    clip_norm : float
-        The largest global norm.
+    max_norm : float or array
+        The largest global norm (optax's name, first positional as in
+        ``optax.clip_by_global_norm``).
+    clip_norm : float or array, optional
+        TF's name for ``max_norm``; pass one of the two.
     accumulate_dtype : dtype, str, "widest" or None, optional
         As in :func:`anyclip.tree.global_norm`.
     nonfinite : {"tf", "torch", "skip"}, optional
         What an inf or NaN global norm does (see :func:`anyclip.clip_by_global_norm`);
         ``"raise"`` reads the norm on the host and does not work under ``jax.jit``.
+    norm_in_state : bool, optional
+        ``False`` (default): the state is ``optax.EmptyState()``, the state
+        ``optax.clip_by_global_norm`` has, so a chain keeps its checkpoint structure when one
+        replaces the other. ``True``: the state is a :class:`ClipByGlobalNormState` holding
+        the last pre-clip norm, for logging (a different structure: old checkpoints of the
+        chain no longer load into it).
     group : str or tuple of str, optional
         Inside ``shard_map`` or ``pmap``: the axis name(s) over which the updates are split;
         the norm is then the global one (one ``jax.lax.psum`` of a scalar). Under ``jit``
@@ -82,14 +131,35 @@ def clip_by_global_norm(
     Returns
     -------
     optax.GradientTransformation
-        Its state is a :class:`ClipByGlobalNormState` holding the last pre-clip norm.
 
     Raises
     ------
+    TypeError
+        If neither or both of ``max_norm`` and ``clip_norm`` are given.
     ValueError
         If ``nonfinite`` is not one of the policies (checked here, not at the first update).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import anyclip.optax
+    >>> tx = anyclip.optax.clip_by_global_norm(max_norm=6.5)
+    >>> f32 = jnp.float32
+    >>> updates = [jnp.array([3.0, 4.0], dtype=f32), jnp.array([[12.0]], dtype=f32)]
+    >>> clipped, state = tx.update(updates, tx.init(updates))
+    >>> clipped
+    [Array([1.5, 2. ], dtype=float32), Array([[6.]], dtype=float32)]
     """
+    c = _max_norm(max_norm, clip_norm)
     policy = check_nonfinite(nonfinite)
+
+    def clip(updates: Any) -> tuple[Any, Any]:
+        return tree.clip_by_global_norm(
+            updates, c, accumulate_dtype=accumulate_dtype, nonfinite=policy, group=group
+        )
+
+    if not norm_in_state:
+        return _stateless(lambda u: clip(u)[0])
 
     def init_fn(params: Any) -> ClipByGlobalNormState:
         return ClipByGlobalNormState(jnp.zeros((), _norm_dtype(params, accumulate_dtype)))
@@ -98,9 +168,7 @@ def clip_by_global_norm(
         updates: Any, state: ClipByGlobalNormState, params: Any = None
     ) -> tuple[Any, ClipByGlobalNormState]:
         del params
-        clipped, norm = tree.clip_by_global_norm(
-            updates, clip_norm, accumulate_dtype=accumulate_dtype, nonfinite=policy, group=group
-        )
+        clipped, norm = clip(updates)
         return clipped, ClipByGlobalNormState(norm.astype(state.global_norm.dtype))
 
     return optax.GradientTransformation(init_fn, update_fn)
@@ -117,12 +185,100 @@ def _stateless(fn: Any) -> optax.GradientTransformation:
 def clip_by_norm(
     clip_norm: float, axes: Any = None, *, accumulate_dtype: Any = None
 ) -> optax.GradientTransformation:
-    """Clip every update leaf to norm ``clip_norm`` over ``axes`` (TF's ``clip_by_norm``)."""
+    """Clip every update leaf to norm ``clip_norm`` over ``axes`` (TF's ``clip_by_norm``).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import anyclip.optax
+    >>> tx = anyclip.optax.clip_by_norm(1.0)
+    >>> tx.update([jnp.array([3.0, 4.0], dtype=jnp.float32)], tx.init(None))[0]
+    [Array([0.6, 0.8], dtype=float32)]
+    """
     return _stateless(
         lambda u: tree.clip_by_norm(u, clip_norm, axes, accumulate_dtype=accumulate_dtype)
     )
 
 
 def clip_by_value(clip_value_min: float, clip_value_max: float) -> optax.GradientTransformation:
-    """Clip every update leaf to ``[clip_value_min, clip_value_max]`` (TF's ``clip_by_value``)."""
+    """Clip every update leaf to ``[clip_value_min, clip_value_max]`` (TF's ``clip_by_value``).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import anyclip.optax
+    >>> tx = anyclip.optax.clip_by_value(6.0, 4.0)  # min > max: min wins, as in TF
+    >>> tx.update([jnp.array([0.0, 5.0, 10.0], dtype=jnp.float32)], tx.init(None))[0]
+    [Array([6., 6., 6.], dtype=float32)]
+    """
     return _stateless(lambda u: tree.clip_by_value(u, clip_value_min, clip_value_max))
+
+
+def clip(max_delta: float) -> optax.GradientTransformation:
+    """``optax.clip``'s signature: every update leaf to ``[-max_delta, max_delta]``, as TF.
+
+    TF's ``clip_by_value(u, -max_delta, max_delta)`` (the upper bound first); the same values
+    as ``optax.clip`` for ``max_delta >= 0``.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import anyclip.optax
+    >>> tx = anyclip.optax.clip(0.5)
+    >>> tx.update([jnp.array([-2.0, 0.25, 3.0], dtype=jnp.float32)], tx.init(None))[0]
+    [Array([-0.5 ,  0.25,  0.5 ], dtype=float32)]
+    """
+    return _stateless(lambda u: tree.clip_by_value(u, -max_delta, max_delta))
+
+
+def keras_clipping(
+    *,
+    clipnorm: float | None = None,
+    clipvalue: float | None = None,
+    global_clipnorm: float | None = None,
+) -> optax.GradientTransformation:
+    """Keras's optimizer clipping (``clipnorm``, ``clipvalue``, ``global_clipnorm``) for optax.
+
+    Put it first in the chain: ``optax.chain(keras_clipping(clipnorm=1.0), optax.adam(1e-3))``
+    is Keras's ``Adam(1e-3, clipnorm=1.0)``. As ``keras.optimizers.Optimizer`` (Keras 3,
+    TF 2.21) clips before its update: ``clipnorm`` is ``tf.clip_by_norm`` on each leaf,
+    ``global_clipnorm`` is ``tf.clip_by_global_norm`` over all leaves, ``clipvalue`` is
+    ``clip(u, -clipvalue, clipvalue)``.
+
+    Parameters
+    ----------
+    clipnorm, clipvalue, global_clipnorm : float, optional
+        Keras's options, with its meaning: at most one may be set, and one that is 0 or
+        negative clips nothing.
+
+    Returns
+    -------
+    optax.GradientTransformation
+        Stateless (``optax.EmptyState()``).
+
+    Raises
+    ------
+    ValueError
+        If more than one option is set (Keras's message).
+    TypeError
+        If an option is not a number.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import anyclip.optax
+    >>> tx = anyclip.optax.keras_clipping(global_clipnorm=6.5)
+    >>> f32 = jnp.float32
+    >>> updates = [jnp.array([3.0, 4.0], dtype=f32), jnp.array([[12.0]], dtype=f32)]
+    >>> tx.update(updates, tx.init(updates))[0]
+    [Array([1.5, 2. ], dtype=float32), Array([[6.]], dtype=float32)]
+    """
+    option = keras_option(clipnorm, clipvalue, global_clipnorm)
+    if option is None:
+        return _stateless(lambda u: u)
+    name, value = option
+    if name == "clipnorm":
+        return clip_by_norm(value)
+    if name == "global_clipnorm":
+        return _stateless(lambda u: tree.clip_by_global_norm(u, value)[0])
+    return clip(value)

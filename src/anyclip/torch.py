@@ -2,10 +2,18 @@
 
 Layer: public adapter over the eight functions (the norm is :func:`anyclip.global_norm`'s).
 
-Drop-in replacements for ``torch.nn.utils.clip_grad_norm_`` and ``clip_grad_value_`` (and a
-per-parameter ``clip_grad_by_norm_`` that torch lacks) that give TF's numbers: they work on
-``p.grad`` in place, skip parameters without a gradient, and return the global norm as a tensor
-(no ``.item()``, so no host sync).
+Drop-in replacements for ``torch.nn.utils.clip_grad_norm_``, ``clip_grad_value_``,
+``get_total_norm`` and ``clip_grads_with_norm_``, with torch's exact signatures (names, order,
+defaults) and TF's numbers: change the import and nothing else. They work on ``p.grad`` in
+place, skip parameters without a gradient, take a lone tensor or any iterable (a generator such
+as ``model.parameters()`` included), honour ``foreach`` as torch does, and return the norm as a
+tensor (no ``.item()``, so no host sync). Sparse gradients (``nn.Embedding(sparse=True)``) are
+clipped through their values, as TF clips an ``IndexedSlices``.
+
+Two functions torch lacks give TF's other clippers on gradients: :func:`clip_grad_by_norm_`
+(``tf.clip_by_norm`` on each gradient) and :func:`clip_grad_by_value_` (``tf.clip_by_value``
+with two bounds). :func:`keras_clipping` gives a torch optimizer Keras's ``clipnorm``,
+``clipvalue`` or ``global_clipnorm``.
 
 Importing this module imports torch; ``import anyclip`` alone does not.
 
@@ -13,7 +21,7 @@ Importing this module imports torch; ``import anyclip`` alone does not.
 >>> from anyclip.torch import clip_grad_norm_
 >>> p = torch.nn.Parameter(torch.zeros(2))
 >>> p.grad = torch.tensor([3.0, 4.0])
->>> clip_grad_norm_([p], 1.0)
+>>> clip_grad_norm_([p], max_norm=1.0)
 tensor(5.)
 >>> p.grad
 tensor([0.6000, 0.8000])
@@ -21,20 +29,84 @@ tensor([0.6000, 0.8000])
 
 from __future__ import annotations
 
+import math
+import types
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from anyclip import _clip, _core
 from anyclip._compat import namespace
-from anyclip._kernels._dist import is_dtensor
-from anyclip._policy import as_operand, check_nonfinite
+from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor
+from anyclip._kernels._torch import TorchKernels
+from anyclip._policy import (
+    as_operand,
+    check_nonfinite,
+    keras_option,
+    resolve_accumulate_dtype,
+)
 from anyclip._typing import DTypeLike, Nonfinite
 
-__all__ = ["clip_grad_by_norm_", "clip_grad_norm_", "clip_grad_value_"]
+__all__ = [
+    "NonfiniteNormError",
+    "clip_grad_by_norm_",
+    "clip_grad_by_value_",
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "clip_grads_with_norm_",
+    "get_total_norm",
+    "keras_clipping",
+]
 
 Parameters = torch.Tensor | Iterable[torch.Tensor]
+
+_SPARSE_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+
+
+class NonfiniteNormError(RuntimeError, FloatingPointError):
+    """The total norm is inf or NaN and clipping was asked to raise.
+
+    A ``RuntimeError`` (what torch's ``error_if_nonfinite=True`` raises, with torch's message)
+    and a ``FloatingPointError`` (what anyclip's ``nonfinite="raise"`` raises), so code written
+    for either catches it.
+    """
+
+
+def _tensors(value: Any, name: str) -> list[torch.Tensor]:
+    """``value`` (a tensor or an iterable of tensors) as a list, as torch accepts it."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        msg = (
+            f"`{name}` must be a tensor or an iterable of tensors, got a dict; pass "
+            f"`model.parameters()` or `list(d.values())` (for a tree of arrays use anyclip.tree)"
+        )
+        raise TypeError(msg)
+    try:
+        is_generator = isinstance(value, types.GeneratorType)
+        out = list(value)
+    except TypeError:
+        msg = (
+            f"`{name}` must be a tensor or an iterable of tensors, "
+            f"got {type(value).__module__}.{type(value).__qualname__}"
+        )
+        raise TypeError(msg) from None
+    if is_generator and not out:  # torch's own warning, word for word
+        warnings.warn(
+            f"`{name}` is an empty generator, no gradient clipping will occur.", stacklevel=3
+        )
+    for i, t in enumerate(out):
+        if not isinstance(t, torch.Tensor):
+            msg = f"`{name}[{i}]` must be a tensor, got {type(t).__module__}.{type(t).__name__}"
+            raise TypeError(msg)
+    return out
+
+
+def _grads(parameters: Any) -> list[torch.Tensor]:
+    return [p.grad for p in _tensors(parameters, "parameters") if p.grad is not None]
 
 
 def _local(x: Any) -> Any:
@@ -42,16 +114,327 @@ def _local(x: Any) -> Any:
     return x.to_local() if is_dtensor(x) else x
 
 
-def _grads(parameters: Parameters) -> list[torch.Tensor]:
-    if isinstance(parameters, torch.Tensor):
-        parameters = [parameters]
-    return [p.grad for p in parameters if p.grad is not None]
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """The tensor whose elements are clipped: a sparse tensor's values (a view), else itself.
+
+    TF clips an ``IndexedSlices`` through its values, every stored value counted once (an
+    uncoalesced COO tensor's repeated indices included) and the indices untouched.
+    """
+    if t.layout == torch.sparse_coo:
+        return t._values()
+    if t.layout in _SPARSE_COMPRESSED:
+        return t.values()
+    return t
+
+
+def _check_foreach(foreach: Any) -> None:
+    if foreach is not None and not isinstance(foreach, bool):
+        msg = (
+            f"`foreach` must be True, False or None (as in torch), got {foreach!r}; for two "
+            "bounds (TF's clip_by_value) use anyclip.torch.clip_grad_by_value_"
+        )
+        raise TypeError(msg)
+
+
+def _use_foreach(foreach: bool | None, group: list[torch.Tensor], device: torch.device) -> bool:
+    """Torch's rule: ``None`` uses foreach where supported; ``True`` raises where it is not."""
+    from torch.utils._foreach_utils import _device_has_foreach_support, _has_foreach_support
+
+    if foreach is None:
+        return bool(_has_foreach_support(group, device))
+    if foreach and not _device_has_foreach_support(device):
+        msg = f"foreach=True was passed, but can't use the foreach API on {device.type} tensors"
+        raise RuntimeError(msg)
+    return foreach
+
+
+def _by_device_and_dtype(
+    tensors: list[torch.Tensor],
+) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
+    out: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for t in tensors:
+        out.setdefault((t.device, t.dtype), []).append(t)
+    return out
+
+
+def _check_devices(tensors: list[torch.Tensor], name: str) -> None:
+    """``ValueError`` for a list mixing the ``meta`` device with another: no value can move."""
+    devices = list(dict.fromkeys(t.device for t in tensors))
+    if len(devices) > 1 and any(d.type == "meta" for d in devices):
+        msg = (
+            f"`{name}` mixes devices {devices[0]} and {devices[1]}: a meta tensor has no "
+            "values, so no norm can combine it with the others; move every tensor to one "
+            "device (or materialise the model with `to_empty`) first"
+        )
+        raise ValueError(msg)
+
+
+def _norm_type(norm_type: Any) -> float:
+    try:
+        p = float(norm_type)
+    except (TypeError, ValueError):
+        msg = f"`norm_type` must be a number or 'inf' (as in torch), got {norm_type!r}"
+        raise ValueError(msg) from None
+    if math.isnan(p):
+        msg = "`norm_type` must be a number or 'inf' (as in torch), got nan"
+        raise ValueError(msg)
+    return p
+
+
+def _policy(error_if_nonfinite: bool, nonfinite: Any) -> Nonfinite:
+    policy = check_nonfinite(nonfinite)
+    if error_if_nonfinite and policy not in ("tf", "raise"):
+        msg = (
+            f"`error_if_nonfinite=True` asks to raise on a non-finite norm but `nonfinite` is "
+            f"{policy!r}, which asks not to; pass one of them only"
+        )
+        raise ValueError(msg)
+    return "raise" if error_if_nonfinite else policy
+
+
+def _total_norm(
+    values: list[torch.Tensor],
+    norm_type: float,
+    foreach: bool | None,
+    accumulate_dtype: Any,
+    group: Any = None,
+) -> torch.Tensor:
+    """The norm of ``values`` (dense, at least one) as one vector.
+
+    With ``group``: the 2-norm is :func:`anyclip.global_norm`'s (one all-reduce of the
+    partial sum); another order all-reduces this rank's ``norm ** p`` (``max`` for inf).
+    DTensors of another order: torch's own DTensor norms, made ``Replicate``.
+    """
+    _check_devices(values, "parameters")
+    if norm_type == 2.0:
+        for (device, _), grp in _by_device_and_dtype(values).items():
+            _use_foreach(foreach, grp, device)  # torch's foreach=True error, nothing else
+        return _clip.global_norm(values, accumulate_dtype=accumulate_dtype, group=group)
+    groups = check_group(namespace(values[0]), group)
+    local = _p_norm(values, norm_type, foreach, accumulate_dtype)
+    if is_dtensor(local):
+        local = TorchKernels().settle(namespace(values[0]), local).to_local()
+    if not groups:
+        return local
+    out: torch.Tensor
+    if math.isinf(norm_type):
+        out = all_reduce_torch(local, groups, op="max")
+    else:
+        out = all_reduce_torch(local**norm_type, groups) ** (1.0 / norm_type)
+    return out
+
+
+def _p_norm(
+    values: list[torch.Tensor], norm_type: float, foreach: bool | None, accumulate_dtype: Any
+) -> torch.Tensor:
+    """The norm of the per-tensor norms of order ``norm_type`` (not 2), as torch's."""
+    xp = namespace(values[0])
+    dtypes = list(dict.fromkeys(v.dtype for v in values))
+    for v in values:
+        if not v.is_floating_point():
+            msg = f"`parameters` must hold floating gradients, got {v.dtype}"
+            raise TypeError(msg)
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, dtypes)
+    if acc is None and len(dtypes) > 1:
+        msg = (
+            "`parameters` must hold gradients of one dtype with `accumulate_dtype=None` (TF "
+            f"does not promote), got {dtypes[0]} and {dtypes[1]}; pass accumulate_dtype='widest'"
+        )
+        raise TypeError(msg)
+    home = values[0].device
+    norms: list[torch.Tensor] = []
+    for (device, dtype), grp in _by_device_and_dtype(values).items():
+        cast = None if acc is None or acc == dtype else acc
+        if _use_foreach(foreach, grp, device) and not any(is_dtensor(g) for g in grp):
+            norms.extend(torch._foreach_norm(grp, norm_type, dtype=cast))
+        else:
+            norms.extend(torch.linalg.vector_norm(g, norm_type, dtype=cast) for g in grp)
+    total: torch.Tensor = torch.linalg.vector_norm(
+        torch.stack([n.to(home) for n in norms]), norm_type
+    )
+    return total
+
+
+def _join_group(norm_type: float, accumulate_dtype: Any, group: Any) -> torch.Tensor:
+    """The norm over ``group`` for a process without any tensor (it joins the all-reduce)."""
+    if norm_type == 2.0:
+        return _clip.global_norm([], accumulate_dtype=accumulate_dtype, group=group)
+    import array_api_compat.torch as xp
+
+    groups = check_group(xp, group)
+    zero = torch.zeros(())
+    out: torch.Tensor
+    if math.isinf(norm_type):
+        out = all_reduce_torch(zero, groups, op="max")
+    else:
+        out = all_reduce_torch(zero, groups) ** (1.0 / norm_type)
+    return out
+
+
+def _raise_nonfinite(norm: torch.Tensor, norm_type: float) -> None:
+    if not bool(torch.isfinite(norm)):  # host sync, by request
+        msg = (  # torch's message word for word, then the value
+            f"The total norm of order {norm_type} for gradients from `parameters` is "
+            "non-finite, so it cannot be clipped. To disable this error and scale the "
+            "gradients by the non-finite norm anyway, set `error_if_nonfinite=False` "
+            f"(the global norm of the gradients is not finite: {float(norm)})"
+        )
+        raise NonfiniteNormError(msg)
+
+
+def _scale_(
+    values: list[torch.Tensor], max_norm: Any, total_norm: torch.Tensor, foreach: Any, policy: Any
+) -> None:
+    """Multiply every tensor of ``values`` in place by TF's factor ``c * min(1/norm, 1/c)``."""
+    total_norm = _local(total_norm)  # a Replicate DTensor's value
+    xp = namespace(total_norm)
+    c = as_operand(_local(max_norm), xp, total_norm, "max_norm")
+    scale = _core.global_scale(xp, c, total_norm, policy)
+    shards = [_local(v) for v in values]  # DTensors scaled shard by shard, in place
+    for (device, dtype), grp in _by_device_and_dtype(shards).items():
+        s = scale.to(device=device, dtype=dtype, non_blocking=True)
+        if _use_foreach(foreach, grp, device):
+            torch._foreach_mul_(grp, s)
+        else:
+            for g in grp:
+                g.mul_(s)
+
+
+@torch.no_grad()
+def get_total_norm(
+    tensors: Parameters,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    group: Any = None,
+) -> torch.Tensor:
+    """The norm of all ``tensors`` together, as ``torch.nn.utils.get_total_norm``.
+
+    For ``norm_type=2`` (the default) this is :func:`anyclip.global_norm`, TF's
+    ``sqrt(sum(l2_loss(t)) * 2)``; any other order is torch's norm of the per-tensor norms.
+
+    Parameters
+    ----------
+    tensors : Tensor or iterable of Tensor
+        The tensors (usually gradients); sparse ones count through their stored values.
+    norm_type : float or 'inf', optional
+        The order of the norm, as in torch (``2.0``, ``1``, ``math.inf``, ``'inf'``...).
+    error_if_nonfinite : bool, optional
+        Raise :class:`NonfiniteNormError` if the norm is inf or NaN.
+    foreach : bool, optional
+        torch's switch: ``None`` uses the foreach kernels where supported, ``True`` requires
+        them (``RuntimeError`` on a device without them), ``False`` avoids them.
+    accumulate_dtype : dtype, str, "widest" or None, optional
+        The dtype the norm is accumulated in (default: the widest dtype). ``None``: TF's rule,
+        one dtype only.
+    group : ProcessGroup, DeviceMesh or sequence of them, optional
+        Not in torch. The processes whose gradients form the norm with these ones (pipeline
+        stages, expert groups): one all-reduce of a scalar over each. Sharded gradients
+        (``DTensor``: FSDP2, tensor parallel) need none. Every process of the group calls.
+
+    Returns
+    -------
+    Tensor
+        A 0-d tensor on the first tensor's device; ``tensor(0.)`` for no tensors, as torch
+        (with ``group``, the norm of the other processes' tensors). A ``Replicate`` DTensor
+        for DTensor inputs.
+
+    Raises
+    ------
+    NonfiniteNormError
+        With ``error_if_nonfinite=True`` and an inf or NaN norm.
+    ValueError
+        If ``norm_type`` is not a number, or ``meta`` tensors are mixed with others.
+    RuntimeError
+        With ``foreach=True`` on a device without foreach kernels (torch's error).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from anyclip.torch import get_total_norm
+    >>> get_total_norm([torch.tensor([3.0, 4.0]), torch.tensor([[12.0]])])
+    tensor(13.)
+    >>> get_total_norm([torch.tensor([3.0, -4.0])], norm_type="inf")
+    tensor(4.)
+    """
+    _check_foreach(foreach)
+    p = _norm_type(norm_type)
+    values = [_dense(t) for t in _tensors(tensors, "tensors")]
+    if not values and group is not None:  # still joins its group's all-reduce
+        return _join_group(p, accumulate_dtype, group)
+    if not values:
+        return torch.tensor(0.0)
+    norm = _total_norm(values, p, foreach, accumulate_dtype, group)
+    if error_if_nonfinite:
+        _raise_nonfinite(norm, p)
+    return norm
+
+
+@torch.no_grad()
+def clip_grads_with_norm_(
+    parameters: Parameters,
+    max_norm: float | torch.Tensor,
+    total_norm: torch.Tensor,
+    foreach: bool | None = None,
+    *,
+    nonfinite: Nonfinite = "tf",
+) -> None:
+    """Scale every ``p.grad`` in place by TF's factor for ``total_norm``, as torch's function.
+
+    ``torch.nn.utils.clip_grads_with_norm_`` with TF's factor
+    ``max_norm * minimum(1 / total_norm, 1 / max_norm)`` instead of
+    ``min(max_norm / (total_norm + 1e-6), 1)``.
+
+    Parameters
+    ----------
+    parameters : Tensor or iterable of Tensor
+        Parameters whose ``.grad`` is scaled; those without a gradient are skipped.
+    max_norm : float or Tensor
+        The largest norm.
+    total_norm : Tensor
+        The norm to clip by (usually from :func:`get_total_norm`), a 0-d floating tensor.
+    foreach : bool, optional
+        As in :func:`get_total_norm`.
+    nonfinite : {"tf", "torch", "skip", "raise"}, optional
+        What an inf or NaN ``total_norm`` does (see :func:`anyclip.clip_by_global_norm`).
+
+    Raises
+    ------
+    TypeError
+        If ``total_norm`` is not a tensor.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from anyclip.torch import clip_grads_with_norm_, get_total_norm
+    >>> p = torch.nn.Parameter(torch.zeros(2))
+    >>> p.grad = torch.tensor([3.0, 4.0])
+    >>> clip_grads_with_norm_([p], 1.0, get_total_norm([p.grad]))
+    >>> p.grad
+    tensor([0.6000, 0.8000])
+    """
+    _check_foreach(foreach)
+    policy = check_nonfinite(nonfinite)
+    if not isinstance(total_norm, torch.Tensor):
+        msg = (  # type: ignore[unreachable]  # reached by untyped callers
+            "`total_norm` must be a 0-d tensor (from anyclip.torch.get_total_norm), got "
+            f"{type(total_norm).__name__}; wrap a number with torch.tensor(...)"
+        )
+        raise TypeError(msg)
+    values = [_dense(g) for g in _grads(parameters)]
+    if not values:
+        return
+    if policy == "raise":
+        _raise_nonfinite(total_norm, 2.0)
+    _scale_(values, max_norm, total_norm, foreach, policy)
 
 
 @torch.no_grad()
 def clip_grad_norm_(
     parameters: Parameters,
-    clip_norm: float | torch.Tensor,
+    max_norm: float | torch.Tensor,
     norm_type: float = 2.0,
     error_if_nonfinite: bool = False,
     foreach: bool | None = None,
@@ -60,86 +443,143 @@ def clip_grad_norm_(
     nonfinite: Nonfinite = "tf",
     group: Any = None,
 ) -> torch.Tensor:
-    """Scale all gradients in place so their global norm is at most ``clip_norm``, as TF.
+    """Scale all gradients in place so their total norm is at most ``max_norm``, as TF.
 
-    Every ``p.grad`` is multiplied by ``clip_norm * minimum(1 / norm, 1 / clip_norm)``
-    (:func:`anyclip.clip_by_global_norm`'s factor), with no shortcut when nothing needs clipping.
+    torch's signature, TF's numbers: every ``p.grad`` is multiplied by
+    ``max_norm * minimum(1 / norm, 1 / max_norm)`` (:func:`anyclip.clip_by_global_norm`'s
+    factor), with no shortcut when nothing needs clipping and no ``1e-6`` in the divisor.
 
     Parameters
     ----------
     parameters : Tensor or iterable of Tensor
-        Parameters whose ``.grad`` is clipped; those without a gradient are skipped.
-    clip_norm : float or Tensor
-        The largest global norm (``max_norm`` in torch).
-    norm_type : float, optional
-        Only 2 (TF clips by the L2 norm); accepted so torch calls run unchanged.
+        Parameters whose ``.grad`` is clipped; those without a gradient are skipped. Sparse
+        gradients are clipped through their values, as TF clips ``IndexedSlices``.
+    max_norm : float or Tensor
+        The largest total norm (``clip_norm`` in TF).
+    norm_type : float or 'inf', optional
+        The order of the norm, as in torch. 2 (default) is TF's global norm; any other order
+        is torch's norm of the per-gradient norms, scaled with TF's factor.
     error_if_nonfinite : bool, optional
-        torch's flag: ``True`` is ``nonfinite="raise"``.
+        torch's flag: raise :class:`NonfiniteNormError` (a ``RuntimeError``, with torch's
+        message) on an inf or NaN norm; the same as ``nonfinite="raise"``.
     foreach : bool, optional
-        Accepted for compatibility and ignored.
+        torch's switch, honoured: ``None`` uses the foreach kernels where supported, ``True``
+        requires them, ``False`` avoids them.
     accumulate_dtype : dtype, str, "widest" or None, optional
         The dtype the norm is accumulated in (default: the widest gradient dtype). ``None``:
         TF's rule, one dtype only.
     nonfinite : {"tf", "torch", "skip", "raise"}, optional
-        What an inf or NaN global norm does (see :func:`anyclip.clip_by_global_norm`).
-        ``"tf"`` (default) makes every gradient NaN; ``"torch"`` matches torch's own result.
+        What an inf or NaN norm does (see :func:`anyclip.clip_by_global_norm`). ``"tf"``
+        (default) makes every gradient NaN; ``"torch"`` matches torch's own result.
     group : ProcessGroup, DeviceMesh or sequence of them, optional
-        The processes whose gradients form the global norm with these ones (pipeline stages,
-        expert groups): one all-reduce of a scalar over each. Sharded gradients (``DTensor``,
-        FSDP2, tensor parallel) need none. Every process of the group must call.
+        Not in torch. The processes whose gradients form the norm with these ones (pipeline
+        stages, expert groups): one all-reduce of a scalar over each. Sharded gradients
+        (``DTensor``: FSDP2, tensor parallel) need none. Every process of the group calls.
 
     Returns
     -------
     Tensor
-        The global norm of the gradients before clipping (0-d, on the first gradient's device;
+        The total norm of the gradients before clipping (0-d, on the first gradient's device;
         a ``Replicate`` DTensor, equal on every rank, for DTensor gradients).
 
     Raises
     ------
     ValueError
-        If ``norm_type`` is not 2, or ``nonfinite`` is not a policy.
-    FloatingPointError
-        With ``nonfinite="raise"`` (or ``error_if_nonfinite``) and a non-finite norm.
+        If ``norm_type`` is not a number, ``nonfinite`` is not a policy, or
+        ``error_if_nonfinite=True`` comes with ``nonfinite`` "torch" or "skip".
+    NonfiniteNormError
+        With ``error_if_nonfinite=True`` (or ``nonfinite="raise"``) and a non-finite norm.
+    RuntimeError
+        With ``foreach=True`` on a device without foreach kernels (torch's error).
 
     Notes
     -----
-    The norm is :func:`anyclip.global_norm`'s: gradients on several devices are grouped by
+    The 2-norm is :func:`anyclip.global_norm`'s: gradients on several devices are grouped by
     device, each device sums its own squares, and the partial sums meet on the first
     gradient's device (a device-to-device copy, no host sync); the factor is sent back.
-    DTensor gradients are scaled shard by shard in place: no gather, and the only
-    communication is the all-reduce of the 0-d partial sum.
+    DTensor gradients are summed shard by shard and scaled in place, shard by shard: no
+    gather, and the only communication is one all-reduce of a scalar per mesh.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from anyclip.torch import clip_grad_norm_
+    >>> model = torch.nn.Linear(2, 1)
+    >>> model.weight.grad = torch.tensor([[3.0, 4.0]])
+    >>> model.bias.grad = torch.tensor([12.0])
+    >>> clip_grad_norm_(model.parameters(), max_norm=6.5)
+    tensor(13.)
+    >>> model.weight.grad, model.bias.grad
+    (tensor([[1.5000, 2.0000]]), tensor([6.]))
     """
-    if float(norm_type) != 2.0:
-        msg = f"`norm_type` must be 2 (TF clips by the L2 norm), got {norm_type!r}"
-        raise ValueError(msg)
-    policy = "raise" if error_if_nonfinite else check_nonfinite(nonfinite)
-    if isinstance(parameters, torch.Tensor):
-        parameters = [parameters]
-    parameters = list(parameters)
-    grads = _grads(parameters)
-    if not grads and group is not None:  # this stage has no gradient: still joins the group
-        return _clip.global_norm([], accumulate_dtype=accumulate_dtype, group=group)
-    if not grads:  # torch returns 0 too; on the parameters' device
-        return torch.zeros((), device=parameters[0].device if parameters else None)
-    norm = _clip.global_norm(grads, accumulate_dtype=accumulate_dtype, group=group)
-    value = _local(norm)
-    if policy == "raise" and not bool(torch.isfinite(value)):  # host sync, by request
-        msg = f"the global norm of the gradients is not finite ({float(value)})"
-        raise FloatingPointError(msg)
-    xp = namespace(value)
-    c = as_operand(_local(clip_norm), xp, value, "clip_norm")
-    scale = _core.global_scale(xp, c, value, policy)
-    by_group: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-    for g in grads:
-        local = _local(g)  # a DTensor's shard, scaled in place: placements unchanged
-        by_group.setdefault((local.device, local.dtype), []).append(local)
-    for (device, dtype), group in by_group.items():
-        torch._foreach_mul_(group, scale.to(device=device, dtype=dtype, non_blocking=True))
+    _check_foreach(foreach)
+    p = _norm_type(norm_type)
+    policy = _policy(error_if_nonfinite, nonfinite)
+    params = _tensors(parameters, "parameters")
+    values = [_dense(q.grad) for q in params if q.grad is not None]
+    if not values and group is not None:  # this stage has no gradient: still joins the group
+        return _join_group(p, accumulate_dtype, group)
+    if not values:  # torch returns 0 too; on the parameters' device
+        return torch.zeros((), device=params[0].device if params else None)
+    norm = _total_norm(values, p, foreach, accumulate_dtype, group)
+    if policy == "raise":
+        _raise_nonfinite(norm, p)
+    _scale_(values, max_norm, norm, foreach, policy)
     return norm
 
 
 @torch.no_grad()
 def clip_grad_value_(
+    parameters: Parameters,
+    clip_value: float | torch.Tensor,
+    foreach: bool | None = None,
+) -> None:
+    """Clip every ``p.grad`` in place to ``[-clip_value, clip_value]``, as torch's function.
+
+    TF's ``clip_by_value(g, -clip_value, clip_value)``: the upper bound first, then the lower
+    one; NaN stays NaN. Identical to torch's for ``clip_value >= 0``; for a negative
+    ``clip_value`` TF's order gives ``-clip_value`` everywhere (torch's gives ``clip_value``).
+
+    Parameters
+    ----------
+    parameters : Tensor or iterable of Tensor
+        Parameters whose ``.grad`` is clipped; those without a gradient are skipped. Sparse
+        gradients are clipped through their values.
+    clip_value : float or Tensor
+        The largest magnitude (converted with ``float``, as torch does).
+    foreach : bool, optional
+        torch's switch, honoured as in :func:`clip_grad_norm_`.
+
+    Raises
+    ------
+    TypeError
+        If ``foreach`` is not a bool or None (a second bound goes to
+        :func:`clip_grad_by_value_`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from anyclip.torch import clip_grad_value_
+    >>> p = torch.nn.Parameter(torch.zeros(3))
+    >>> p.grad = torch.tensor([-2.0, 0.25, 3.0])
+    >>> clip_grad_value_([p], 0.5)
+    >>> p.grad
+    tensor([-0.5000,  0.2500,  0.5000])
+    """
+    _check_foreach(foreach)
+    v = float(clip_value)
+    values = [_dense(g) for g in _grads(parameters)]
+    for (device, _), group in _by_device_and_dtype(values).items():
+        if _use_foreach(foreach, group, device):
+            torch._foreach_clamp_max_(group, v)  # minimum(g, v) first, as TF
+            torch._foreach_clamp_min_(group, -v)
+        else:
+            for g in group:
+                g.clamp_max_(v).clamp_min_(-v)
+
+
+@torch.no_grad()
+def clip_grad_by_value_(
     parameters: Parameters,
     clip_value_min: float | torch.Tensor,
     clip_value_max: float | torch.Tensor,
@@ -148,9 +588,27 @@ def clip_grad_value_(
 
     :func:`anyclip.clip_by_value` on each gradient: the upper bound first, so the lower bound
     wins when ``clip_value_min > clip_value_max``; NaN stays NaN.
+
+    Parameters
+    ----------
+    parameters : Tensor or iterable of Tensor
+        Parameters whose ``.grad`` is clipped; those without a gradient are skipped.
+    clip_value_min, clip_value_max : float or Tensor
+        The bounds (converted as :func:`anyclip.clip_by_value` converts them).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from anyclip.torch import clip_grad_by_value_
+    >>> p = torch.nn.Parameter(torch.zeros(3))
+    >>> p.grad = torch.tensor([-2.0, 0.25, 3.0])
+    >>> clip_grad_by_value_([p], -1.0, 0.5)
+    >>> p.grad
+    tensor([-1.0000,  0.2500,  0.5000])
     """
     for g in _grads(parameters):
-        g.copy_(_clip.clip_by_value(g, clip_value_min, clip_value_max))
+        v = _dense(g)
+        v.copy_(_clip.clip_by_value(v, clip_value_min, clip_value_max))
 
 
 @torch.no_grad()
@@ -163,7 +621,104 @@ def clip_grad_by_norm_(
 ) -> None:
     """Clip every ``p.grad`` in place to norm ``clip_norm`` over ``axes``, each on its own.
 
-    :func:`anyclip.clip_by_norm` on each gradient (TF has no list version of it).
+    :func:`anyclip.clip_by_norm` on each gradient (TF has no list version of it); a sparse
+    gradient through its values, as TF clips ``IndexedSlices``.
+
+    Parameters
+    ----------
+    parameters : Tensor or iterable of Tensor
+        Parameters whose ``.grad`` is clipped; those without a gradient are skipped.
+    clip_norm : float or Tensor
+        The largest norm of each gradient.
+    axes : int or sequence of int, optional
+        Axes of each norm (``None``: the whole gradient).
+    accumulate_dtype : dtype or str, optional
+        As in :func:`anyclip.clip_by_norm`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from anyclip.torch import clip_grad_by_norm_
+    >>> p = torch.nn.Parameter(torch.zeros(2))
+    >>> p.grad = torch.tensor([3.0, 4.0])
+    >>> clip_grad_by_norm_([p], 1.0)
+    >>> p.grad
+    tensor([0.6000, 0.8000])
     """
     for g in _grads(parameters):
-        g.copy_(_clip.clip_by_norm(g, clip_norm, axes, accumulate_dtype=accumulate_dtype))
+        v = _dense(g)
+        v.copy_(_clip.clip_by_norm(v, clip_norm, axes, accumulate_dtype=accumulate_dtype))
+
+
+def keras_clipping(
+    optimizer: torch.optim.Optimizer,
+    *,
+    clipnorm: float | None = None,
+    clipvalue: float | None = None,
+    global_clipnorm: float | None = None,
+) -> RemovableHandle:
+    """Give a torch optimizer Keras's ``clipnorm``, ``clipvalue`` or ``global_clipnorm``.
+
+    Registers a step pre-hook that clips the gradients of every parameter of ``optimizer``
+    (all its parameter groups) just before each ``optimizer.step()``, as
+    ``keras.optimizers.Optimizer`` (Keras 3, TF 2.21) clips them before its update:
+
+    * ``clipnorm``: each gradient on its own, ``tf.clip_by_norm(g, clipnorm)``;
+    * ``global_clipnorm``: all together, ``tf.clip_by_global_norm(grads, global_clipnorm)``;
+    * ``clipvalue``: each element, ``clip(g, -clipvalue, clipvalue)``.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        Any torch optimizer (SGD, Adam, AdamW...).
+    clipnorm, clipvalue, global_clipnorm : float, optional
+        Keras's options, with its meaning: at most one may be set, and one that is 0 or
+        negative clips nothing.
+
+    Returns
+    -------
+    torch.utils.hooks.RemovableHandle
+        ``handle.remove()`` stops the clipping. The optimizer's ``state_dict`` is unchanged
+        (the hook holds no state).
+
+    Raises
+    ------
+    ValueError
+        If more than one option is set (Keras's message).
+    TypeError
+        If ``optimizer`` is not a torch optimizer or an option is not a number.
+
+    Examples
+    --------
+    >>> import torch
+    >>> import anyclip.torch
+    >>> model = torch.nn.Linear(2, 1, bias=False)
+    >>> opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    >>> handle = anyclip.torch.keras_clipping(opt, clipnorm=1.0)  # Keras: SGD(clipnorm=1.0)
+    >>> with torch.no_grad():
+    ...     _ = model.weight.zero_()
+    >>> model.weight.grad = torch.tensor([[3.0, 4.0]])
+    >>> opt.step()
+    >>> model.weight
+    Parameter containing:
+    tensor([[-0.6000, -0.8000]], requires_grad=True)
+    >>> handle.remove()
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        msg = f"`optimizer` must be a torch.optim.Optimizer, got {type(optimizer).__name__}"  # type: ignore[unreachable]
+        raise TypeError(msg)
+    option = keras_option(clipnorm, clipvalue, global_clipnorm)
+
+    def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if option is None:
+            return
+        name, value = option
+        params = [p for group in opt.param_groups for p in group["params"]]
+        if name == "clipnorm":
+            clip_grad_by_norm_(params, value)
+        elif name == "global_clipnorm":
+            clip_grad_norm_(params, value)
+        else:
+            clip_grad_by_value_(params, -value, value)
+
+    return optimizer.register_step_pre_hook(hook)

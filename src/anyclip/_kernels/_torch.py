@@ -93,6 +93,19 @@ def _partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+def _check_devices(devices: Sequence[Any]) -> None:
+    """``ValueError`` for ``meta`` with another device: a meta tensor has no value to move."""
+    meta = [d for d in devices if d.type == "meta"]
+    if meta:
+        other = next(d for d in devices if d.type != "meta")
+        msg = (
+            f"`t_list` mixes devices {meta[0]} and {other}: a meta tensor has no values, so "
+            "its squares cannot be added to the others'; move every array to one device (or "
+            "materialise the model with `to_empty`) first"
+        )
+        raise ValueError(msg)
+
+
 class TorchKernels(Kernels):
     """:class:`Kernels` for torch tensors (every dtype, every device)."""
 
@@ -210,6 +223,7 @@ class TorchKernels(Kernels):
             by_device.setdefault(a.device, []).append(a)
         if len(by_device) == 1:
             return self.half_squares(xp, arrays)
+        _check_devices(list(by_device))
         partials = [
             self.half_squares(xp, group).to(home, non_blocking=True) for group in by_device.values()
         ]

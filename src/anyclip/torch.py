@@ -40,7 +40,7 @@ from torch.utils.hooks import RemovableHandle
 
 from anyclip import _clip, _core
 from anyclip._compat import namespace
-from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor
+from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor, zero_partial
 from anyclip._kernels._torch import TorchKernels
 from anyclip._policy import (
     as_operand,
@@ -262,7 +262,7 @@ def _join_group(norm_type: float, accumulate_dtype: Any, group: Any) -> torch.Te
     import array_api_compat.torch as xp
 
     groups = check_group(xp, group)
-    zero = torch.zeros(())
+    zero = zero_partial(xp, torch.float32, groups)  # on the device the groups' backend uses
     out: torch.Tensor
     if math.isinf(norm_type):
         out = all_reduce_torch(zero, groups, op="max")

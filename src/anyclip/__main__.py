@@ -1,8 +1,7 @@
 """``python -m anyclip``: the installed backends, and every function on every backend.
 
-``python -m anyclip conformance`` runs the conformance suite (``conformance/`` in a source
-checkout) on every installed backend, prints the function-by-backend matrix and writes
-``docs/conformance.md``.
+The conformance suite is a distribution of its own: ``pip install anyclip-conformance`` and
+run ``python -m anyclip_conformance``.
 """
 
 from __future__ import annotations
@@ -128,16 +127,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m anyclip``."""
     parser = argparse.ArgumentParser(prog="python -m anyclip", description=__doc__)
     sub = parser.add_subparsers(dest="command")
-    conf = sub.add_parser("conformance", help="run the conformance suite and write the report")
-    conf.add_argument("--backends", default=None, help="comma-separated backends (default: all)")
-    conf.add_argument(
-        "--output", default=None, help="markdown report (default docs/conformance.md)"
-    )
+    sub.add_parser("conformance", help="moved: python -m anyclip_conformance")
     args = parser.parse_args(argv)
     if args.command == "conformance":
-        from anyclip._report import conformance_report
-
-        return conformance_report(args.backends, args.output)
+        print(
+            "the conformance suite is the anyclip-conformance distribution: "
+            "pip install anyclip-conformance, then python -m anyclip_conformance",
+            file=sys.stderr,
+        )
+        return 2
     return demo()
 
 

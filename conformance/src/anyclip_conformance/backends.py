@@ -1,38 +1,76 @@
-"""Test support shared by ``tests/`` and ``conformance/`` (not public API).
+"""The backends the suite runs on: one id per backend and device, and one loader.
 
-It knows how to load each backend, move NumPy reference data onto it, take gradients with the
-backend's own autodiff, and compare a result with a reference: namespace, dtype, shape and device
-first, then values (NaN and inf positions exactly, -0.0 == +0.0, finite values within a budget
-counted in units in the last place of the reference dtype).
+:class:`BackendId` names every backend (and device) the fixtures know; :func:`load_backend`
+imports one and picks its device; :class:`Backend` is what a test holds: the array namespace,
+the device, and how to move NumPy data on and off it, take gradients and trace with ``jax.jit``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 __all__ = [
     "BACKEND_IDS",
     "Backend",
-    "assert_array",
-    "assert_same_bits",
+    "BackendId",
     "load_backend",
-    "ulp_error",
+    "parse_backends",
 ]
 
-#: Every backend id the fixtures know, in the order tests are run.
-BACKEND_IDS: tuple[str, ...] = (
-    "numpy",
-    "array_api_strict",
-    "torch",
-    "jax",
-    "torch-cuda",
-    "jax-gpu",
-    "cupy",
-    "dask",
-)
+
+class BackendId(str, enum.Enum):
+    """Every backend (and device) the suite knows, in the order tests run."""
+
+    NUMPY = "numpy"
+    ARRAY_API_STRICT = "array_api_strict"
+    TORCH = "torch"
+    JAX = "jax"
+    TORCH_CUDA = "torch-cuda"
+    JAX_GPU = "jax-gpu"
+    CUPY = "cupy"
+    DASK = "dask"
+
+    @property
+    def library(self) -> str:
+        """The array library behind this backend (``"torch"`` for ``torch-cuda``, ...)."""
+        return self.value.split("-", 1)[0]
+
+    @property
+    def has_autodiff(self) -> bool:
+        """Whether gradients can be taken on this backend."""
+        return self.library in ("torch", "jax")
+
+
+#: Every backend id, as strings, in the order tests run.
+BACKEND_IDS: tuple[str, ...] = tuple(b.value for b in BackendId)
+
+
+def parse_backends(names: str | Iterable[str]) -> list[BackendId]:
+    """Backend ids from ``"numpy,torch"`` (or a list of names); refuse unknown names.
+
+    >>> [b.value for b in parse_backends("numpy, torch")]
+    ['numpy', 'torch']
+    """
+    if isinstance(names, str):
+        names = names.split(",")
+    out = []
+    for raw in names:
+        name = raw.strip()
+        if not name:
+            continue
+        try:
+            out.append(BackendId(name))
+        except ValueError:
+            msg = (
+                f"unknown backend {name!r}: expected a comma-separated list of "
+                f"{', '.join(BACKEND_IDS)}"
+            )
+            raise ValueError(msg) from None
+    return out
 
 
 @dataclasses.dataclass
@@ -45,12 +83,10 @@ class Backend:
     device: Any
     module: Any
 
-    AUTODIFF = ("torch", "jax", "torch-cuda", "jax-gpu")
-
     @property
     def has_autodiff(self) -> bool:
         """Whether gradients can be taken on this backend."""
-        return self.name in self.AUTODIFF
+        return BackendId(self.name).has_autodiff
 
     # ----------------------------------------------------------------- dtypes
     def dtype(self, name: str) -> Any:
@@ -173,9 +209,11 @@ class Backend:
         return device(x) == self.device
 
 
-def load_backend(name: str) -> Backend:
+def load_backend(name: str | BackendId) -> Backend:
     """Import backend ``name`` and pick its device; raises when unavailable."""
     import array_api_compat
+
+    name = BackendId(name).value
 
     if name == "numpy":
         np = importlib.import_module("numpy")
@@ -206,125 +244,4 @@ def load_backend(name: str) -> Backend:
         dask = importlib.import_module("dask")
         xp = array_api_compat.array_namespace(da.empty(0))
         return Backend(name, "dask", xp, "cpu", dask)
-    raise ValueError(f"unknown backend {name!r}")
-
-
-# ------------------------------------------------------------------ comparison
-def ulp_error(actual: Any, desired: Any, dtype: str) -> float:
-    """Largest error of finite ``actual`` vs ``desired`` in ULPs of ``dtype`` at ``desired``.
-
-    Both are NumPy arrays of the same shape (bfloat16 already widened to float32). Positions
-    where ``desired`` is not finite are ignored (they are checked separately).
-    """
-    import numpy as np
-
-    if np.iscomplexobj(desired) or np.iscomplexobj(actual):
-        return max(
-            ulp_error(np.real(actual), np.real(desired), dtype),
-            ulp_error(np.imag(actual), np.imag(desired), dtype),
-        )
-    a = np.asarray(actual, dtype=np.float64)
-    d = np.asarray(desired, dtype=np.float64)
-    finite = np.isfinite(d) & np.isfinite(a)
-    if not finite.any():
-        return 0.0
-    a, d = a[finite], d[finite]
-    if dtype.startswith(("int", "uint", "bool")):
-        return float(np.max(np.abs(a - d)))
-    # spacing of the reference value in its own dtype; the smallest subnormal step below that
-    info = {
-        "float16": (10, -24),
-        "bfloat16": (7, -133),
-        "float32": (23, -149),
-        "float64": (52, -1074),
-        "complex64": (23, -149),
-        "complex128": (52, -1074),
-    }[dtype]
-    mant, min_exp = info
-    with np.errstate(divide="ignore"):
-        exp = np.floor(np.log2(np.abs(d)))
-    exp = np.where(np.abs(d) > 0, exp, -np.inf)
-    step = np.maximum(np.exp2(exp - mant), np.exp2(float(min_exp)))
-    return float(np.max(np.abs(a - d) / step))
-
-
-def assert_array(
-    actual: Any,
-    desired: Any,
-    *,
-    backend: Backend,
-    dtype: str,
-    ulp: float = 0,
-    what: str = "",
-) -> float:
-    """Assert that ``actual`` is ``backend``'s array of ``dtype`` equal to NumPy ``desired``.
-
-    Checks, in this order: array namespace, dtype, shape, device, NaN positions, infinities
-    (with sign), then finite values within ``ulp`` units in the last place (``0``: exact,
-    except that -0.0 equals +0.0). Returns the largest ULP error seen.
-    """
-    import array_api_compat
-    import numpy as np
-
-    where = f" ({what})" if what else ""
-    if backend.library == "array_api_strict":
-        assert type(actual).__module__.startswith("array_api_strict"), (
-            f"expected an array_api_strict array{where}, got {type(actual)}"
-        )
-    elif backend.library == "jax":
-        assert isinstance(actual, backend.module.Array), (
-            f"expected a jax.Array{where}, got {type(actual)}"
-        )
-    else:
-        assert array_api_compat.array_namespace(actual) is backend.xp, (
-            f"expected a {backend.name} array{where}, got {type(actual)}"
-        )
-    got_dtype = backend.dtype_name(actual)
-    assert got_dtype == dtype, f"dtype{where}: expected {dtype}, got {got_dtype}"
-    desired = np.asarray(desired)
-    assert tuple(actual.shape) == desired.shape, (
-        f"shape{where}: expected {desired.shape}, got {tuple(actual.shape)}"
-    )
-    assert backend.same_device(actual), (
-        f"device{where}: expected {backend.device}, got {array_api_compat.device(actual)}"
-    )
-    got = backend.to_numpy(actual)
-    if dtype.startswith(("int", "uint", "bool")):
-        np.testing.assert_array_equal(got, desired, err_msg=f"values{where}")
-        return 0.0
-    parts = [(np.real(got), np.real(desired))]
-    if np.iscomplexobj(desired) or np.iscomplexobj(got):
-        parts.append((np.imag(got), np.imag(desired)))
-    for g, d in parts:
-        g64 = np.asarray(g, dtype=np.float64)
-        d64 = np.asarray(d, dtype=np.float64)
-        nan_g, nan_d = np.isnan(g64), np.isnan(d64)
-        assert np.array_equal(nan_g, nan_d), (
-            f"NaN positions{where}: expected {np.flatnonzero(nan_d)}, got {np.flatnonzero(nan_g)}"
-            f"\n actual={g64!r}\n desired={d64!r}"
-        )
-        inf_g = np.where(np.isinf(g64), np.sign(g64), 0)
-        inf_d = np.where(np.isinf(d64), np.sign(d64), 0)
-        assert np.array_equal(inf_g, inf_d), (
-            f"inf positions{where}:\n actual={g64!r}\n desired={d64!r}"
-        )
-    err = ulp_error(got, desired, dtype)
-    assert err <= ulp, (
-        f"values{where}: {err:.3g} ULP > budget {ulp}\n actual={got!r}\n desired={desired!r}"
-    )
-    return err
-
-
-def assert_same_bits(backend: Backend, actual: Any, desired: Any, what: str = "") -> None:
-    """``actual`` and ``desired`` are arrays of ``backend`` with equal dtype, shape and bits.
-
-    :func:`assert_array` first (namespace, dtype, shape, device, values), then the bit
-    patterns (so -0.0 and +0.0, or two NaN payloads, count as different).
-    """
-    import numpy as np
-
-    ref = backend.to_numpy(desired)
-    assert_array(actual, ref, backend=backend, dtype=backend.dtype_name(desired), what=what)
-    got = backend.to_numpy(actual)
-    width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
-    np.testing.assert_array_equal(got.view(width), ref.view(width), err_msg=f"bits ({what})")
+    raise AssertionError(f"no loader for {name!r}")  # every BackendId has one above

@@ -1,132 +1,173 @@
-"""``python -m anyclip conformance``: run the conformance suite, print and write the matrix.
+"""The conformance matrix: collected from a pytest run, shown, and rendered to Markdown.
 
-The suite lives in ``conformance/`` of a source checkout (reference data from TensorFlow 2.21,
-the comparison rules, the per-backend xfail lists). This module finds it, runs every case on
-every installed backend with a progress bar, prints the function-by-backend matrix, and writes
-``docs/conformance.md``.
+:class:`Matrix` is a pytest plugin object. Handed to ``pytest.main(..., plugins=[matrix])``, it
+counts every item the suite's plugin tagged with its function, backend and variant into rows
+``function x backend (variant)`` (cases, passed, xfailed, failed, skipped, max ulp), keeps the
+failures, and shows progress with ``tqdm`` when stderr is a terminal (nothing otherwise).
+:func:`document` renders a finished run as the Markdown report; it records the reference data's
+:func:`~anyclip_conformance.reference.fingerprint`, so a test can tell when the report is stale.
 """
 
 from __future__ import annotations
 
-import importlib
 import platform
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import anyclip
+from anyclip_conformance.backends import BACKEND_IDS, Backend
+from anyclip_conformance.budgets import budget_table_markdown
+from anyclip_conformance.plugin import CONFORMANCE_KEY
+from anyclip_conformance.reference import fingerprint, functions, load_index, load_xfails
+
+__all__ = ["COLUMNS", "ROUTES", "Matrix", "document"]
+
+#: The counted columns of a row, in table order.
+COLUMNS = ("cases", "passed", "xfailed", "failed", "skipped")
+#: Variants in row order: the case run three ways, then the other routes to the same formula.
+ROUTES = ("eager", "jit", "grad", "tree", "torch adapter", "optax adapter")
 
 
-def _find_checkout() -> Path | None:
-    """The source checkout holding ``conformance/`` (from the CWD up, then from this file up)."""
-    starts = [Path.cwd(), Path(__file__).resolve().parent]
-    for start in starts:
-        for folder in (start, *start.parents):
-            if (folder / "conformance" / "harness.py").is_file():
-                return folder
-    return None
+class Matrix:
+    """A pytest plugin counting results by function, backend and variant."""
 
+    def __init__(self, *, progress: bool) -> None:
+        self.progress = progress
+        self.rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.other = dict.fromkeys(COLUMNS, 0)
+        self.failures: list[tuple[str, str]] = []
+        self._status: dict[str, str] = {}
+        self._bar: Any = None
 
-def _progress(done: int, total: int, result: Any, started: float) -> None:
-    width = 30
-    filled = int(width * done / total)
-    rate = done / max(time.perf_counter() - started, 1e-9)
-    eta = (total - done) / rate if rate else 0.0
-    line = (
-        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
-        f"{result.backend:<17} {result.function:<21} eta {eta:5.0f}s"
-    )
-    sys.stderr.write(line)
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+    # ------------------------------------------------------------------------ pytest hooks
+    def pytest_collection_finish(self, session: Any) -> None:
+        """Start the progress bar (only on a terminal)."""
+        from tqdm import tqdm
 
-
-def _library_versions(backends: list[Any]) -> list[str]:
-    out = [f"anyclip {anyclip.__version__}", f"Python {platform.python_version()}"]
-    for b in backends:
-        mod = sys.modules.get(b.library)
-        out.append(f"{b.name} {getattr(mod, '__version__', '?')} on {b.device}")
-    return out
-
-
-def conformance_report(backends_arg: str | None, output: str | None) -> int:
-    """Run the suite on ``backends_arg`` (comma separated; default all) and write the report."""
-    root = _find_checkout()
-    if root is None:
-        print(
-            "conformance/ not found: run this from a source checkout of anyclip",
-            file=sys.stderr,
+        self._bar = tqdm(
+            total=len(session.items), unit="test", file=sys.stderr, disable=not self.progress
         )
-        return 2
-    sys.path.insert(0, str(root))
-    harness = importlib.import_module("conformance.harness")
-    from anyclip._testing import BACKEND_IDS, load_backend
 
-    names = backends_arg.split(",") if backends_arg else list(BACKEND_IDS)
-    backends, missing = [], []
-    for name in names:
-        try:
-            backends.append(load_backend(name))
-        except Exception as exc:  # noqa: BLE001 - any import or device failure: not available
-            missing.append(f"{name} ({type(exc).__name__}: {exc})")
-    started = time.perf_counter()
-    results = harness.run_all(backends, progress=lambda d, t, r: _progress(d, t, r, started))
-    elapsed = time.perf_counter() - started
-    rows = harness.summarise(results)
-    table = harness.render_markdown(rows)
-    print(table)
-    failed = [r for r in results if r.status in ("failed", "xpassed")]
-    for r in failed[:50]:
-        print(f"FAILED {r.backend} {r.variant} {r.case_id}: {r.message}", file=sys.stderr)
-    index = harness.load_index()
-    counts = {
-        "output": sum("outputs" in e for e in index.values()),
-        "gradient": sum("grads" in e for e in index.values()),
-        "error": sum("error" in e for e in index.values()),
-    }
-    lines = [
-        "# Conformance with TensorFlow 2.21",
-        "",
-        "Generated by `python -m anyclip conformance` (also run by `make demo`); do not edit by "
-        "hand. Every case of the catalogue in `conformance/` was run on every backend listed "
-        "below and compared with the reference outputs TensorFlow 2.21 produced "
-        "(`conformance/data/`; how they were made is in `conformance/data/README.md`).",
-        "",
-        f"Catalogue: {len(index)} cases ({counts['output']} with outputs, "
-        f"{counts['gradient']} with gradients, {counts['error']} where TF raises). "
-        f"Run time: {elapsed:.0f} s on {platform.machine()} with "
-        f"{', '.join(_library_versions(backends))}.",
-        "",
-        "Not run here: " + ("; ".join(missing) if missing else "none") + ".",
-        "",
-        "`(jit)` rows run the case under `jax.jit`; `(grad)` rows compare the gradients of "
-        "`sum(f(x) * w)` with TF's `GradientTape` ones. `max ulp` is the largest error seen, in "
-        "units in the last place of the reference dtype.",
-        "",
-        table,
-        "## Budgets",
-        "",
-        harness.budget_table_markdown(),
-        "",
-        "## Known deviations (strict xfails)",
-        "",
-    ]
-    xfailed = sorted(
-        {
-            (r.backend, r.variant, r.case_id, r.message.split(" | ")[0])
-            for r in results
-            if r.status == "xfailed"
-        }
+    def pytest_collectreport(self, report: Any) -> None:
+        """Keep collection errors (a module that does not import is a failure)."""
+        if report.failed:
+            self.failures.append((report.nodeid or "collection", report.longreprtext))
+            self.other["failed"] += 1
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        """Classify each item from its setup, call and teardown reports."""
+        status = self._status.get(report.nodeid, "passed")
+        if report.failed:
+            status = "failed"
+            self.failures.append((report.nodeid, report.longreprtext))
+        elif report.skipped and status != "failed":
+            status = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+        self._status[report.nodeid] = status
+        if report.when != "teardown":
+            return
+        props = dict(report.user_properties)
+        info = props.get(CONFORMANCE_KEY)
+        if info is None:
+            row = self.other
+        else:
+            key = (info["function"], info["backend"], info["variant"])
+            row = self.rows.setdefault(key, {**dict.fromkeys(COLUMNS, 0), "max_ulp": 0.0})
+            if status == "passed":
+                row["max_ulp"] = max(row["max_ulp"], float(props.get("max_ulp", 0.0)))
+        row["cases"] += 1
+        row[self._status.pop(report.nodeid)] += 1
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def pytest_sessionfinish(self) -> None:
+        """Close the progress bar."""
+        if self._bar is not None:
+            self._bar.close()
+
+    # ------------------------------------------------------------------------------ output
+    @property
+    def failed(self) -> int:
+        """How many items failed (an unexpected pass of a strict xfail included)."""
+        return sum(r["failed"] for r in self.rows.values()) + self.other["failed"]
+
+    def table(self) -> str:
+        """The matrix as a Markdown table, rows ordered by backend, variant and function."""
+        order = {f: i for i, f in enumerate(functions())}
+
+        def key(k: tuple[str, str, str]) -> tuple[int, int, int]:
+            function, backend, variant = k
+            return (BACKEND_IDS.index(backend), ROUTES.index(variant), order[function])
+
+        lines = [
+            "| function | backend | " + " | ".join(COLUMNS) + " | max ulp |",
+            "| --- | --- |" + " ---: |" * (len(COLUMNS) + 1),
+        ]
+        for k in sorted(self.rows, key=key):
+            function, backend, variant = k
+            label = backend if variant == "eager" else f"{backend} ({variant})"
+            row = self.rows[k]
+            counts = " | ".join(str(row[c]) for c in COLUMNS)
+            lines.append(f"| `{function}` | {label} | {counts} | {row['max_ulp']:.3g} |")
+        return "\n".join(lines) + "\n"
+
+    def summary(self) -> str:
+        """One line: the totals of the matrix and of the other checks."""
+        total = {c: sum(r[c] for r in self.rows.values()) for c in COLUMNS}
+        cases = ", ".join(f"{total[c]} {c}" for c in COLUMNS[1:])
+        other = ", ".join(f"{self.other[c]} {c}" for c in COLUMNS[1:])
+        return (
+            f"{total['cases']} case results ({cases}); {self.other['cases']} other checks ({other})"
+        )
+
+
+def _deviations(backends: list[str]) -> str:
+    lines = ["| backend | variant | case | reason |", "| --- | --- | --- | --- |"]
+    for name in backends:
+        for (case_id, variant), reason in load_xfails(name).items():
+            lines.append(f"| {name} | {variant or 'all'} | `{case_id}` | {reason} |")
+    return "\n".join(lines) + "\n" if len(lines) > 2 else "None.\n"
+
+
+def document(matrix: Matrix, backends: list[Backend], missing: list[str]) -> str:
+    """The Markdown report of a finished run on ``backends`` (``missing``: not run, and why)."""
+    index = load_index()
+    counts = {k: sum(k in e for e in index.values()) for k in ("outputs", "grads", "error")}
+    libraries = ", ".join(
+        f"{b.name} {getattr(sys.modules.get(b.library), '__version__', '?')} on {b.device}"
+        for b in backends
     )
-    if xfailed:
-        lines += ["| backend | variant | case | reason |", "| --- | --- | --- | --- |"]
-        lines += [f"| {b} | {v} | `{c}` | {m} |" for b, v, c, m in xfailed]
-    else:
-        lines.append("None.")
-    lines.append("")
-    target = Path(output) if output else root / "docs" / "conformance.md"
-    target.write_text("\n".join(lines))
-    print(f"wrote {target} ({len(results)} results, {len(failed)} failed)")
-    return 1 if failed else 0
+    return "\n".join(
+        [
+            "# Conformance with TensorFlow 2.21",
+            "",
+            "Generated by `make conformance-report` (`python -m anyclip_conformance --report "
+            "docs/conformance.md`); do not edit by hand. Every case of the catalogue of the "
+            "`anyclip-conformance` distribution (`conformance/`) was run on every backend "
+            "listed below and compared with the reference outputs TensorFlow 2.21 produced "
+            "(`anyclip_conformance/data/`; how they were made is in its `README.md`).",
+            "",
+            f"Catalogue: {len(index)} cases ({counts['outputs']} with outputs, "
+            f"{counts['grads']} with gradients, {counts['error']} where TF raises). "
+            f"Reference data, xfail lists and budgets: fingerprint `{fingerprint()}`.",
+            "",
+            f"Run on {platform.machine()} with anyclip {anyclip.__version__}, Python "
+            f"{platform.python_version()}, {libraries}.",
+            "",
+            "Not run here: " + ("; ".join(missing) if missing else "none") + ".",
+            "",
+            "`(jit)` rows run the case under `jax.jit`; `(grad)` rows compare the gradients of "
+            "`sum(f(x) * w)` with TF's `GradientTape` ones; `(tree)` and `(... adapter)` rows run "
+            "the case through `anyclip.tree`, `anyclip.torch` or `anyclip.optax`. `max ulp` is "
+            "the largest error seen, in units in the last place of the reference dtype.",
+            "",
+            matrix.table(),
+            matrix.summary() + ".",
+            "",
+            "## Budgets",
+            "",
+            budget_table_markdown(),
+            "## Known deviations (strict xfails)",
+            "",
+            _deviations([b.name for b in backends]),
+        ]
+    )

@@ -1,9 +1,7 @@
-"""pytest wiring of a source checkout: the ``anyclip_conformance`` plugin for every test.
+"""pytest wiring of a source checkout: the conformance suite's plugin serves every test.
 
-The plugin (``conformance/src/anyclip_conformance/plugin.py``) provides the ``backend``,
-``grad_backend`` and ``xp`` fixtures, the ``xfail_backend`` and ``conformance`` markers, the
-xfail lists of the conformance suite, ``--anyclip-backends``, ``--live-tf`` and the
-``ANYCLIP_REQUIRE_BACKENDS`` rule, for ``tests/`` and the suite alike.
+``anyclip_conformance.plugin`` provides the ``backend``/``grad_backend``/``xp`` fixtures, the
+markers, the xfail lists, ``--anyclip-backends``, ``--live-tf`` and ``ANYCLIP_REQUIRE_BACKENDS``.
 """
 
 pytest_plugins = ["anyclip_conformance.plugin"]

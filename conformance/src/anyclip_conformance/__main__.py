@@ -4,12 +4,7 @@ Runs the suite (``anyclip_conformance/suite``) through pytest on the chosen back
 every backend that loads here), prints the function x backend matrix and the failures, and exits
 0 only when nothing failed. It writes a file only when asked (``--report PATH``).
 
-Examples::
-
-    python -m anyclip_conformance                          # every backend that loads
-    python -m anyclip_conformance --backends numpy,torch   # these only
-    python -m anyclip_conformance --backends torch-cuda -k clip_by_norm
-    python -m anyclip_conformance --report conformance.md  # also write the Markdown report
+Example: ``python -m anyclip_conformance --backends torch-cuda -k clip_by_norm``.
 """
 
 from __future__ import annotations
@@ -72,19 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("not run here: " + "; ".join(missing), file=sys.stderr)
 
     package = resources.files("anyclip_conformance")
-    pytest_args = [
-        str(package / "suite"),
-        "-c",
-        str(package / "pytest-suite.ini"),
-        "--rootdir",
-        str(package),
-        "-p",
-        "no:terminal",
-        "-p",
-        "no:cacheprovider",
-        "--anyclip-backends",
-        ",".join(b.name for b in backends),
-    ]
+    pytest_args = [str(package / "suite"), "-c", str(package / "pytest-suite.ini")]
+    pytest_args += ["--rootdir", str(package), "-p", "no:terminal", "-p", "no:cacheprovider"]
+    pytest_args += ["--anyclip-backends", ",".join(b.name for b in backends)]
     pytest_args += ["--live-tf"] if args.live_tf else ["-m", "not live_tf"]
     if args.keyword:
         pytest_args += ["-k", args.keyword]

@@ -65,11 +65,10 @@ def parse_backends(names: str | Iterable[str]) -> list[BackendId]:
         try:
             out.append(BackendId(name))
         except ValueError:
-            msg = (
-                f"unknown backend {name!r}: expected a comma-separated list of "
-                f"{', '.join(BACKEND_IDS)}"
-            )
-            raise ValueError(msg) from None
+            valid = ", ".join(BACKEND_IDS)
+            raise ValueError(
+                f"unknown backend {name!r}: expected a comma-separated list of {valid}"
+            ) from None
     return out
 
 
@@ -89,25 +88,23 @@ class Backend:
         return BackendId(self.name).has_autodiff
 
     # ----------------------------------------------------------------- dtypes
+    def has_dtype(self, name: str) -> bool:
+        """Whether this backend has dtype ``name`` (bfloat16: torch, JAX; float64 on JAX: x64)."""
+        if name == "bfloat16":
+            return self.library in ("torch", "jax")
+        if name == "float64" and self.library == "jax":
+            return bool(self.module.config.jax_enable_x64)
+        return getattr(self.xp, name, None) is not None
+
     def dtype(self, name: str) -> Any:
         """The backend dtype called ``name`` (``"bfloat16"`` included); skip when absent."""
         import pytest
 
-        if name == "bfloat16":
-            if self.library == "torch":
-                return self.module.bfloat16
-            if self.library == "jax":
-                return self.module.numpy.bfloat16
-            pytest.skip(f"{self.name} has no bfloat16 dtype")
-        if name == "float64" and self.library == "jax":
-            import jax
-
-            if not jax.config.jax_enable_x64:
-                pytest.skip("jax_enable_x64 is off")
-        dt = getattr(self.xp, name, None)
-        if dt is None:
+        if not self.has_dtype(name):
             pytest.skip(f"{self.name} has no dtype {name}")
-        return dt
+        if name == "bfloat16":
+            return self.module.bfloat16 if self.library == "torch" else self.module.numpy.bfloat16
+        return getattr(self.xp, name)
 
     # ------------------------------------------------------------- conversion
     def asarray(self, value: Any, dtype: str | None = None, *, requires_grad: bool = False) -> Any:
@@ -117,19 +114,14 @@ class Backend:
         host = np.asarray(value)
         if dtype is None:
             dtype = str(host.dtype)
-        if dtype == "bfloat16":
-            # NumPy has no bfloat16: build from float32, round on the backend.
-            host32 = np.asarray(host, dtype=np.float32)
+        if dtype == "bfloat16":  # NumPy has no bfloat16: from float32, rounded on the backend
+            host32, bf16 = np.asarray(host, dtype=np.float32), self.dtype("bfloat16")  # or skip
             if self.library == "torch":
-                out = self.module.asarray(host32, device=self.device).to(self.module.bfloat16)
-            elif self.library == "jax":
-                out = self.module.device_put(
-                    self.module.numpy.asarray(host32, dtype=self.module.numpy.bfloat16),
-                    self.device,
-                )
+                out = self.module.asarray(host32, device=self.device).to(bf16)
             else:
-                self.dtype("bfloat16")  # skips
-                raise AssertionError("unreachable")
+                out = self.module.device_put(
+                    self.module.numpy.asarray(host32, dtype=bf16), self.device
+                )
         else:
             host = np.asarray(host, dtype=dtype)
             if self.library == "torch":

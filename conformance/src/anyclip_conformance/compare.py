@@ -1,17 +1,11 @@
 """One comparison for every test: the array's kind first, then its values in ulps.
 
-:func:`assert_array` checks, in this order, the array namespace, dtype, shape and device, the
-NaN positions, the infinities (with sign), and then the finite values within a budget counted by
-:func:`ulp_distance` in units in the last place (ulp) of the reference dtype (-0.0 equals +0.0).
-
-Two rules are ours, both opt-in:
-
-* ``flush=True``: subnormal values count as zero in float32, float64 and bfloat16 (and their
-  complex types). TF's CPU kernels run with flush-to-zero / denormals-are-zero set, so a result
-  that is subnormal in exact arithmetic is 0 in TF, while every array library computes it (as
-  IEEE prescribes) as the subnormal. float16 is not flushed.
-* ``scale=s``: errors are counted in ulps of ``s`` instead of ulps of each reference value, for
-  gradients whose terms cancel (a 1-ulp difference in a norm is many ulps of a small result).
+:func:`assert_array` checks the array namespace, dtype, shape and device, the NaN positions, the
+infinities (with sign), then the finite values within a budget counted by :func:`ulp_distance`
+in units in the last place (ulp) of the reference dtype (-0.0 equals +0.0). Two rules are ours:
+``flush=True`` counts subnormals as zero in float32, float64 and bfloat16 (TF's CPU kernels run
+with flush-to-zero / denormals-are-zero, where array libraries keep IEEE subnormals), and
+``scale=s`` counts errors in ulps of ``s`` (gradients whose terms cancel).
 """
 
 from __future__ import annotations
@@ -90,29 +84,6 @@ def ulp_distance(
         return float(np.max(np.abs(a - d) / unit))
 
 
-def _check_kind(
-    actual: Any, backend: Backend, dtype: str, shape: tuple[int, ...], where: str
-) -> None:
-    import array_api_compat
-
-    if backend.library == "array_api_strict":
-        ok = type(actual).__module__.startswith("array_api_strict")
-    elif backend.library == "jax":
-        ok = isinstance(actual, backend.module.Array)
-    else:
-        ok = array_api_compat.array_namespace(actual) is backend.xp
-    if not ok:
-        raise Mismatch(f"expected a {backend.name} array{where}, got {type(actual)}")
-    got_dtype = backend.dtype_name(actual)
-    if got_dtype != dtype:
-        raise Mismatch(f"dtype{where}: expected {dtype}, got {got_dtype}")
-    if tuple(actual.shape) != shape:
-        raise Mismatch(f"shape{where}: expected {shape}, got {tuple(actual.shape)}")
-    if not backend.same_device(actual):
-        got = array_api_compat.device(actual)
-        raise Mismatch(f"device{where}: expected {backend.device}, got {got}")
-
-
 def assert_array(
     actual: Any,
     desired: Any,
@@ -131,9 +102,26 @@ def assert_array(
     except that -0.0 equals +0.0), measured by :func:`ulp_distance` with ``scale`` and
     ``flush``. Raises :class:`Mismatch` (an ``AssertionError``); returns the largest error.
     """
+    import array_api_compat
+
     where = f" ({what})" if what else ""
     desired = np.asarray(desired)
-    _check_kind(actual, backend, dtype, desired.shape, where)
+    if backend.library == "array_api_strict":
+        ok = type(actual).__module__.startswith("array_api_strict")
+    elif backend.library == "jax":
+        ok = isinstance(actual, backend.module.Array)
+    else:
+        ok = array_api_compat.array_namespace(actual) is backend.xp
+    if not ok:
+        raise Mismatch(f"expected a {backend.name} array{where}, got {type(actual)}")
+    got_dtype = backend.dtype_name(actual)
+    if got_dtype != dtype:
+        raise Mismatch(f"dtype{where}: expected {dtype}, got {got_dtype}")
+    if tuple(actual.shape) != desired.shape:
+        raise Mismatch(f"shape{where}: expected {desired.shape}, got {tuple(actual.shape)}")
+    if not backend.same_device(actual):
+        got = array_api_compat.device(actual)
+        raise Mismatch(f"device{where}: expected {backend.device}, got {got}")
     got = backend.to_numpy(actual)
     if dtype.startswith(("int", "uint", "bool")):
         if not np.array_equal(got, desired):

@@ -53,7 +53,6 @@ __all__ = [
     "grad_scale",
     "is_svd",
     "prepare_entry",
-    "supports",
 ]
 
 
@@ -84,85 +83,60 @@ def prepare_entry(entry: dict[str, Any], arrays: dict[str, np.ndarray]) -> _Prep
     return _Prepared(entry, arrays, array_specs(entry))
 
 
-def supports(backend: Any, dtype: str) -> bool:
-    """Whether ``backend`` has ``dtype`` (bfloat16 needs torch or JAX; float64 needs x64)."""
-    if dtype == "bfloat16":
-        return backend.library in ("torch", "jax")
-    if dtype == "float64" and backend.library == "jax":
-        import jax
-
-        return bool(jax.config.jax_enable_x64)
-    return getattr(backend.xp, dtype, None) is not None
-
-
 @cache
 def _numpy_backend() -> Backend:
     """Where results of cases without an array argument land (TF: float32 tensors; us: NumPy)."""
     return load_backend("numpy")
 
 
-def _compare(
-    actual: Any,
-    expected: Any,
-    arrays: dict[str, np.ndarray],
-    backend: Any,
-    function: str,
-    what: str,
-    *,
-    grad: bool = False,
-    svd: bool = False,
-    scale: float | None = None,
-) -> float:
-    """Compare a result structure with the recorded one; return the largest ulp error."""
-    if expected is None:
-        if actual is not None:
-            raise Mismatch(f"{what}: expected None, got {type(actual).__name__}")
-        return 0.0
-    for kind, typ in (("list", list), ("tuple", tuple)):
-        if kind in expected:
-            items = expected[kind]
-            if type(actual) is not typ:
-                raise Mismatch(f"{what}: expected a {kind}, got {type(actual).__name__}")
-            if len(actual) != len(items):
-                raise Mismatch(f"{what}: expected {len(items)} items, got {len(actual)}")
-            return max(
-                [
-                    _compare(
-                        a,
-                        e,
-                        arrays,
-                        backend,
-                        function,
-                        f"{what}[{i}]",
-                        grad=grad,
-                        svd=svd,
-                        scale=scale,
-                    )
-                    for i, (a, e) in enumerate(zip(actual, items, strict=True))
-                ],
-                default=0.0,
-            )
-    desired = arrays[expected["key"]]
-    dtype = expected["dtype"]
-    ulp = budget(function, dtype, grad=grad, svd=svd)
-    if actual is None and grad:  # torch: not connected; TF recorded zeros
-        if np.any(desired != 0):
-            raise Mismatch(f"{what}: no gradient (None), expected {desired!r}")
-        return 0.0
-    return assert_array(
-        actual, desired, backend=backend, dtype=dtype, ulp=ulp, what=what, scale=scale, flush=True
-    )
+@dataclasses.dataclass
+class _Rules:
+    """How one case's results are compared: its data, backend, budget and gradient scale."""
+
+    arrays: dict[str, np.ndarray]
+    backend: Backend
+    function: str
+    grad: bool = False
+    svd: bool = False
+    scale: float | None = None
+
+    def compare(self, actual: Any, expected: Any, what: str) -> float:
+        """Compare a result structure with the recorded one; return the largest ulp error."""
+        if expected is None:
+            if actual is not None:
+                raise Mismatch(f"{what}: expected None, got {type(actual).__name__}")
+            return 0.0
+        for kind, typ in (("list", list), ("tuple", tuple)):
+            if kind in expected:
+                items = expected[kind]
+                if type(actual) is not typ:
+                    raise Mismatch(f"{what}: expected a {kind}, got {type(actual).__name__}")
+                if len(actual) != len(items):
+                    raise Mismatch(f"{what}: expected {len(items)} items, got {len(actual)}")
+                pairs = enumerate(zip(actual, items, strict=True))
+                return max((self.compare(a, e, f"{what}[{i}]") for i, (a, e) in pairs), default=0.0)
+        desired = self.arrays[expected["key"]]
+        dtype = expected["dtype"]
+        if actual is None and self.grad:  # torch: not connected; TF recorded zeros
+            if np.any(desired != 0):
+                raise Mismatch(f"{what}: no gradient (None), expected {desired!r}")
+            return 0.0
+        ulp = budget(self.function, dtype, grad=self.grad, svd=self.svd)
+        return assert_array(
+            actual, desired, backend=self.backend, dtype=dtype, ulp=ulp, what=what,
+            scale=self.scale, flush=True,
+        )  # fmt: skip
 
 
 def applicable(case_id: str | _Prepared, backend: Any, variant: str) -> str | None:
     """Why the case cannot run on ``backend`` in ``variant`` (None when it can)."""
     prep = _prepare(case_id)
     for spec in prep.specs.values():
-        if not supports(backend, spec["dtype"]):
+        if not backend.has_dtype(spec["dtype"]):
             return f"{backend.name} has no {spec['dtype']}"
     entry = prep.entry
     for _, leaf in output_leaves(entry.get("outputs")):
-        if not supports(backend, leaf["dtype"]):
+        if not backend.has_dtype(leaf["dtype"]):
             return f"{backend.name} has no {leaf['dtype']}"
     if variant == "jit":
         if backend.library != "jax":
@@ -201,10 +175,9 @@ def check_case(
         path: backend.asarray(prep.arrays[spec["array"]], spec["dtype"])
         for path, spec in prep.specs.items()
     }
-    cmp_backend = backend if prep.specs else _numpy_backend()
-
     if variant == "grad":
-        return _check_grad(case_id, prep, fn, leaves, backend)
+        return _check_grad(prep, fn, leaves, backend)
+    cmp_backend = backend if prep.specs else _numpy_backend()
 
     if variant == "jit":
         paths = list(leaves)
@@ -245,15 +218,8 @@ def check_case(
         tf = entry.get("tf_error")
         tf_text = f"TF: {tf}: {entry.get('tf_message', '')[:150]}" if tf else entry["policy"]
         raise Mismatch(f"returned a result, expected {expected_error} ({tf_text})")
-    return _compare(
-        actual,
-        entry["outputs"],
-        prep.arrays,
-        cmp_backend,
-        entry["function"],
-        "result",
-        svd=is_svd(entry),
-    )
+    rules = _Rules(prep.arrays, cmp_backend, entry["function"], svd=is_svd(entry))
+    return rules.compare(actual, entry["outputs"], "result")
 
 
 def is_svd(entry: dict[str, Any]) -> bool:
@@ -268,11 +234,7 @@ def is_svd(entry: dict[str, Any]) -> bool:
 
 
 def _check_grad(
-    case_id: str | _Prepared,
-    prep: _Prepared,
-    fn: Callable[..., Any],
-    leaves: dict[str, Any],
-    backend: Any,
+    prep: _Prepared, fn: Callable[..., Any], leaves: dict[str, Any], backend: Backend
 ) -> float:
     entry = prep.entry
     grad_paths = list(entry["grads"])
@@ -300,30 +262,17 @@ def _check_grad(
             grads = backend.grad(loss, [leaves[p] for p in grad_paths], 1)
     except Exception as exc:
         raise Mismatch(f"gradient raised {type(exc).__name__}: {str(exc)[:300]}") from exc
-    scale = grad_scale(entry, prep.arrays)
-    worst = 0.0
-    for path, g in zip(grad_paths, grads, strict=True):
-        worst = max(
-            worst,
-            _compare(
-                g,
-                entry["grads"][path],
-                prep.arrays,
-                backend,
-                entry["function"],
-                f"d/d[{path}]",
-                grad=True,
-                svd=is_svd(entry),
-                scale=scale,
-            ),
-        )
-    return worst
+    rules = _Rules(prep.arrays, backend, entry["function"], grad=True, svd=is_svd(entry))
+    rules.scale = grad_scale(entry, prep.arrays)
+    pairs = zip(grad_paths, grads, strict=True)
+    return max((rules.compare(g, entry["grads"][p], f"d/d[{p}]") for p, g in pairs), default=0.0)
 
 
 def grad_scale(entry: dict[str, Any], arrays: dict[str, np.ndarray]) -> float:
-    """The magnitude gradient errors are measured against: the largest finite entry of any
-    recorded gradient of the case (at least 1, the smallest weight, and at least the case's
-    ``grad_scale_floor`` when it sets one)."""
+    """What gradient errors are measured against: the largest finite recorded gradient entry.
+
+    At least 1 (the smallest weight) and the case's ``grad_scale_floor`` when it sets one.
+    """
     scale = float(entry.get("grad_scale_floor", 1.0))
     for leaf in entry["grads"].values():
         g = np.asarray(arrays[leaf["key"]], dtype=np.float64)

@@ -1,20 +1,12 @@
 """The pytest plugin of the suite and of anyclip's own tests: backends, deviations, options.
 
-Loaded by ``python -m anyclip_conformance`` and by a source checkout's root ``conftest.py``
-(``pytest_plugins = ["anyclip_conformance.plugin"]``). It provides:
-
-* fixtures ``backend`` (every backend and device, one at a time), ``grad_backend`` (those with
-  autodiff) and ``xp`` (the backend's namespace). A backend that cannot be loaded is a visible
-  SKIP, or a FAIL when it is named in the environment variable ``ANYCLIP_REQUIRE_BACKENDS``
-  (comma separated; CI sets it);
-* ``--anyclip-backends numpy,torch``: run only these backends (the other items are deselected);
-* the marker ``xfail_backend(*backends, reason, raises=None, params=None)``: a known, explained
-  deviation of a unit test on some backends, strict;
-* the marker ``conformance(variant)`` on a test that runs catalogue case ``case_id``: the case's
-  entry in ``xfails/<backend>.txt`` becomes a strict xfail mark, and the item carries its
-  function, backend and variant in ``user_properties`` for the report;
-* ``--live-tf`` / ``--live-tf-examples N``: the comparison with a live TensorFlow (tests marked
-  ``live_tf`` skip without it).
+Loaded by ``python -m anyclip_conformance`` and by a source checkout's root ``conftest.py``.
+Fixtures ``backend`` (every backend and device, one at a time), ``grad_backend`` and ``xp``; a
+backend that cannot be loaded is a SKIP, or a FAIL when it is named in the environment variable
+``ANYCLIP_REQUIRE_BACKENDS`` (comma separated; CI sets it). ``--anyclip-backends`` deselects the
+other backends. The markers, ``--live-tf`` and ``--live-tf-examples`` are described by their
+help texts below; a test marked ``conformance`` gets the case's ``xfails/<backend>.txt`` entry
+as a strict xfail and carries its function, backend and variant to the report.
 """
 
 from __future__ import annotations

@@ -78,18 +78,14 @@ def in_jit_sample(case_id: str) -> bool:
 
 def case_ids(function: str | None = None, *, kind: str = "all") -> list[str]:
     """Case ids in catalogue order; ``kind`` is ``all``, ``grad``, ``error`` or ``jit``."""
-    out = []
-    for cid, entry in load_index().items():
-        if function is not None and entry["function"] != function:
-            continue
-        if kind == "jit" and not in_jit_sample(cid):
-            continue
-        if kind == "grad" and "grads" not in entry:
-            continue
-        if kind == "error" and "error" not in entry:
-            continue
-        out.append(cid)
-    return out
+    index = load_index()
+    keep = {
+        "all": lambda c: True,
+        "jit": in_jit_sample,
+        "grad": lambda c: "grads" in index[c],
+        "error": lambda c: "error" in index[c],
+    }[kind]
+    return [c for c, e in index.items() if function in (None, e["function"]) and keep(c)]
 
 
 def functions() -> list[str]:

@@ -113,8 +113,7 @@ class Matrix:
     def summary(self) -> str:
         """One line: the totals of the matrix and of the other checks."""
         total = {c: sum(r[c] for r in self.rows.values()) for c in COLUMNS}
-        cases = ", ".join(f"{total[c]} {c}" for c in COLUMNS[1:])
-        other = ", ".join(f"{self.other[c]} {c}" for c in COLUMNS[1:])
+        cases, other = (", ".join(f"{t[c]} {c}" for c in COLUMNS[1:]) for t in (total, self.other))
         return (
             f"{total['cases']} case results ({cases}); {self.other['cases']} other checks ({other})"
         )

@@ -1,15 +1,11 @@
 """The format of ``data/index.json``: encoded arguments, and the one walker that decodes them.
 
-An encoded argument is a Python value spelled out (``{"value": ...}``, floats as ``repr``), or a
-dict naming what to build: ``{"array": key, "dtype": ...}`` (an array of the library under
-test), ``{"ndarray": key}`` (a NumPy array), ``{"npscalar": dtype, "value": ...}``,
-``{"py": ...}`` (Python data where TF expects a tensor), ``{"seq": kind, "items": [...]}`` or
-``{"tuple": [...]}``. :func:`build` turns one into the argument itself; the TensorFlow generator
-and the harness call it with their own way of making arrays. Every argument has a path (``"0"``,
-``"1.2"``, ``"axis"``) that names it in the data.
-
-Results are walked the same way: :func:`output_leaves` for a recorded structure,
-:func:`result_leaves` for an actual result (nested lists and tuples of arrays).
+An encoded argument is a Python value (``{"value": ...}``, floats as ``repr``) or a dict naming
+what to build: ``{"array": key, "dtype": ...}`` (an array of the library under test),
+``{"ndarray": key}``, ``{"npscalar": dtype, "value": ...}``, ``{"py": ...}`` (Python data where
+TF expects a tensor), ``{"seq": kind, "items": [...]}`` or ``{"tuple": [...]}``. :func:`build`
+decodes one for the TensorFlow generator and the harness alike, each with its own way of making
+arrays; every argument has a path (``"0"``, ``"1.2"``, ``"axis"``) that names it in the data.
 """
 
 from __future__ import annotations

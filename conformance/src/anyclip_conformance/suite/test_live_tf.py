@@ -50,7 +50,7 @@ def tf_runner():
 
 # ---------------------------------------------------------------------------------- strategies
 def _dtypes(backend: Any) -> list[str]:
-    return [d for d in FLOATS if harness.supports(backend, d)]
+    return [d for d in FLOATS if backend.has_dtype(d)]
 
 
 def _not_tiny(floats: Any) -> Any:

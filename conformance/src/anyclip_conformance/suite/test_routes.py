@@ -17,6 +17,7 @@ import pytest
 from anyclip import tree
 from anyclip_conformance.backends import BackendId
 from anyclip_conformance.reference import load_index
+from anyclip_conformance.specs import array_specs
 from anyclip_conformance.suite import run
 
 TORCH = [b.value for b in BackendId if b.library == "torch"]
@@ -144,20 +145,8 @@ def test_optax_adapter(case_id: str, backend: Any, record_property: Any) -> None
 
 
 def _dtypes(entry: dict[str, Any]) -> list[str]:
-    found: list[str] = []
-
-    def walk(spec: Any) -> None:
-        if isinstance(spec, dict):
-            if "array" in spec:
-                found.append(spec["dtype"])
-            for v in spec.values():
-                walk(v)
-        elif isinstance(spec, list):
-            for v in spec:
-                walk(v)
-
-    walk(entry["args"][0])
-    return found
+    """The dtypes of the arrays in the first argument (the tensor or the list of tensors)."""
+    return [s["dtype"] for p, s in array_specs(entry).items() if p.split(".")[0] == "0"]
 
 
 def test_routes_cover_the_catalogue() -> None:

@@ -65,10 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if missing:
         print("not run here: " + "; ".join(missing), file=sys.stderr)
+    missing += [f"{b.value} (not selected)" for b in BackendId if b not in wanted]
 
     package = resources.files("anyclip_conformance")
     pytest_args = [str(package / "suite"), "-c", str(package / "pytest-suite.ini")]
     pytest_args += ["--rootdir", str(package), "-p", "no:terminal", "-p", "no:cacheprovider"]
+    pytest_args += ["--capture=sys"]  # fd 2 stays the terminal, for the progress bar
     pytest_args += ["--anyclip-backends", ",".join(b.name for b in backends)]
     pytest_args += ["--live-tf"] if args.live_tf else ["-m", "not live_tf"]
     if args.keyword:

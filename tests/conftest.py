@@ -5,7 +5,7 @@ The root ``conftest.py`` provides ``backend`` (every backend and device, one at 
 
 * ``make(values, dtype)``: NumPy data on the backend with ``dtype``; skips when the backend has
   no such dtype (float16 on array-api-strict, bfloat16 on NumPy, ...).
-* ``check(actual, desired, dtype, ulp=0, what="")``: :func:`anyclip._testing.assert_array` with
+* ``check(actual, desired, dtype, ulp=0, what="")``: :func:`anyclip_conformance.assert_array` with
   ``desired`` first rounded to ``dtype`` (so that a float32 value copied from ``tf-semantics.md``,
   printed as the shortest decimal that round-trips, becomes the exact float32 TF returned).
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from anyclip._testing import Backend, assert_array
+from anyclip_conformance import Backend, assert_array
 
 #: ULP budgets for float32 results, from tf-semantics.md §11 (what a faithful port of TF's op
 #: order was measured to reach): clip_by_value is bit-exact, the reductions are not.

@@ -7,12 +7,16 @@ STAMP := $(VENV)/.anyclip-installed
 PYTEST_ARGS ?=
 LINTED := src tests conformance benchmarks examples docs conftest.py
 
-.PHONY: demo test docs bench conformance-data clean
+# The backends docs/conformance.md is made on (CI's CPU set): the target fails if one is missing,
+# and a backend that happens to be installed besides them does not change the report.
+REPORT_BACKENDS := numpy,array_api_strict,torch,jax
 
-$(STAMP): pyproject.toml constraints.txt
+.PHONY: demo test docs bench conformance-report conformance-data clean
+
+$(STAMP): pyproject.toml conformance/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[numpy,torch,jax,optax,test,conformance,bench,docs]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[numpy,torch,jax,optax,test,conformance,bench,docs]" -e "./conformance[live]"
 	touch $(STAMP)
 
 ## demo: set up .venv, show every function on every backend next to the frameworks' own
@@ -36,9 +40,13 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
-## conformance-data: regenerate conformance/data with TensorFlow
+## conformance-report: run the conformance suite on every CPU backend; rewrites docs/conformance.md
+conformance-report: $(STAMP)
+	$(BIN)/python -m anyclip_conformance --backends $(REPORT_BACKENDS) --report docs/conformance.md
+
+## conformance-data: regenerate the reference data (conformance/src/anyclip_conformance/data) with TensorFlow
 conformance-data: $(STAMP)
-	$(BIN)/python conformance/generate.py
+	$(BIN)/python -m anyclip_conformance.generate
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build dist site src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis build dist site src/*.egg-info conformance/build conformance/src/*.egg-info

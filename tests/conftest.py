@@ -5,7 +5,7 @@ The root ``conftest.py`` provides ``backend`` (every backend and device, one at 
 
 * ``make(values, dtype)``: NumPy data on the backend with ``dtype``; skips when the backend has
   no such dtype (float16 on array-api-strict, bfloat16 on NumPy, ...).
-* ``check(actual, desired, dtype, ulp=0, what="")``: :func:`anyclip._testing.assert_array` with
+* ``check(actual, desired, dtype, ulp=0, what="")``: :func:`anyclip_conformance.assert_array` with
   ``desired`` first rounded to ``dtype`` (so that a float32 value copied from ``tf-semantics.md``,
   printed as the shortest decimal that round-trips, becomes the exact float32 TF returned).
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from anyclip._testing import Backend, assert_array
+from anyclip_conformance import Backend, assert_array
 
 #: Scripts run in subprocesses by the distributed tests (not test modules; they import
 #: frameworks at import time and need environment variables set first).

@@ -15,7 +15,7 @@ import pytest
 
 import anyclip
 from anyclip import tree
-from anyclip._testing import Backend, assert_array, assert_same_bits
+from anyclip_conformance import Backend, assert_array, assert_same_bits
 
 ULP = 3
 

@@ -32,7 +32,7 @@ import pytest
 
 import anyclip
 from anyclip import tree
-from anyclip._testing import Backend, assert_array
+from anyclip_conformance import Backend, assert_array
 
 INF = math.inf
 NAN = math.nan

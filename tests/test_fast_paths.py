@@ -17,7 +17,7 @@ import pytest
 import anyclip
 from anyclip._api import bind
 from anyclip._kernels import GENERIC, plain_clip_by_norm, plain_clip_by_value, plain_norm
-from anyclip._testing import BACKEND_IDS, assert_array
+from anyclip_conformance import BACKEND_IDS, assert_array
 
 from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2
 

@@ -10,20 +10,14 @@ suite's own ``xfails/<backend>.txt`` entries, as strict xfails.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from typing import Any
 
 import pytest
 
 from anyclip._api import bind
 from anyclip._kernels import GENERIC
-from anyclip._testing import BACKEND_IDS, Backend
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # ``from conformance import harness`` (pytest runs importlib mode)
-    sys.path.insert(0, str(ROOT))
-
-from conformance import harness  # noqa: E402
+from anyclip_conformance import BACKEND_IDS, Backend, BackendId, reference
+from anyclip_conformance.suite import run
 
 GENERIC_API = bind(GENERIC)
 
@@ -49,42 +43,29 @@ _FAST = {
 }
 
 
-def _params(variant: str) -> list:
-    ids = harness.case_ids(kind="grad" if variant == "grad" else "all")
-    out = []
-    for name in BACKEND_IDS:
-        functions = _FAST.get(name.split("-", 1)[0], ())
-        if variant == "grad" and name not in Backend.AUTODIFF:
-            continue
-        for case_id in ids:
-            if case_id.split("/", 1)[0] not in functions:
-                continue
-            reason = harness.xfail_reason(case_id, name, variant)
-            marks = (
-                [pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError)]
-                if reason is not None
-                else []
-            )
-            out.append(pytest.param(case_id, name, marks=marks, id=f"{case_id}-{name}"))
-    return out
+def _params(variant: str) -> list[Any]:
+    ids = reference.case_ids(kind="grad" if variant == "grad" else "all")
+    return [
+        pytest.param(case_id, name, id=f"{case_id}-{name}")
+        for name in BACKEND_IDS
+        if variant != "grad" or BackendId(name).has_autodiff
+        for case_id in ids
+        if case_id.split("/", 1)[0] in _FAST.get(name.split("-", 1)[0], ())
+    ]
 
 
-def _run(case_id: str, backend: Backend, variant: str) -> None:
-    why = harness.applicable(case_id, backend, variant)
-    if why is not None:
-        pytest.skip(why)
-    function = harness.load_index()[case_id]["function"]
-    harness.check_case(case_id, backend, variant, fn=getattr(GENERIC_API, function))
-
-
+# ``conformance(variant)``: the suite's plugin turns the case's xfails/<backend>.txt line into a
+# strict xfail, exactly as for the public functions.
+@pytest.mark.conformance("eager")
 @pytest.mark.parametrize(("case_id", "backend"), _params("eager"), indirect=["backend"])
-def test_case_generic_kernels(case_id: str, backend: Backend) -> None:
-    _run(case_id, backend, "eager")
+def test_case_generic_kernels(case_id: str, backend: Backend, record_property: Any) -> None:
+    run(case_id, backend, "eager", record_property, impl=GENERIC_API)
 
 
+@pytest.mark.conformance("grad")
 @pytest.mark.parametrize(("case_id", "grad_backend"), _params("grad"), indirect=["grad_backend"])
-def test_grad_generic_kernels(case_id: str, grad_backend: Backend) -> None:
-    _run(case_id, grad_backend, "grad")
+def test_grad_generic_kernels(case_id: str, grad_backend: Backend, record_property: Any) -> None:
+    run(case_id, grad_backend, "grad", record_property, impl=GENERIC_API)
 
 
 def test_bound_functions_are_the_public_ones() -> None:

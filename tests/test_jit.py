@@ -150,7 +150,7 @@ def test_jit_matches_tf(backend, check, name):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_jit_matches_eager(backend, name):
-    from anyclip._testing import assert_array
+    from anyclip_conformance import assert_array
 
     case = CASES[name]
     jitted, _ = _as_list(_run(backend, case, jit=True), case.expected)

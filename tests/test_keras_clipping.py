@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from anyclip._testing import Backend
+from anyclip_conformance import Backend
 
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_keras_clipping.py"

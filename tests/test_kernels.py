@@ -17,7 +17,7 @@ import pytest
 import anyclip
 from anyclip._api import bind
 from anyclip._kernels import GENERIC, JAX, NUMPY, TORCH, Kernels, kernels_for
-from anyclip._testing import assert_array
+from anyclip_conformance import assert_array
 
 from .conftest import ULP_GLOBAL
 

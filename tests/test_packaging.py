@@ -83,13 +83,6 @@ def test_wheel_has_the_package_and_py_typed(wheel_names):
     assert not [n for n in wheel_names if n.startswith(("tests/", "conformance/", "docs/"))]
 
 
-@pytest.mark.xfail(
-    any((ROOT / "src" / name).exists() for name in TEST_SUPPORT),
-    reason="anyclip._testing and anyclip._report still live in src/anyclip on this branch; "
-    "moving them out of the package (a separate change) makes this pass, and the mark is then "
-    "inert",
-    strict=True,
-)
 def test_wheel_has_no_test_support_modules(wheel_names):
     shipped = [name for name in TEST_SUPPORT if name in wheel_names]
     assert not shipped, f"the wheel ships test support: {shipped}"

@@ -22,7 +22,7 @@ import pytest
 
 import anyclip
 from anyclip import tree
-from anyclip._testing import assert_array, assert_same_bits
+from anyclip_conformance import assert_array, assert_same_bits
 
 ULP = 3
 INF = math.inf

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import anyclip
-from anyclip._testing import Backend, assert_array
+from anyclip_conformance import Backend, assert_array
 
 ULP = 3
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import anyclip
-from anyclip._testing import assert_array
+from anyclip_conformance import assert_array
 
 pytestmark = pytest.mark.parametrize("backend", ["numpy", "torch", "jax"], indirect=True)
 

@@ -16,12 +16,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+pytest.importorskip("hypothesis", reason="the live comparison needs anyclip-conformance[live]")
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from conformance import harness
-from conformance.cases import A, Case, Seq
+from anyclip_conformance import harness
+from anyclip_conformance.cases import A, Case, Seq
+from anyclip_conformance.reference import functions
 
 pytestmark = pytest.mark.live_tf
 
@@ -38,7 +42,7 @@ def tf_runner():
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     pytest.importorskip("tensorflow")
-    from conformance import generate
+    from anyclip_conformance import generate
 
     tf = generate._tf()
     return tf, generate.tf_functions(tf), generate
@@ -46,13 +50,13 @@ def tf_runner():
 
 # ---------------------------------------------------------------------------------- strategies
 def _dtypes(backend: Any) -> list[str]:
-    return [d for d in FLOATS if harness.supports(backend, d)]
+    return [d for d in FLOATS if backend.has_dtype(d)]
 
 
 def _not_tiny(floats: Any) -> Any:
     """0 or magnitudes of at least 1e-3: squares and products of tinier values can be
     subnormal, and TF's CPU kernels flush subnormals to zero (a declared deviation, listed in
-    conformance/xfails/*.txt); this mode looks for what the catalogue has not explained."""
+    xfails/*.txt); this mode looks for what the catalogue has not explained."""
     return floats.filter(lambda v: v == 0 or abs(v) >= 1e-3)
 
 
@@ -102,7 +106,7 @@ def calls(draw: Any, function: str, backend: Any) -> Case:
     if function == "clip_by_average_norm":
         dtype = "float32"
     elif function == "clip_by_value":
-        # torch cannot compare uint64 (a declared deviation, conformance/xfails/torch.txt)
+        # torch cannot compare uint64 (a declared deviation, xfails/torch.txt)
         ints = [d for d in INTS if not (d == "uint64" and backend.library == "torch")]
         dtype = draw(st.sampled_from(_dtypes(backend) + ints))
     else:
@@ -210,7 +214,7 @@ def _cancelling_terms(entry: dict[str, Any], arrays: dict[str, np.ndarray]) -> f
 
 
 @pytest.mark.parametrize("backend", LIVE_BACKENDS, indirect=True)
-@pytest.mark.parametrize("function", harness.functions())
+@pytest.mark.parametrize("function", functions())
 def test_live(function: str, backend: Any, tf_runner: Any, request: pytest.FixtureRequest):
     tf, fns, generate = tf_runner
     examples = request.config.getoption("--live-tf-examples")

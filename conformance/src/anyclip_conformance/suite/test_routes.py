@@ -4,7 +4,8 @@
 ``.grad``) and the optax transformations must give TF's numbers wherever the policy is "tf".
 Each route runs the catalogue cases it can express: no expected error, no ``name=`` argument,
 and the argument kinds the route takes (a list of arrays for the global norm, Python-number
-clip values for the adapters).
+clip values for the adapters). A case listed in ``xfails/<backend>.txt`` is a strict xfail on
+every route too: the routes share the formula, so they share its known deviations.
 """
 
 from __future__ import annotations
@@ -14,17 +15,19 @@ from typing import Any
 import pytest
 
 from anyclip import tree
-from anyclip._testing import BACKEND_IDS
-from conformance import harness
+from anyclip_conformance.backends import BackendId
+from anyclip_conformance.reference import load_index
+from anyclip_conformance.specs import array_specs
+from anyclip_conformance.suite import run
 
-TORCH = [b for b in BACKEND_IDS if b.startswith("torch")]
-JAX = [b for b in BACKEND_IDS if b.startswith("jax")]
+TORCH = [b.value for b in BackendId if b.library == "torch"]
+JAX = [b.value for b in BackendId if b.library == "jax"]
 FLOATING = ("float16", "bfloat16", "float32", "float64")
 
 
 def _selected(functions: tuple[str, ...], *, list_input: bool, python_scalars: bool) -> list[str]:
     out = []
-    for case_id, entry in harness.load_index().items():
+    for case_id, entry in load_index().items():
         if entry["function"] not in functions or "error" in entry or "outputs" not in entry:
             continue
         args, kwargs = entry["args"], entry.get("kwargs", {})
@@ -64,19 +67,11 @@ def _tree_route(function: str) -> Any:
     return getattr(tree, function)
 
 
-def _run(case_id: str, backend: Any, fn: Any) -> None:
-    why = harness.applicable(case_id, backend, "eager")
-    if why is not None:
-        pytest.skip(why)
-    reason = harness.xfail_reason(case_id, backend.name, "eager")
-    if reason is not None:  # a declared deviation of the backend: not this test's subject
-        pytest.skip(f"declared deviation: {reason}")
-    harness.check_case(case_id, backend, "eager", fn=fn)
-
-
+@pytest.mark.conformance("tree", xfails="eager")
 @pytest.mark.parametrize("case_id", TREE_SINGLE + TREE_GLOBAL)
-def test_tree(case_id: str, backend: Any) -> None:
-    _run(case_id, backend, _tree_route(harness.load_index()[case_id]["function"]))
+def test_tree(case_id: str, backend: Any, record_property: Any) -> None:
+    fn = _tree_route(load_index()[case_id]["function"])
+    run(case_id, backend, "eager", record_property, fn=fn)
 
 
 def _torch_grads(values: list[Any]) -> list[Any]:
@@ -115,14 +110,15 @@ def _torch_single(function: str) -> Any:
     return run
 
 
+@pytest.mark.conformance("torch adapter", xfails="eager")
 @pytest.mark.parametrize("backend", TORCH, indirect=True)
 @pytest.mark.parametrize("case_id", ADAPTER_SINGLE + ADAPTER_GLOBAL)
-def test_torch_adapter(case_id: str, backend: Any) -> None:
-    entry = harness.load_index()[case_id]
+def test_torch_adapter(case_id: str, backend: Any, record_property: Any) -> None:
+    entry = load_index()[case_id]
     if any(d not in FLOATING for d in _dtypes(entry)):
         pytest.skip("gradients are floating point")
     fn = _torch_global if entry["function"] in GLOBAL else _torch_single(entry["function"])
-    _run(case_id, backend, fn)
+    run(case_id, backend, "eager", record_property, fn=fn)
 
 
 def _optax_route(function: str) -> Any:
@@ -142,27 +138,17 @@ def _optax_route(function: str) -> Any:
     return run
 
 
+@pytest.mark.conformance("optax adapter", xfails="eager")
 @pytest.mark.parametrize("backend", JAX, indirect=True)
 @pytest.mark.parametrize("case_id", ADAPTER_SINGLE + ADAPTER_GLOBAL)
-def test_optax_adapter(case_id: str, backend: Any) -> None:
-    _run(case_id, backend, _optax_route(harness.load_index()[case_id]["function"]))
+def test_optax_adapter(case_id: str, backend: Any, record_property: Any) -> None:
+    fn = _optax_route(load_index()[case_id]["function"])
+    run(case_id, backend, "eager", record_property, fn=fn)
 
 
 def _dtypes(entry: dict[str, Any]) -> list[str]:
-    found: list[str] = []
-
-    def walk(spec: Any) -> None:
-        if isinstance(spec, dict):
-            if "array" in spec:
-                found.append(spec["dtype"])
-            for v in spec.values():
-                walk(v)
-        elif isinstance(spec, list):
-            for v in spec:
-                walk(v)
-
-    walk(entry["args"][0])
-    return found
+    """The dtypes of the arrays in the first argument (the tensor or the list of tensors)."""
+    return [s["dtype"] for p, s in array_specs(entry).items() if p.split(".")[0] == "0"]
 
 
 def test_routes_cover_the_catalogue() -> None:

@@ -1,10 +1,10 @@
 """Write the TensorFlow reference data for the conformance suite.
 
-Run from the repository root, in an environment with ``tensorflow-cpu==2.21.0``
-(``pip install -e .[conformance,test]``)::
+Run in an environment with ``tensorflow-cpu==2.21.0`` and this package installed from a source
+checkout (``pip install -e ".[conformance]" -e "./conformance[live]"``)::
 
-    python conformance/generate.py            # writes conformance/data/
-    python conformance/generate.py --check    # regenerates in memory, fails if data/ differs
+    python -m anyclip_conformance.generate          # writes the package's data/
+    python -m anyclip_conformance.generate --check  # regenerates in memory; fails if data/ differs
 
 It runs every case of ``cases.py`` through TensorFlow (eager, CPU) and writes
 
@@ -39,11 +39,7 @@ from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
-
-from conformance.cases import (  # noqa: E402
+from anyclip_conformance.cases import (
     CASES,
     FUNCTIONS,
     A,
@@ -52,12 +48,21 @@ from conformance.cases import (  # noqa: E402
     NpScalar,
     Py,
     Seq,
-    decode_value,
-    make_seq,
     materialize,
 )
+from anyclip_conformance.specs import (
+    build,
+    encode_value,
+    result_leaves,
+    selected,
+    weights_for,
+)
 
-DATA = HERE / "data"
+__all__ = ["CatalogueError", "generate", "main", "run_case", "tf_functions"]
+
+#: Where the data is written: the package's own ``data/`` (a source checkout's, when installed
+#: with ``pip install -e``).
+DATA = Path(__file__).resolve().parent / "data"
 FORMAT = 1
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
@@ -101,21 +106,6 @@ def tf_functions(tf: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- encoding
-def encode_value(v: Any) -> Any:
-    """A Python value as JSON (floats spelled with ``repr`` so inf, NaN and -0.0 survive)."""
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return {"float": repr(v)}
-    if isinstance(v, complex):
-        return {"complex": [repr(v.real), repr(v.imag)]}
-    if isinstance(v, list):
-        return [encode_value(e) for e in v]
-    if isinstance(v, tuple):
-        return {"tuple": [encode_value(e) for e in v]}
-    raise TypeError(f"cannot encode {v!r}")
-
-
 class Encoder:
     """Turns the specs of one case into JSON plus named input arrays."""
 
@@ -156,37 +146,23 @@ class Encoder:
 
 def build_tf(tf: Any, enc: Any, arrays: dict[str, np.ndarray], leaves: dict[str, Any]) -> Any:
     """The TensorFlow-side argument for an encoded spec; watched tensors go into ``leaves``."""
-    if isinstance(enc, dict):
-        if "array" in enc:
-            host = arrays[enc["array"]]
-            if enc.get("tf") == "numpy":
-                if enc["dtype"] == "bfloat16":
-                    import ml_dtypes
 
-                    return host.astype(ml_dtypes.bfloat16)
-                return host.copy()
-            if enc["dtype"] == "bfloat16":
-                t = tf.cast(tf.constant(host, dtype=tf.float32), tf.bfloat16)
-            else:
-                t = tf.constant(host, dtype=getattr(tf, enc["dtype"]))
-            leaves[enc["array"]] = t
-            return t
-        if "ndarray" in enc:
-            return arrays[enc["ndarray"]].copy()
-        if "npscalar" in enc:
-            return np.dtype(enc["npscalar"]).type(decode_value(enc["value"]))
-        if "py" in enc:
-            return decode_value(enc["py"])
-        if "seq" in enc:
-            items = [build_tf(tf, e, arrays, leaves) for e in enc["items"]]
-            return make_seq(enc["seq"], items)
-        if "tuple" in enc:
-            return tuple(build_tf(tf, e, arrays, leaves) for e in enc["tuple"])
-        if "value" in enc:
-            return decode_value(enc["value"])
-    if isinstance(enc, list):
-        return [build_tf(tf, e, arrays, leaves) for e in enc]
-    raise TypeError(f"bad spec {enc!r}")
+    def array(spec: dict[str, Any], path: str) -> Any:
+        host = arrays[spec["array"]]
+        if spec.get("tf") == "numpy":
+            if spec["dtype"] == "bfloat16":
+                import ml_dtypes
+
+                return host.astype(ml_dtypes.bfloat16)
+            return host.copy()
+        if spec["dtype"] == "bfloat16":
+            t = tf.cast(tf.constant(host, dtype=tf.float32), tf.bfloat16)
+        else:
+            t = tf.constant(host, dtype=getattr(tf, spec["dtype"]))
+        leaves[spec["array"]] = t
+        return t
+
+    return build(enc, "", array, lambda key: arrays[key].copy())
 
 
 def _message(exc: BaseException) -> str:
@@ -228,32 +204,6 @@ def record_outputs(tf: Any, out: Any, cid: str, path: str, arrays: dict[str, np.
     raise TypeError(f"{cid}: unexpected TF output {type(out)}")
 
 
-def output_leaves(struct: Any, path: str = "") -> list[tuple[str, Any]]:
-    """``(path, leaf)`` for every array of an output structure, in order."""
-    if struct is None:
-        return []
-    if "key" in struct:
-        return [(path or "r", struct)]
-    items = struct.get("list", struct.get("tuple"))
-    out: list[tuple[str, Any]] = []
-    for i, s in enumerate(items):
-        out += output_leaves(s, f"{path}.{i}".lstrip("."))
-    return out
-
-
-def selected(path: str, grad_outputs: list[str] | None) -> bool:
-    """Whether output ``path`` enters the gradient loss."""
-    if grad_outputs is None:
-        return True
-    return any(path == g or path.startswith(g + ".") for g in grad_outputs)
-
-
-def weights_for(shape: tuple[int, ...]) -> np.ndarray:
-    """``1..n`` in ``shape`` (float64; cast to the output's dtype by the caller)."""
-    n = int(np.prod(shape, dtype=np.int64))
-    return np.arange(1, n + 1, dtype=np.float64).reshape(shape)
-
-
 # ------------------------------------------------------------------------------------ runner
 def run_case(
     tf: Any, fns: dict[str, Any], case: Case, *, live: bool = False
@@ -287,7 +237,7 @@ def run_case(
             out = fn(*tf_args, **tf_kwargs)
             loss = None
             if case.grad:
-                struct_paths = _tf_leaves(tf, out)
+                struct_paths = result_leaves(out)
                 for p, t in struct_paths:
                     if not selected(p, list(case.grad_outputs) if case.grad_outputs else None):
                         continue
@@ -333,17 +283,6 @@ def run_case(
     return entry, arrays
 
 
-def _tf_leaves(tf: Any, out: Any, path: str = "") -> list[tuple[str, Any]]:
-    if out is None:
-        return []
-    if isinstance(out, (list, tuple)):
-        res: list[tuple[str, Any]] = []
-        for i, o in enumerate(out):
-            res += _tf_leaves(tf, o, f"{path}.{i}".lstrip("."))
-        return res
-    return [(path or "r", out)]
-
-
 class CatalogueError(RuntimeError):
     """The catalogue's expectation and TensorFlow disagree."""
 
@@ -372,12 +311,12 @@ def readme(tf: Any) -> str:
     rows = "\n".join(f"| `{f}` | {n} |" for f, n in counts.items())
     return f"""# TensorFlow reference data for the conformance suite
 
-Written by `python conformance/generate.py` (do not edit by hand).
+Written by `python -m anyclip_conformance.generate` (do not edit by hand).
 
 - TensorFlow: {tf.__version__} (tensorflow-cpu, eager mode, CPU only, `TF_CPP_MIN_LOG_LEVEL=3`)
 - NumPy: {np.__version__}, ml_dtypes: {ml_dtypes.__version__}, Python: {platform.python_version()}
 - Platform: {platform.system()} {platform.machine()}
-- Cases: {len(CASES)} (catalogue: `conformance/cases.py`)
+- Cases: {len(CASES)} (catalogue: `anyclip_conformance/cases.py`)
 - Seeds: every generated array uses `numpy.random.default_rng(seed)` with
   `seed = zlib.crc32(<case id or family tag> + "#" + <salt>)`; the inputs are stored here as
   well, so the tests never regenerate them.
@@ -400,9 +339,9 @@ Written by `python conformance/generate.py` (do not edit by hand).
 
 ## Regenerate
 
-    pip install -e .[conformance,test]
-    python conformance/generate.py          # rewrites this folder
-    python conformance/generate.py --check  # fails if the files here differ
+    pip install -e ".[conformance]" -e "./conformance[live]"
+    python -m anyclip_conformance.generate          # rewrites this folder
+    python -m anyclip_conformance.generate --check  # fails if the files here differ
 
 The output is deterministic: two runs give byte-identical files.
 """

@@ -1,49 +1,49 @@
 """anyclip vs the TensorFlow 2.21 reference data, one item per case, backend and variant.
 
 The rules (dtype, shape, NaN/inf positions, ulp budgets, error classes) live in ``harness.py``;
-known deviations in ``xfails/<backend>.txt`` are strict xfails.
+known deviations in ``xfails/<backend>.txt`` are strict xfails (the plugin applies them to every
+test marked ``conformance``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import anyclip
-from anyclip._testing import BACKEND_IDS
-from conformance import harness
+from anyclip_conformance import reference
+from anyclip_conformance.backends import BACKEND_IDS, BackendId
+from anyclip_conformance.suite import run
 
-ALL = harness.case_ids()
-GRAD = harness.case_ids(kind="grad")
-JIT = harness.case_ids(kind="jit")
-JAX_BACKENDS = [name for name in BACKEND_IDS if name.startswith("jax")]
-
-
-def _run(case_id: str, backend, variant: str) -> None:
-    why = harness.applicable(case_id, backend, variant)
-    if why is not None:
-        pytest.skip(why)
-    harness.check_case(case_id, backend, variant)
+ALL = reference.case_ids()
+GRAD = reference.case_ids(kind="grad")
+JIT = reference.case_ids(kind="jit")
+JAX_BACKENDS = [b.value for b in BackendId if b.library == "jax"]
 
 
+@pytest.mark.conformance("eager")
 @pytest.mark.parametrize("case_id", ALL)
-def test_case(case_id: str, backend) -> None:
-    _run(case_id, backend, "eager")
+def test_case(case_id: str, backend: Any, record_property: Any) -> None:
+    run(case_id, backend, "eager", record_property)
 
 
+@pytest.mark.conformance("jit")
 @pytest.mark.parametrize("backend", JAX_BACKENDS, indirect=True)
 @pytest.mark.parametrize("case_id", JIT)
-def test_case_jit(case_id: str, backend) -> None:
-    _run(case_id, backend, "jit")
+def test_case_jit(case_id: str, backend: Any, record_property: Any) -> None:
+    run(case_id, backend, "jit", record_property)
 
 
+@pytest.mark.conformance("grad")
 @pytest.mark.parametrize("case_id", GRAD)
-def test_grad(case_id: str, grad_backend) -> None:
-    _run(case_id, grad_backend, "grad")
+def test_grad(case_id: str, grad_backend: Any, record_property: Any) -> None:
+    run(case_id, grad_backend, "grad", record_property)
 
 
 def test_catalogue_size() -> None:
     """The data holds what the catalogue promises (output, gradient and error cases)."""
-    index = harness.load_index()
+    index = reference.load_index()
     outputs = sum("outputs" in e for e in index.values())
     grads = sum("grads" in e for e in index.values())
     errors = sum("error" in e for e in index.values())
@@ -51,11 +51,11 @@ def test_catalogue_size() -> None:
     assert grads >= 300
     assert errors >= 100
     # every public TF-named function (the submodule ``tree`` aside) has reference data
-    assert set(harness.functions()) == set(anyclip.__all__) - {"tree"}
+    assert set(reference.functions()) == set(anyclip.__all__) - {"tree"}
 
 
 def test_xfail_lists_are_valid() -> None:
     """Every xfail entry names a known case (load_xfails raises otherwise) and has a reason."""
     for name in BACKEND_IDS:
-        for (case_id, _variant), reason in harness.load_xfails(name).items():
+        for (case_id, _variant), reason in reference.load_xfails(name).items():
             assert reason != "(no reason given)", f"{name}: {case_id} has no reason"

@@ -1585,31 +1585,3 @@ def _all() -> tuple[Case, ...]:
 
 
 CASES: tuple[Case, ...] = _all()
-
-
-# ------------------------------------------------- the data format (shared by generate/harness)
-def decode_value(v: Any) -> Any:
-    """A Python value from its JSON form in ``data/index.json`` (``generate.encode_value``)."""
-    if isinstance(v, dict):
-        if "float" in v:
-            return float(v["float"])
-        if "complex" in v:
-            return complex(float(v["complex"][0]), float(v["complex"][1]))
-        if "tuple" in v:
-            return tuple(decode_value(e) for e in v["tuple"])
-    if isinstance(v, list):
-        return [decode_value(e) for e in v]
-    return v
-
-
-def make_seq(kind: str, items: list[Any]) -> Any:
-    """A container of ``kind`` holding ``items``."""
-    if kind == "list":
-        return list(items)
-    if kind == "tuple":
-        return tuple(items)
-    if kind == "generator":
-        return (e for e in items)
-    if kind == "dict":
-        return {str(i): e for i, e in enumerate(items)}
-    raise ValueError(kind)

@@ -1,0 +1,239 @@
+"""The backends the suite runs on: one id per backend and device, and one loader.
+
+:class:`BackendId` names every backend (and device) the fixtures know; :func:`load_backend`
+imports one and picks its device; :class:`Backend` is what a test holds: the array namespace,
+the device, and how to move NumPy data on and off it, take gradients and trace with ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+__all__ = [
+    "BACKEND_IDS",
+    "Backend",
+    "BackendId",
+    "load_backend",
+    "parse_backends",
+]
+
+
+class BackendId(str, enum.Enum):
+    """Every backend (and device) the suite knows, in the order tests run."""
+
+    NUMPY = "numpy"
+    ARRAY_API_STRICT = "array_api_strict"
+    TORCH = "torch"
+    JAX = "jax"
+    TORCH_CUDA = "torch-cuda"
+    JAX_GPU = "jax-gpu"
+    CUPY = "cupy"
+    DASK = "dask"
+
+    @property
+    def library(self) -> str:
+        """The array library behind this backend (``"torch"`` for ``torch-cuda``, ...)."""
+        return self.value.split("-", 1)[0]
+
+    @property
+    def has_autodiff(self) -> bool:
+        """Whether gradients can be taken on this backend."""
+        return self.library in ("torch", "jax")
+
+
+#: Every backend id, as strings, in the order tests run.
+BACKEND_IDS: tuple[str, ...] = tuple(b.value for b in BackendId)
+
+
+def parse_backends(names: str | Iterable[str]) -> list[BackendId]:
+    """Backend ids from ``"numpy,torch"`` (or a list of names); refuse unknown names.
+
+    >>> [b.value for b in parse_backends("numpy, torch")]
+    ['numpy', 'torch']
+    """
+    if isinstance(names, str):
+        names = names.split(",")
+    out = []
+    for raw in names:
+        name = raw.strip()
+        if not name:
+            continue
+        try:
+            out.append(BackendId(name))
+        except ValueError:
+            valid = ", ".join(BACKEND_IDS)
+            raise ValueError(
+                f"unknown backend {name!r}: expected a comma-separated list of {valid}"
+            ) from None
+    return out
+
+
+@dataclasses.dataclass
+class Backend:
+    """One backend on one device, as the tests see it."""
+
+    name: str
+    library: str
+    xp: Any
+    device: Any
+    module: Any
+
+    @property
+    def has_autodiff(self) -> bool:
+        """Whether gradients can be taken on this backend."""
+        return BackendId(self.name).has_autodiff
+
+    # ----------------------------------------------------------------- dtypes
+    def has_dtype(self, name: str) -> bool:
+        """Whether this backend has dtype ``name`` (bfloat16: torch, JAX; float64 on JAX: x64)."""
+        if name == "bfloat16":
+            return self.library in ("torch", "jax")
+        if name == "float64" and self.library == "jax":
+            return bool(self.module.config.jax_enable_x64)
+        return getattr(self.xp, name, None) is not None
+
+    def dtype(self, name: str) -> Any:
+        """The backend dtype called ``name`` (``"bfloat16"`` included); skip when absent."""
+        import pytest
+
+        if not self.has_dtype(name):
+            pytest.skip(f"{self.name} has no dtype {name}")
+        if name == "bfloat16":
+            return self.module.bfloat16 if self.library == "torch" else self.module.numpy.bfloat16
+        return getattr(self.xp, name)
+
+    # ------------------------------------------------------------- conversion
+    def asarray(self, value: Any, dtype: str | None = None, *, requires_grad: bool = False) -> Any:
+        """Put NumPy data (or a nested list) on this backend, with dtype ``dtype``."""
+        import numpy as np
+
+        host = np.asarray(value)
+        if dtype is None:
+            dtype = str(host.dtype)
+        if dtype == "bfloat16":  # NumPy has no bfloat16: from float32, rounded on the backend
+            host32, bf16 = np.asarray(host, dtype=np.float32), self.dtype("bfloat16")  # or skip
+            if self.library == "torch":
+                out = self.module.asarray(host32, device=self.device).to(bf16)
+            else:
+                out = self.module.device_put(
+                    self.module.numpy.asarray(host32, dtype=bf16), self.device
+                )
+        else:
+            host = np.asarray(host, dtype=dtype)
+            if self.library == "torch":
+                out = self.module.asarray(host.copy(), device=self.device)
+            elif self.library == "jax":
+                out = self.module.device_put(self.module.numpy.asarray(host), self.device)
+            elif self.library == "dask":
+                out = self.module.array.from_array(host, chunks=-1)
+            else:
+                out = self.xp.asarray(host, device=self.device)
+        if requires_grad:
+            out = out.detach().requires_grad_(True)
+        return out
+
+    def to_numpy(self, x: Any) -> Any:
+        """Copy ``x`` to a NumPy array (float32 for bfloat16); for assertions only."""
+        import numpy as np
+
+        if self.library == "torch":
+            x = x.detach()
+            if x.dtype == self.module.bfloat16:
+                x = x.float()
+            return x.cpu().numpy()
+        if self.library == "jax":
+            if x.dtype == self.module.numpy.bfloat16:
+                x = x.astype(self.module.numpy.float32)
+            return np.asarray(x)
+        if self.library == "cupy":
+            return x.get()
+        if self.library == "dask":
+            return np.asarray(x.compute())
+        if self.library == "array_api_strict":
+            return np.asarray(self.xp.asarray(x, device=self.xp.Device("CPU_DEVICE")))
+        return np.asarray(x)
+
+    def dtype_name(self, x: Any) -> str:
+        """The dtype of ``x`` as a string such as ``"float32"`` or ``"bfloat16"``."""
+        dt = x.dtype
+        if self.library == "torch":
+            return str(dt).removeprefix("torch.")
+        name = getattr(dt, "name", None)
+        if isinstance(name, str):
+            return name
+        # array-api-strict dtypes have no ``name``; str() gives "array_api_strict.float32"
+        return str(dt).rsplit(".", 1)[-1]
+
+    # ---------------------------------------------------------------- autodiff
+    def grad(self, fn: Callable[..., Any], args: Sequence[Any], weights: Any) -> list[Any]:
+        """Gradients of ``sum(fn(*args) * weights)`` with respect to every array in ``args``."""
+        if self.library == "torch":
+            torch = self.module
+            leaves = [a.detach().requires_grad_(True) for a in args]
+            out = fn(*leaves)
+            loss = (out * weights).sum()
+            return list(torch.autograd.grad(loss, leaves, allow_unused=True))
+        if self.library == "jax":
+            jax = self.module
+
+            def loss(*xs: Any) -> Any:
+                return (fn(*xs) * weights).sum()
+
+            return list(jax.grad(loss, argnums=tuple(range(len(args))))(*args))
+        raise TypeError(f"{self.name} has no autodiff")
+
+    def jit(self, fn: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
+        """``fn`` under ``jax.jit`` (JAX backends only)."""
+        if self.library != "jax":
+            raise TypeError(f"{self.name} has no jit")
+        return self.module.jit(fn, **kwargs)
+
+    def same_device(self, x: Any) -> bool:
+        """Whether ``x`` lives on this backend's device."""
+        from array_api_compat import device
+
+        if self.library == "dask":
+            return True
+        return device(x) == self.device
+
+
+def load_backend(name: str | BackendId) -> Backend:
+    """Import backend ``name`` and pick its device; raises when unavailable."""
+    import array_api_compat
+
+    name = BackendId(name).value
+
+    if name == "numpy":
+        np = importlib.import_module("numpy")
+        xp = array_api_compat.array_namespace(np.empty(0))
+        return Backend(name, "numpy", xp, "cpu", np)
+    if name == "array_api_strict":
+        strict = importlib.import_module("array_api_strict")
+        return Backend(name, "array_api_strict", strict, strict.Device("CPU_DEVICE"), strict)
+    if name in ("torch", "torch-cuda"):
+        torch = importlib.import_module("torch")
+        if name == "torch-cuda" and not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device")
+        dev = torch.device("cuda" if name == "torch-cuda" else "cpu")
+        xp = array_api_compat.array_namespace(torch.empty(0))
+        return Backend(name, "torch", xp, dev, torch)
+    if name in ("jax", "jax-gpu"):
+        jax = importlib.import_module("jax")
+        jax.config.update("jax_enable_x64", True)
+        platform = "gpu" if name == "jax-gpu" else "cpu"
+        devices = jax.devices(platform)
+        return Backend(name, "jax", jax.numpy, devices[0], jax)
+    if name == "cupy":
+        cp = importlib.import_module("cupy")
+        xp = array_api_compat.array_namespace(cp.empty(0))
+        return Backend(name, "cupy", xp, cp.cuda.Device(0), cp)
+    if name == "dask":
+        da = importlib.import_module("dask.array")
+        dask = importlib.import_module("dask")
+        xp = array_api_compat.array_namespace(da.empty(0))
+        return Backend(name, "dask", xp, "cpu", dask)
+    raise AssertionError(f"no loader for {name!r}")  # every BackendId has one above

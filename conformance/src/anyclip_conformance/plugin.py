@@ -1,0 +1,188 @@
+"""The pytest plugin of the suite and of anyclip's own tests: backends, deviations, options.
+
+Loaded by ``python -m anyclip_conformance`` and by a source checkout's root ``conftest.py``.
+Fixtures ``backend`` (every backend and device, one at a time), ``grad_backend`` and ``xp``; a
+backend that cannot be loaded is a SKIP, or a FAIL when it is named in the environment variable
+``ANYCLIP_REQUIRE_BACKENDS`` (comma separated; CI sets it). ``--anyclip-backends`` deselects the
+other backends. The markers, ``--live-tf`` and ``--live-tf-examples`` are described by their
+help texts below; a test marked ``conformance`` gets the case's ``xfails/<backend>.txt`` entry
+as a strict xfail and carries its function, backend and variant to the report.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from anyclip_conformance.backends import (
+    BACKEND_IDS,
+    Backend,
+    BackendId,
+    load_backend,
+    parse_backends,
+)
+from anyclip_conformance.reference import load_index, xfail_reason
+
+__all__ = ["backend", "get_backend", "grad_backend", "required_backends", "try_backend", "xp"]
+
+#: The ``user_properties`` key under which a conformance item carries what the report needs.
+CONFORMANCE_KEY = "anyclip_conformance"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--anyclip-backends``, ``--live-tf`` and ``--live-tf-examples``."""
+    group = parser.getgroup("anyclip", "anyclip conformance")
+    group.addoption(
+        "--anyclip-backends",
+        default=None,
+        help=f"comma-separated backends to run (default: all of {', '.join(BACKEND_IDS)})",
+    )
+    group.addoption(
+        "--live-tf",
+        action="store_true",
+        default=False,
+        help="also compare anyclip with a live TensorFlow on hypothesis-generated inputs",
+    )
+    group.addoption(
+        "--live-tf-examples",
+        type=int,
+        default=200,
+        help="hypothesis examples per function in the live TensorFlow comparison",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers and check ``--anyclip-backends``."""
+    for line in (
+        "xfail_backend(*backends, reason, raises=None, params=None): a known, explained "
+        "deviation on these backend ids (strict: it fails once fixed); `params` restricts it "
+        "to parametrisations with these values, e.g. params={'dtype': 'uint64'}",
+        "conformance(variant): runs the catalogue case `case_id` in `variant` (eager, jit, "
+        "grad or a route); its xfails/<backend>.txt entry is a strict xfail",
+        "live_tf: compares with a live TensorFlow (needs --live-tf)",
+    ):
+        config.addinivalue_line("markers", line)
+    try:
+        _selected(config)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--anyclip-backends: {exc}") from None
+
+
+def _selected(config: pytest.Config) -> set[str] | None:
+    raw = config.getoption("--anyclip-backends")
+    return None if raw is None else {b.value for b in parse_backends(raw)}
+
+
+def _item_backend(item: pytest.Item) -> str | None:
+    params = getattr(item, "callspec", None)
+    params = params.params if params is not None else {}
+    return next((params[k] for k in ("backend", "grad_backend") if k in params), None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the selected backends; apply ``xfails/``; skip live tests without ``--live-tf``."""
+    wanted = _selected(config)
+    if wanted is not None:
+        dropped = [i for i in items if _item_backend(i) not in (None, *wanted)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [i for i in items if _item_backend(i) in (None, *wanted)]
+    live = config.getoption("--live-tf")
+    for item in items:
+        if "live_tf" in item.keywords and not live:
+            item.add_marker(
+                pytest.mark.skip(reason="live TensorFlow comparison: run with --live-tf")
+            )
+        mark = item.get_closest_marker("conformance")
+        name = _item_backend(item)
+        if mark is None or name is None:
+            continue
+        case_id = item.callspec.params["case_id"]  # type: ignore[attr-defined]
+        variant = mark.args[0]
+        info = {
+            "case": case_id,
+            "function": load_index()[case_id]["function"],
+            "backend": name,
+            "variant": variant,
+        }
+        item.user_properties.append((CONFORMANCE_KEY, info))
+        reason = xfail_reason(case_id, name, mark.kwargs.get("xfails", variant))
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError))
+
+
+def required_backends() -> set[str]:
+    """The backends named in ``ANYCLIP_REQUIRE_BACKENDS`` (a missing one fails, not skips)."""
+    raw = os.environ.get("ANYCLIP_REQUIRE_BACKENDS", "")
+    return {name.strip() for name in raw.split(",") if name.strip()}
+
+
+_CACHE: dict[str, Backend | str] = {}
+
+
+def try_backend(name: str) -> Backend | str:
+    """Backend ``name``, loaded once per process, or why it cannot be loaded."""
+    if name not in _CACHE:
+        try:
+            _CACHE[name] = load_backend(name)
+        except Exception as exc:  # noqa: BLE001 - any import or device failure: unavailable
+            _CACHE[name] = f"{type(exc).__name__}: {exc}"
+    return _CACHE[name]
+
+
+#: Backends that run only when named in ``ANYCLIP_REQUIRE_BACKENDS`` (a visible SKIP
+#: otherwise): dask is installed by anyclip's ``test`` extra for ``tests/test_dask.py``
+#: (laziness, dask's SVD, out of core on a LocalCluster), but the whole catalogue on dask
+#: still fails at some edge cases (NaN/inf policies, overflow, empty inputs: about 360
+#: parametrisations) and takes minutes on 2 cores.
+OPT_IN = frozenset({"dask"})
+
+
+def get_backend(name: str) -> Backend:
+    """Backend ``name``; skip the test when it is unavailable (fail when it is required)."""
+    if name in OPT_IN and name not in required_backends():
+        pytest.skip(f"backend {name!r} is opt-in: name it in ANYCLIP_REQUIRE_BACKENDS")
+    loaded = try_backend(name)
+    if isinstance(loaded, str):
+        msg = f"backend {name!r} is unavailable ({loaded})"
+        if name in required_backends():
+            pytest.fail(msg + "; it is listed in ANYCLIP_REQUIRE_BACKENDS", pytrace=False)
+        pytest.skip(msg)
+    return loaded
+
+
+def _apply_backend_xfails(request: pytest.FixtureRequest, name: str) -> None:
+    callspec = getattr(request.node, "callspec", None)
+    values = callspec.params if callspec is not None else {}
+    for mark in request.node.iter_markers("xfail_backend"):
+        wanted = mark.kwargs.get("params") or {}
+        if name in mark.args and all(values.get(k) == v for k, v in wanted.items()):
+            request.applymarker(
+                pytest.mark.xfail(
+                    strict=True, reason=mark.kwargs["reason"], raises=mark.kwargs.get("raises")
+                )
+            )
+
+
+@pytest.fixture(params=BACKEND_IDS)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Every backend (and device), one at a time."""
+    loaded = get_backend(request.param)
+    _apply_backend_xfails(request, request.param)
+    return loaded
+
+
+@pytest.fixture(params=[b.value for b in BackendId if b.has_autodiff])
+def grad_backend(request: pytest.FixtureRequest) -> Backend:
+    """The backends with automatic differentiation (torch and JAX, every device)."""
+    loaded = get_backend(request.param)
+    _apply_backend_xfails(request, request.param)
+    return loaded
+
+
+@pytest.fixture
+def xp(backend: Backend) -> Any:
+    """The array namespace of ``backend``."""
+    return backend.xp

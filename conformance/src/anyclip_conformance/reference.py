@@ -1,0 +1,141 @@
+"""The reference data and the known deviations, read from this package.
+
+``data/index.json`` holds one entry per case (function, encoded arguments, the recorded output
+structure, gradients or the expected error); ``data/<function>.npz`` holds its arrays (see
+``data/README.md``). ``xfails/<backend>.txt`` lists the known, explained deviations of one
+backend: one case id a line, an optional ``[eager]``/``[jit]``/``[grad]`` tag, then ``# reason``.
+Both are package data, read through :mod:`importlib.resources`, so an installed
+``anyclip-conformance`` needs no source checkout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+import zlib
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from anyclip_conformance.backends import BACKEND_IDS
+from anyclip_conformance.budgets import budget_table_markdown
+
+__all__ = [
+    "JIT_BULK_STRIDE",
+    "VARIANTS",
+    "case_ids",
+    "fingerprint",
+    "functions",
+    "in_jit_sample",
+    "load_arrays",
+    "load_index",
+    "load_xfails",
+    "xfail_reason",
+]
+
+#: How a case is run: eagerly, under ``jax.jit``, or differentiated.
+VARIANTS = ("eager", "jit", "grad")
+
+#: The jit variant runs every case except the random grids ("bulk" cases), of which it runs
+#: one in JIT_BULK_STRIDE (chosen by a hash of the id, so every grid is sampled). Tracing
+#: compiles one XLA program per case (~30-60 ms on CPU); the grids repeat the same code
+#: paths over more shapes, which the eager variant already runs in full.
+JIT_BULK_STRIDE = 4
+
+
+def _package_file(*parts: str) -> Any:
+    return resources.files("anyclip_conformance").joinpath(*parts)
+
+
+@cache
+def load_index() -> dict[str, Any]:
+    """``index.json``: case id -> entry (function, args, outputs / grads / error)."""
+    return json.loads(_package_file("data", "index.json").read_text(encoding="utf-8"))["cases"]
+
+
+@cache
+def load_arrays(function: str) -> dict[str, np.ndarray]:
+    """Every array of ``function``'s cases, by member name (``<case id>|in|<path>``, ...)."""
+    out: dict[str, np.ndarray] = {}
+    raw = _package_file("data", f"{function}.npz").read_bytes()
+    with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+        for name in zf.namelist():
+            out[name.removesuffix(".npy")] = np.lib.format.read_array(
+                io.BytesIO(zf.read(name)), allow_pickle=False
+            )
+    return out
+
+
+def in_jit_sample(case_id: str) -> bool:
+    """Whether the jit variant runs ``case_id``."""
+    entry = load_index()[case_id]
+    return not entry.get("bulk") or zlib.crc32(case_id.encode()) % JIT_BULK_STRIDE == 0
+
+
+def case_ids(function: str | None = None, *, kind: str = "all") -> list[str]:
+    """Case ids in catalogue order; ``kind`` is ``all``, ``grad``, ``error`` or ``jit``."""
+    index = load_index()
+    keep = {
+        "all": lambda c: True,
+        "jit": in_jit_sample,
+        "grad": lambda c: "grads" in index[c],
+        "error": lambda c: "error" in index[c],
+    }[kind]
+    return [c for c, e in index.items() if function in (None, e["function"]) and keep(c)]
+
+
+def functions() -> list[str]:
+    """The functions in the data, in catalogue order."""
+    return list(dict.fromkeys(e["function"] for e in load_index().values()))
+
+
+@cache
+def load_xfails(backend: str) -> dict[tuple[str, str | None], str]:
+    """``(case id, variant or None) -> reason`` from ``xfails/<backend>.txt``."""
+    path = _package_file("xfails", f"{backend}.txt")
+    out: dict[tuple[str, str | None], str] = {}
+    if not path.is_file():
+        return out
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        text, _, reason = raw.partition("#")
+        parts = text.split()
+        if not parts:
+            continue
+        variant = None
+        if len(parts) > 1:
+            variant = parts[1].strip("[]")
+            if variant not in VARIANTS:
+                msg = f"xfails/{backend}.txt: the tag must be one of {VARIANTS}, got {raw!r}"
+                raise ValueError(msg)
+        if parts[0] not in load_index():
+            raise ValueError(f"xfails/{backend}.txt: {parts[0]!r} is not a case id of the data")
+        out[(parts[0], variant)] = reason.strip() or "(no reason given)"
+    return out
+
+
+def xfail_reason(case_id: str, backend: str, variant: str) -> str | None:
+    """The reason ``case_id`` is a known deviation on ``backend`` in ``variant`` (or None)."""
+    table = load_xfails(backend)
+    return table.get((case_id, variant), table.get((case_id, None)))
+
+
+def fingerprint() -> str:
+    """A short hash of everything a conformance report depends on besides anyclip itself.
+
+    The data files, the xfail lists and the budget table: a report that records another
+    fingerprint was made from other data and is stale.
+    """
+    h = hashlib.sha256()
+    names = sorted(p.name for p in _package_file("data").iterdir() if p.name != "README.md")
+    for name in names:
+        h.update(name.encode() + b"\0" + _package_file("data", name).read_bytes())
+    for backend in BACKEND_IDS:
+        path = _package_file("xfails", f"{backend}.txt")
+        if path.is_file():
+            h.update(backend.encode() + b"\0" + path.read_bytes())
+    h.update(budget_table_markdown().encode())
+    return h.hexdigest()[:16]

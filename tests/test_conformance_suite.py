@@ -1,0 +1,165 @@
+"""The two wings: anyclip never imports its verification; the suite's command and report.
+
+* ``src/anyclip`` imports neither pytest nor the conformance suite;
+* ``python -m anyclip_conformance`` refuses an unknown backend (listing the valid ones), writes a
+  file only when given ``--report``, and exits non-zero when a case fails;
+* ``docs/conformance.md`` is not stale: it records the fingerprint of today's reference data,
+  xfail lists and budgets, and its counts agree with the catalogue and the xfail lists.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import anyclip
+from anyclip_conformance import reference
+from anyclip_conformance.__main__ import main
+from anyclip_conformance.backends import BACKEND_IDS
+from anyclip_conformance.suite import test_routes
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "docs" / "conformance.md"
+#: The backends ``make conformance-report`` requires (the Makefile's REPORT_BACKENDS).
+REPORT_BACKENDS = ("numpy", "array_api_strict", "torch", "jax")
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "src" / "anyclip").rglob("*.py")), ids=lambda p: p.name
+)
+def test_library_imports_no_verification(path: Path) -> None:
+    bad = {
+        name
+        for name in _imports(path)
+        if name.split(".")[0] in ("pytest", "conformance", "anyclip_conformance", "hypothesis")
+    }
+    assert not bad, (
+        f"{path.relative_to(ROOT)} imports {sorted(bad)}: verification belongs in conformance/"
+    )
+
+
+def test_anyclip_conformance_subcommand_points_to_the_suite(capsys) -> None:
+    from anyclip.__main__ import main as anyclip_main
+
+    assert anyclip_main(["conformance"]) == 2
+    assert "python -m anyclip_conformance" in capsys.readouterr().err
+
+
+def test_unknown_backend_is_an_error_listing_the_valid_names(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--backends", "numpy,nmupy"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "'nmupy'" in err
+    assert all(name in err for name in BACKEND_IDS)
+
+
+def test_writes_nothing_without_report(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["--backends", "numpy", "-k", "clip_by_average_norm and edge"]) == 0
+    out = capsys.readouterr().out
+    row = re.search(r"\| `clip_by_average_norm` \| numpy \| (\d+) \| (\d+) \| (\d+) \| 0 \|", out)
+    assert row is not None, out
+    assert int(row[3]) > 0, "the edge cases include the FTZ deviations listed for numpy"
+    assert list(tmp_path.iterdir()) == []
+    assert (
+        main(
+            [
+                "--backends",
+                "numpy",
+                "-k",
+                "test_case and global_norm and overflow",
+                "--report",
+                "r.md",
+            ]
+        )
+        == 0
+    )
+    text = (tmp_path / "r.md").read_text(encoding="utf-8")
+    assert f"fingerprint `{reference.fingerprint()}`" in text
+    assert "| `global_norm` | numpy |" in text
+
+
+def test_failing_case_exits_nonzero(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(anyclip, "clip_by_average_norm", lambda t, clip_norm, name=None: t)
+    assert main(["--backends", "numpy", "-k", "test_case and clip_by_average_norm"]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED" in captured.err
+    assert re.search(
+        r"\| `clip_by_average_norm` \| numpy \| \d+ \| \d+ \| \d+ \| [1-9]", captured.out
+    )
+
+
+# ------------------------------------------------------------------------- the committed report
+ROW = re.compile(
+    r"^\| `(?P<function>\w+)` \| (?P<backend>[\w-]+)(?: \((?P<variant>[\w ]+)\))? \| "
+    r"(?P<cases>\d+) \| (?P<passed>\d+) \| (?P<xfailed>\d+) \| (?P<failed>\d+) \| "
+    r"(?P<skipped>\d+) \| [\d.e+-]+ \|$",
+    re.MULTILINE,
+)
+
+
+def _report_rows() -> list[dict[str, str]]:
+    return [m.groupdict() for m in ROW.finditer(REPORT.read_text(encoding="utf-8"))]
+
+
+def _route_cases(variant: str) -> list[str]:
+    if variant == "tree":
+        return test_routes.TREE_SINGLE + test_routes.TREE_GLOBAL
+    return test_routes.ADAPTER_SINGLE + test_routes.ADAPTER_GLOBAL
+
+
+def _expected(function: str, backend: str, variant: str) -> tuple[int, int]:
+    """(cases, xfailed) of a report row, from the catalogue and the xfail lists alone."""
+    index = reference.load_index()
+    if variant in ("eager", "jit", "grad"):
+        ids = reference.case_ids(function, kind={"eager": "all"}.get(variant, variant))
+        run, tag = ids, variant
+    else:
+        ids = [c for c in _route_cases(variant) if index[c]["function"] == function]
+        run, tag = ids, "eager"
+        if variant == "torch adapter":  # it skips what has no gradient (not floating)
+            floating = test_routes.FLOATING
+            run = [c for c in ids if set(test_routes._dtypes(index[c])) <= set(floating)]
+    listed = {c for c in run if reference.xfail_reason(c, backend, tag) is not None}
+    return len(ids), len(listed)
+
+
+def test_report_is_made_from_todays_data() -> None:
+    text = REPORT.read_text(encoding="utf-8")
+    found = re.search(r"fingerprint `([0-9a-f]+)`", text)
+    assert found is not None, (
+        "docs/conformance.md records no fingerprint: run `make conformance-report`"
+    )
+    assert found[1] == reference.fingerprint(), (
+        "docs/conformance.md was made from other reference data, xfail lists or budgets: "
+        "run `make conformance-report`"
+    )
+
+
+def test_report_counts_agree_with_the_catalogue() -> None:
+    rows = _report_rows()
+    seen = {(r["function"], r["backend"]) for r in rows if r["variant"] is None}
+    wanted = {(f, b) for f in reference.functions() for b in REPORT_BACKENDS}
+    assert wanted <= seen, f"docs/conformance.md lacks rows {sorted(wanted - seen)}"
+    for r in rows:
+        variant = r["variant"] or "eager"
+        cases, xfailed = _expected(r["function"], r["backend"], variant)
+        what = f"docs/conformance.md row {r['function']} / {r['backend']} ({variant})"
+        counted = sum(int(r[k]) for k in ("passed", "xfailed", "failed", "skipped"))
+        assert int(r["cases"]) == cases == counted, f"{what}: cases"
+        assert int(r["xfailed"]) == xfailed, f"{what}: xfailed vs the xfail list"
+        assert int(r["failed"]) == 0, f"{what}: failures"

@@ -6,10 +6,11 @@ The root ``conftest.py`` provides ``backend`` (every backend and device, one at 
 * ``make(values, dtype)``: NumPy data on the backend with ``dtype``; skips when the backend has
   no such dtype (float16 on array-api-strict, bfloat16 on NumPy, ...).
 * ``check(actual, desired, dtype, ulp=0, what="")``: :func:`anyclip_conformance.assert_array` with
-  ``desired`` first rounded to ``dtype`` (so that a float32 value copied from ``tf-semantics.md``,
-  printed as the shortest decimal that round-trips, becomes the exact float32 TF returned).
+  ``desired`` first rounded to ``dtype`` (so that a float32 value copied from
+  ``docs/tf-reference.md``, printed as the shortest decimal that round-trips, becomes the exact
+  float32 TF returned).
 
-Expected values in the tests come from ``../shared/tf-semantics.md`` (cited by section), from an
+Expected values in the tests come from ``docs/tf-reference.md`` (cited by section), from an
 independent NumPy float64 formula, or from a mathematical property; never from anyclip itself.
 """
 
@@ -27,7 +28,7 @@ from anyclip_conformance import Backend, assert_array
 #: frameworks at import time and need environment variables set first).
 collect_ignore = ["_torch_dist_worker.py", "_jax_sharding_worker.py"]
 
-#: ULP budgets for float32 results, from tf-semantics.md §11 (what a faithful port of TF's op
+#: ULP budgets for float32 results, from docs/tf-reference.md §11 (what a faithful port of TF's op
 #: order was measured to reach): clip_by_value is bit-exact, the reductions are not.
 ULP_VALUE = 0
 ULP_CLIP_NORM = 2
@@ -71,7 +72,7 @@ def check(backend: Backend) -> Callable[..., float]:
 
 @pytest.fixture
 def weights(backend: Backend) -> Callable[..., Any]:
-    """``w = 1..n`` reshaped like ``shape``: the loss weights of tf-semantics.md §9."""
+    """``w = 1..n`` reshaped like ``shape``: the loss weights of docs/tf-reference.md §9."""
 
     def _weights(shape: tuple[int, ...], dtype: str = "float32") -> Any:
         n = int(np.prod(shape))

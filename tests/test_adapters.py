@@ -1,6 +1,6 @@
 """The framework adapters: ``anyclip.torch`` (in place on ``.grad``) and ``anyclip.optax``.
 
-Expected values come from tf-semantics.md §4.2-§4.3, from NumPy float64 formulas, or from the
+Expected values come from docs/tf-reference.md §4.2-§4.3, from NumPy float64 formulas, or from the
 frameworks' own functions (``torch.nn.utils.clip_grad_norm_``, ``optax.clip_by_global_norm``)
 where TF and they agree. The adapters must also give exactly what the functional API gives on
 the same arrays: that is what makes them drop-ins with TF's numbers.

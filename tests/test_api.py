@@ -1,4 +1,4 @@
-"""The public API: names, signatures (tf-semantics.md §0.1), docstrings, import hygiene,
+"""The public API: names, signatures (docs/tf-reference.md §0.1), docstrings, import hygiene,
 ``name=`` being ignored and inputs never being mutated."""
 
 from __future__ import annotations

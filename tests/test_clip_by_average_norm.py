@@ -1,4 +1,4 @@
-"""``anyclip.clip_by_average_norm`` against tf-semantics.md §5 (errors: test_errors.py).
+"""``anyclip.clip_by_average_norm`` against docs/tf-reference.md §5 (errors: test_errors.py).
 
 §5.1: TF's scalar rsqrt equals 1/sqrt, and the NumPy formula ``(t*c)*min((1/sqrt(s))*n, 1/c)``
 matched TF on 1000 / 1000 elements, so the budget is small (2 ULP).

@@ -1,4 +1,4 @@
-"""``anyclip.clip_by_norm`` against tf-semantics.md §2 (error paths: test_errors.py).
+"""``anyclip.clip_by_norm`` against docs/tf-reference.md §2 (error paths: test_errors.py).
 
 Budgets: 2 ULP in float32 (§11: a faithful port of TF's op order reaches 2 ULP); exact where the
 arithmetic is exact (norm 5 of [3,4], zeros, NaN, inf).

@@ -1,4 +1,4 @@
-"""``anyclip.clip_by_value`` against tf-semantics.md §1 (error paths: test_errors.py).
+"""``anyclip.clip_by_value`` against docs/tf-reference.md §1 (error paths: test_errors.py).
 
 clip_by_value is bit-exact in TF's op order (§11), so every comparison here is exact.
 """

@@ -237,7 +237,7 @@ def _assert_close_grads(backend: Backend, compiled: Any, eager: Any) -> None:
 
 
 def _loss(fn: Callable[..., Any], xp: Any) -> Callable[..., Any]:
-    """``sum(output * weights)`` over every float output (the tf-semantics.md §9 loss)."""
+    """``sum(output * weights)`` over every float output (the docs/tf-reference.md §9 loss)."""
 
     def loss(*args: Any) -> Any:
         total = 0.0

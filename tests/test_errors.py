@@ -1,6 +1,6 @@
 """Every error path: the exception class and the argument named in backticks.
 
-Policy (issue 2, tf-semantics.md §0.3, trap 18): where TF refuses an input, anyclip raises
+Policy (issue 2, docs/tf-reference.md §0.3, trap 18): where TF refuses an input, anyclip raises
 ``TypeError`` for dtype problems and ``ValueError`` for shape, axis and ord problems, on every
 backend, with a message naming the argument (e.g. "`t` must ..."). TF's eager
 ``InvalidArgumentError`` cases map to the class TF raises in graph mode.

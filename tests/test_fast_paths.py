@@ -126,7 +126,10 @@ def test_plain_clip_by_value_steps_aside(backend, make, bounds):
 
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)
 def test_torch_plain_clip_keeps_tf_gradient(backend):
-    """The clamp passes the gradient at both bounds and drops it at NaN (tf-semantics §9.1)."""
+    """The clamp passes the gradient at both bounds and drops it at NaN.
+
+    TF's rule: docs/tf-reference.md §9.1.
+    """
     torch = backend.module
     x = torch.tensor([-2.0, -1.0, 0.0, 1.0, 2.0, math.nan], requires_grad=True)
     w = torch.arange(1.0, 7.0)

@@ -1,4 +1,4 @@
-"""``anyclip.global_norm`` and ``anyclip.clip_by_global_norm`` against tf-semantics.md §3-§4.
+"""``anyclip.global_norm`` and ``anyclip.clip_by_global_norm`` against docs/tf-reference.md §3-§4.
 
 Error paths are in test_errors.py. Budget: 3 ULP in float32 (§11).
 """

@@ -1,4 +1,6 @@
-"""Gradients under torch autograd and ``jax.grad`` against TF's GradientTape (tf-semantics.md §9).
+"""Gradients under torch autograd and ``jax.grad`` against TF's GradientTape.
+
+TF's values: docs/tf-reference.md §9.
 
 The loss is ``sum(f(x) * w)`` with ``w = 1..n`` (§9). Budgets: exact where TF's value is exact;
 otherwise a few ULP, more where the gradient is a small difference of large terms (the ULP is

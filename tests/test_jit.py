@@ -1,4 +1,4 @@
-"""Every function under ``jax.jit`` on the JAX backends: TF's values (tf-semantics.md) and the
+"""Every function under ``jax.jit`` on the JAX backends: TF's values (docs/tf-reference.md) and the
 same result as eager execution.
 
 Non-array arguments (ord, axis, Python bounds) are closed over, so they are static; array

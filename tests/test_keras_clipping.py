@@ -229,7 +229,7 @@ def test_optax_keras_clipping_options(backend, make, check):
     out = run(clipnorm=1.0)  # each leaf on its own: tf.clip_by_norm
     check(out[0], [0.6, 0.8], "float32", 2)
     check(out[1], [[1.0]], "float32", 2)
-    out = run(global_clipnorm=6.5)  # all together (tf-semantics §4.2 values)
+    out = run(global_clipnorm=6.5)  # all together (docs/tf-reference.md §4.2 values)
     check(out[0], [1.5, 2.0], "float32", 3)
     check(out[1], [[6.0]], "float32", 3)
     out = run(clipvalue=3.5)

@@ -1,4 +1,4 @@
-"""``anyclip.norm`` against tf-semantics.md §6 (error paths: test_errors.py).
+"""``anyclip.norm`` against docs/tf-reference.md §6 (error paths: test_errors.py).
 
 Budgets in float32: 2 ULP for sums and square roots, 5 ULP for p-norms (pow, §11) and for the
 spectral norm (SVD: TF and LAPACK differ by 2 ULP, §6.4). ord 1 / inf on exact data are exact.

@@ -1,4 +1,4 @@
-"""``anyclip.l2_normalize`` (§7) and ``anyclip.normalize`` (§8) against tf-semantics.md.
+"""``anyclip.l2_normalize`` (§7) and ``anyclip.normalize`` (§8) against docs/tf-reference.md.
 
 Budgets: 3 ULP for l2_normalize in float32 (TF's vectorised rsqrt, §11); normalize divides by
 ``tf.norm`` (§8.1), 2 ULP (3 with the spectral norm). Error paths are in test_errors.py.

@@ -2,7 +2,7 @@
 
 ``nonfinite`` (``clip_by_global_norm`` only) says what an inf or NaN global norm does:
 
-* ``"tf"``: every output is NaN, finite entries included (tf-semantics.md §4.2, §12 trap 4);
+* ``"tf"``: every output is NaN, finite entries included (docs/tf-reference.md §4.2, §12 trap 4);
 * ``"torch"``: what ``torch.nn.utils.clip_grad_norm_`` gives, whose factor is
   ``clamp(max_norm / (norm + 1e-6), max=1)`` (§4.3): 0 for an inf norm (finite entries become
   0, infinite ones NaN), NaN for a NaN norm;

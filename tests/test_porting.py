@@ -313,7 +313,7 @@ def test_optax_max_norm_names(backend, ao, make, check):
         ao.clip_by_global_norm(clip_norm=6.5),
     ):
         out, _ = tx.update(u, tx.init(u))
-        check(out[0], [1.5, 2.0], "float32", ULP)  # tf-semantics §4.2
+        check(out[0], [1.5, 2.0], "float32", ULP)  # docs/tf-reference.md §4.2
         check(out[1], [[6.0]], "float32", ULP)
     with pytest.raises(TypeError, match=r"max_norm.*clip_norm.*pass one"):
         ao.clip_by_global_norm(1.0, clip_norm=1.0)

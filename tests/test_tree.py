@@ -1,6 +1,6 @@
 """``anyclip.tree``: the clip and norm functions over nested structures of arrays.
 
-Expected values: tf-semantics.md §4.2 (``a = [3, 4]``, ``b = [[12]]``, global norm 13, clip 6.5
+Expected values: docs/tf-reference.md §4.2 (``a = [3, 4]``, ``b = [[12]]``, global norm 13, clip 6.5
 gives ``[1.5, 2]``, ``[[6]]``) and independent NumPy float64 formulas. The consistency tests
 (``accumulate_dtype=None`` equals the top-level functions bit for bit) compare two anyclip entry
 points with each other: that is the property the tree API promises ("one implementation, not a
@@ -21,7 +21,7 @@ import anyclip
 from anyclip import tree
 from anyclip_conformance import Backend, assert_array, assert_same_bits
 
-ULP = 3  # float32 reductions (tf-semantics.md §11)
+ULP = 3  # float32 reductions (docs/tf-reference.md §11)
 A = [3.0, 4.0]
 B = [[12.0]]
 
@@ -70,7 +70,7 @@ def check_leafwise(backend, check, out, tr, expected, ulp=0):
 
 
 def global_norm64(arrays: list[np.ndarray]) -> float:
-    """sqrt(sum of squares) in float64 (tf-semantics.md §3.1, without its rounding)."""
+    """sqrt(sum of squares) in float64 (docs/tf-reference.md §3.1, without its rounding)."""
     return float(np.sqrt(sum(np.sum(a * a) for a in arrays)))
 
 
@@ -142,7 +142,7 @@ def test_clip_by_norm_axes(backend, make, check):
 
 
 def test_clip_by_average_norm_structures(backend, structure, ab, check):
-    # tf-semantics.md §5.1: t * c * min(size / l2norm, 1 / c)
+    # docs/tf-reference.md §5.1: t * c * min(size / l2norm, 1 / c)
     tr = structure(*ab)
     out = tree.clip_by_average_norm(tr, 1.0)
     expected = lambda s: s * min(s.size / math.sqrt(np.sum(s * s)), 1.0)  # noqa: E731
@@ -377,8 +377,9 @@ def test_mixed_dtypes_refused_without_accumulate_dtype(backend, make, da, db, ac
 
 
 def test_mixed_float16_overflow_avoided(backend, make, check):
-    # tf-semantics.md §3.2: float16 [300] alone has an inf norm in TF; next to a float32 leaf the
-    # default "widest" accumulates in float32, so the norm is 300 and float16 stays float16.
+    # docs/tf-reference.md §3.2: float16 [300] alone has an inf norm in TF; next to a float32
+    # leaf the default "widest" accumulates in float32, so the norm is 300 and float16 stays
+    # float16.
     tr = {"big": make([300.0, 0.0], "float16"), "w": make([0.0], "float32")}
     out, norm = tree.clip_by_global_norm(tr, 150.0)
     check(norm, np.float32(300), "float32")
@@ -486,6 +487,6 @@ def test_integer_leaf_refused(backend, make):
 
 
 def test_average_norm_float32_only(backend, make):
-    # tf-semantics.md §5 / B17: clip_by_average_norm accepts float32 only
+    # docs/tf-reference.md §5 / B17: clip_by_average_norm accepts float32 only
     with pytest.raises(TypeError, match="float32"):
         tree.clip_by_average_norm({"a": make(A, "float64")}, 1.0)

@@ -3,7 +3,7 @@
 A budget is counted in ulps of the reference dtype: at each reference value for outputs, at
 the gradient scale for gradients (``compare.ulp_distance``). :data:`BUDGETS` maps
 ``(function, dtype)`` to ``(outputs, gradients)``; ``None`` as the dtype is the function's
-default. Why these numbers (tf-semantics section 11 measured a faithful float32 port at
+default. Why these numbers (docs/tf-reference.md §11 measured a faithful float32 port at
 2 / 3 / 3 / 5 ulp):
 
 * ``clip_by_value`` is min/max only: bit-exact everywhere, gradients 0 or ``w`` exactly.

@@ -223,7 +223,7 @@ def run_case(
     fn = fns[case.function]
 
     # TF's eager scalar cache keys Python floats by value, so 0.0 and -0.0 share an entry: a
-    # -0.0 converted in an earlier case would turn this case's 0.0 into -0.0 (tf-semantics
+    # -0.0 converted in an earlier case would turn this case's 0.0 into -0.0 (docs/tf-reference.md
     # 0.4). Clearing it makes every case independent of the ones before it.
     _clear_scalar_cache()
     leaves: dict[str, Any] = {}

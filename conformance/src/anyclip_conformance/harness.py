@@ -8,7 +8,7 @@ rules are the same for every backend and variant:
 * the result has the structure TF returns (list vs tuple, ``None`` entries), and every array has
   the backend's array type, TF's dtype and shape exactly, and the input's device;
 * NaN positions and infinities (with sign) match exactly; -0.0 equals +0.0 (TF's own signed
-  zeros depend on SIMD lanes, see tf-semantics section 0.4);
+  zeros depend on SIMD lanes, see docs/tf-reference.md §0.4);
 * subnormal values equal zero in float32, float64 and bfloat16 (TF's CPU kernels flush them;
   ``compare.py``);
 * finite values agree within the budget of ``budgets.py`` (ulp of the reference's dtype at the

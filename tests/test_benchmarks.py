@@ -32,3 +32,22 @@ def test_benchmark_command_writes_report(tmp_path):
     for op in ("clip_by_value", "clip_by_norm", "norm"):
         assert f"| W5 one 6-element tensor | {op} | numpy | **anyclip** |" in table
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_distributed_benchmark_command_writes_report(tmp_path):
+    """``python -m benchmarks.distributed`` on 2 gloo ranks (JAX part skipped for time)."""
+    pytest.importorskip("torch.distributed")
+    out = tmp_path / "distributed.md"
+    args = ["--worlds", "2", "--no-jax", "--output", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.distributed", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = out.read_text()
+    assert "| 2 | `anyclip.torch.clip_grad_norm_` | allreduce_ x1 (4 B) |" in table
+    assert "| 2 | `torch.nn.utils.clip_grad_norm_` |" in table

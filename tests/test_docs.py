@@ -40,6 +40,7 @@ REQUIRED_PAGES = (
             "conformance",
             "performance",
             "faq",
+            "distributed",
         )
     ),
 )

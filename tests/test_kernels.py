@@ -16,7 +16,7 @@ import pytest
 
 import anyclip
 from anyclip._api import bind
-from anyclip._kernels import GENERIC, JAX, NUMPY, TORCH, Kernels, kernels_for
+from anyclip._kernels import DASK, GENERIC, JAX, NUMPY, TORCH, Kernels, kernels_for
 from anyclip_conformance import assert_array
 
 from .conftest import ULP_GLOBAL
@@ -32,6 +32,7 @@ EXPECTED = {
     ("jax", "float16"): GENERIC,
     ("jax", "bfloat16"): GENERIC,
     ("array_api_strict", None): GENERIC,
+    ("dask", None): DASK,
 }
 
 

@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from typing import Any, cast, overload
 
 from anyclip import _core
-from anyclip._compat import comparable_dtype, dtype_name, is_array, is_numpy_scalar, namespace
+from anyclip._compat import (
+    comparable_dtype,
+    dtype_name,
+    is_array,
+    is_numpy_scalar,
+    library,
+    namespace,
+)
 from anyclip._kernels import (
     GENERIC,
     Kernels,
@@ -21,6 +28,7 @@ from anyclip._kernels import (
     plain_clip_by_norm,
     plain_clip_by_value,
 )
+from anyclip._kernels._dist import GroupKernels, check_group, group_namespace, zero_partial
 from anyclip._policy import (
     FLOATS,
     ListNames,
@@ -289,6 +297,7 @@ def global_norm(
     name: str | None = None,
     *,
     accumulate_dtype: DTypeLike = None,
+    group: Any = None,
 ) -> ArrayT:
     """The L2 norm of all arrays in ``t_list`` together, as ``tf.linalg.global_norm``.
 
@@ -305,6 +314,14 @@ def global_norm(
         also lets arrays of different dtypes be mixed; ``"widest"`` picks the widest dtype of
         the arrays (float32 for float16 with bfloat16). ``None`` (default) is TF's behaviour:
         sum in the arrays' own dtype and refuse mixed dtypes.
+    group : ProcessGroup, DeviceMesh, sequence of them, axis name or tuple of names, optional
+        Not in TF. The devices whose arrays form the global norm together with these, beyond
+        what the arrays themselves say: each process sums its own squares, one all-reduce of
+        that 0-d partial sum over ``group`` follows (``torch.distributed.all_reduce`` for a
+        torch ``ProcessGroup`` or ``DeviceMesh``, over each in turn for a sequence, such as
+        pipeline and expert groups; ``jax.lax.psum`` for JAX axis names, inside ``shard_map``
+        or ``pmap``). Every process of the group must call. Sharded torch tensors (``DTensor``)
+        need no ``group``: they are reduced over their own mesh. See the distributed guide.
 
     Returns
     -------
@@ -317,8 +334,9 @@ def global_norm(
     ------
     TypeError
         If ``t_list`` is not a list or tuple (a lone array, a generator or a dict), its arrays
-        are not floating or (without ``accumulate_dtype``) do not share one dtype, or
-        ``accumulate_dtype`` is not a floating dtype.
+        are not floating or (without ``accumulate_dtype``) do not share one dtype,
+        ``accumulate_dtype`` is not a floating dtype, or ``group`` is not a group of the
+        arrays' library.
 
     See Also
     --------
@@ -332,7 +350,8 @@ def global_norm(
 
     Not in TF: torch tensors may sit on several devices. Each device sums its own squares;
     the partial sums (0-d tensors, never the data) meet on the first array's device, where
-    the result is.
+    the result is. torch ``DTensor`` inputs (FSDP2, tensor parallel) give a ``Replicate``
+    DTensor, equal on every rank, after one all-reduce of a scalar per mesh, never a gather.
 
     Examples
     --------
@@ -343,7 +362,7 @@ def global_norm(
     >>> anyclip.global_norm([a, None, b])
     array(13., dtype=float32)
     """
-    return cast(ArrayT, _global_norm(None, t_list, accumulate_dtype=accumulate_dtype))
+    return cast(ArrayT, _global_norm(None, t_list, accumulate_dtype=accumulate_dtype, group=group))
 
 
 def _global_norm(
@@ -352,27 +371,48 @@ def _global_norm(
     name: str | None = None,
     *,
     accumulate_dtype: Any = None,
+    group: Any = None,
 ) -> Any:
     """:func:`global_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
     items = as_list(t_list)
     xp = namespace(*items, names=ListNames(len(items)))
+    if group is not None and all(v is None for v in items):  # joins its group's all-reduce
+        xp = group_namespace(group) or xp
+    groups = check_group(xp, group)
     values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
-    return _global_norm_of(kernels, xp, values, accumulate_dtype)[0]
+    return _global_norm_of(kernels, xp, values, accumulate_dtype, groups)[0]
 
 
 def _global_norm_of(
-    kernels: Kernels | None, xp: Namespace, values: list[Any], accumulate_dtype: Any
+    kernels: Kernels | None,
+    xp: Namespace,
+    values: list[Any],
+    accumulate_dtype: Any,
+    groups: tuple[Any, ...] = (),
 ) -> tuple[Any, Kernels]:
-    """The global norm of checked ``values`` (arrays or None), and the kernels that took it."""
+    """The global norm of checked ``values`` (arrays or None), and the kernels that took it.
+
+    With ``groups``, the kernels are wrapped in :class:`GroupKernels`, which add one
+    all-reduce of the partial sum over them; a process without any array still joins it.
+    """
     arrays = [v for v in values if v is not None]
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [v.dtype for v in arrays])
     if acc is not None:
         arrays = [v if v.dtype == acc else xp.astype(v, acc) for v in arrays]
     if not arrays:
-        norm = _core.global_norm(xp, GENERIC, [], xp.float32 if acc is None else acc, None)
-        return norm, GENERIC if kernels is None else kernels
+        dtype = xp.float32 if acc is None else acc
+        k0 = GENERIC if kernels is None else kernels
+        if groups:  # every process of the group must join the all-reduce
+            grouped = GroupKernels(k0, library(xp), groups)
+            total = grouped.reduce(xp, zero_partial(xp, dtype, groups))
+            return _core.norm_from_half_squares(xp, total), grouped
+        norm = _core.global_norm(xp, GENERIC, [], dtype, None)
+        return norm, k0
     k = kernels_for(xp, arrays) if kernels is None else kernels
-    return _core.global_norm(xp, k, arrays, arrays[0].dtype, arrays[0]), k
+    if groups:
+        k = GroupKernels(k, library(xp), groups)
+    norm = _core.global_norm(xp, k, arrays, arrays[0].dtype, arrays[0])
+    return k.replicated(xp, norm, arrays[0]), k
 
 
 def clip_by_global_norm(
@@ -383,6 +423,7 @@ def clip_by_global_norm(
     *,
     accumulate_dtype: DTypeLike = None,
     nonfinite: Nonfinite = "tf",
+    group: Any = None,
 ) -> tuple[list[ArrayT | None], ArrayT]:
     """Scale every array in ``t_list`` by one factor so their global norm is at most ``clip_norm``.
 
@@ -413,6 +454,9 @@ def clip_by_global_norm(
         returned norm, inf or NaN, is the report (``isfinite(norm)`` tells, with no host
         sync). ``"raise"``: raise ``FloatingPointError``; this reads the norm on the host
         (a device sync; not usable under ``jax.jit``).
+    group : ProcessGroup, DeviceMesh, sequence of them, axis name or tuple of names, optional
+        Not in TF. As in :func:`global_norm`: the processes whose arrays form the global norm
+        with these (one all-reduce of a scalar). Unused with ``use_norm``.
 
     Returns
     -------
@@ -449,7 +493,8 @@ def clip_by_global_norm(
       nothing is clipped. At a norm exactly equal to ``clip_norm`` it is the clipping branch's.
 
     Not in TF: torch tensors may sit on several devices (the norm as in :func:`global_norm`);
-    the factor is sent to each array's device.
+    the factor is sent to each array's device. Sharded torch tensors (``DTensor``) are scaled
+    shard by shard and keep their placements.
 
     Examples
     --------
@@ -472,6 +517,7 @@ def clip_by_global_norm(
             use_norm,
             accumulate_dtype=accumulate_dtype,
             nonfinite=nonfinite,
+            group=group,
         ),
     )
 
@@ -485,6 +531,7 @@ def _clip_by_global_norm(
     *,
     accumulate_dtype: Any = None,
     nonfinite: Any = "tf",
+    group: Any = None,
 ) -> tuple[list[Any], Any]:
     """:func:`clip_by_global_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
     policy = check_nonfinite(nonfinite)
@@ -492,9 +539,12 @@ def _clip_by_global_norm(
     xp = namespace(
         *items, clip_norm, use_norm, names=ListNames(len(items), ("clip_norm", "use_norm"))
     )
+    if group is not None and all(v is None for v in items) and use_norm is None:
+        xp = group_namespace(group) or xp  # no array here: still joins the all-reduce
+    groups = check_group(xp, group)
     if use_norm is None:
         values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
-        use_norm, k = _global_norm_of(kernels, xp, values, accumulate_dtype)
+        use_norm, k = _global_norm_of(kernels, xp, values, accumulate_dtype, groups)
     elif not is_array(use_norm):
         msg = (
             "`use_norm` must be a 0-d floating array (the precomputed global norm), "
@@ -506,11 +556,14 @@ def _clip_by_global_norm(
         require_kind(xp, use_norm, "use_norm", ("real",), FLOATS)
         present = [v for v in values if v is not None]
         k = kernels if kernels is not None else kernels_for(xp, present or [use_norm])
-    c = as_operand(clip_norm, xp, use_norm, "clip_norm")
-    if policy == "raise" and not bool(xp.all(xp.isfinite(use_norm))):  # host sync
-        msg = f"the global norm is not finite ({float(use_norm)}); `nonfinite` is 'raise'"
+    norm = k.local(xp, use_norm)  # a replicated DTensor's value on this rank
+    c = as_operand(clip_norm, xp, norm, "clip_norm")
+    if is_array(c):
+        c = k.local(xp, c)
+    if policy == "raise" and not bool(xp.all(xp.isfinite(norm))):  # host sync
+        msg = f"the global norm is not finite ({float(norm)}); `nonfinite` is 'raise'"
         raise FloatingPointError(msg)
-    return _core.clip_by_global_norm(xp, k, values, c, use_norm, policy), use_norm
+    return _core.clip_by_global_norm(xp, k, values, c, norm, policy), use_norm
 
 
 def clip_by_average_norm(t: ArrayT, clip_norm: Operand, name: str | None = None) -> ArrayT:

@@ -85,7 +85,8 @@ def _max(xp: Namespace, x: Any, axis: Any) -> Any:
         # ``sum`` over the empty axes is 0 and keeps the result connected to ``x`` (a zero
         # gradient, as TF's), where a bare ``full`` would leave autodiff without a graph.
         return reduce_sum(xp, x, axis, keepdims=True) * _scalar(xp, 0, x) + _scalar(xp, lowest, x)
-    return xp.max(x, axis=axis, keepdims=True)
+    # every axis named (not ``None``): torch DTensor reduces named axes shard by shard
+    return xp.max(x, axis=tuple(axes) if axis is None else axis, keepdims=True)
 
 
 def _squeeze_reduced(xp: Namespace, r: Any, axis: Any) -> Any:
@@ -195,7 +196,7 @@ def norm(
             axes = axis if axis is None or isinstance(axis, tuple) else (axis,)
             r = kernels.norm2(xp, x, axes)
     elif isinstance(axis, tuple) and ord == 2:
-        r = _spectral_norm(xp, x, axis)
+        r = _spectral_norm(xp, kernels, kernels.spectral_input(xp, x, axis), axis)
     else:
         a = g.abs(xp, x)
         if ord == 1:
@@ -212,12 +213,13 @@ def norm(
             p = _scalar(xp, ord, a)
             inv_p = _scalar(xp, 1.0 / ord, a)
             r = reduce_sum(xp, a**p, axis, keepdims=True) ** inv_p
+    r = kernels.settle(xp, r)
     if keepdims:
         return r
     return _squeeze_reduced(xp, r, axis)
 
 
-def _spectral_norm(xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
+def _spectral_norm(xp: Namespace, kernels: Kernels, x: Any, axis: tuple[int, int]) -> Any:
     """Largest singular value over the two ``axis``, kept as two size-1 axes."""
     ndim = x.ndim
     rest = [i for i in range(ndim) if i not in axis]
@@ -229,7 +231,7 @@ def _spectral_norm(xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
     # the NaN back in the value and in the gradient without a branch on values.
     finite = xp.isfinite(moved)
     bad = xp.logical_not(xp.all(finite, axis=(-2, -1)))
-    s = xp.linalg.svdvals(xp.where(finite, moved, xp.zeros_like(moved)))
+    s = kernels.svdvals(xp, xp.where(finite, moved, xp.zeros_like(moved)))
     # TF's max(|s|): abs's gradient at 0 is 0, so an all-zero matrix has gradient 0.
     top = _max(xp, g.abs(xp, s), s.ndim - 1)
     nan, zero = _scalar(xp, math.nan, top), _scalar(xp, 0.0, top)
@@ -247,14 +249,28 @@ def _spectral_norm(xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
 
 
 @_entry
-def l2_normalize(xp: Namespace, x: Any, axis: tuple[int, ...] | None, epsilon: Any) -> Any:
-    """``x * rsqrt(maximum(sum(x * x), epsilon))``: ``epsilon`` floors the *squared* norm."""
+def l2_normalize(
+    xp: Namespace,
+    x: Any,
+    axis: tuple[int, ...] | None,
+    epsilon: Any,
+    kernels: Kernels | None = None,
+) -> Any:
+    """``x * rsqrt(maximum(sum(x * x), epsilon))``: ``epsilon`` floors the *squared* norm.
+
+    ``kernels`` (optional) settles the sum of squares (:meth:`Kernels.settle`: one
+    all-reduce when ``x`` is a DTensor sharded over a reduced axis).
+    """
+
+    def settle(r: Any) -> Any:
+        return r if kernels is None else kernels.settle(xp, r)
+
     if xp.isdtype(x.dtype, "complex floating"):
         re, im = xp.real(x), xp.imag(x)
-        square_sum = reduce_sum(xp, re * re + im * im, axis, keepdims=True)
+        square_sum = settle(reduce_sum(xp, re * re + im * im, axis, keepdims=True))
         x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
         return x * xp.astype(x_inv_norm, x.dtype)
-    square_sum = reduce_sum(xp, x * x, axis, keepdims=True)
+    square_sum = settle(reduce_sum(xp, x * x, axis, keepdims=True))
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
     return x * x_inv_norm
 

@@ -314,7 +314,7 @@ def _l2_normalize(
     *,
     accumulate_dtype: Any = None,
 ) -> Any:
-    """:func:`l2_normalize` (its formula has no kernel step)."""
+    """:func:`l2_normalize`; the kernels only settle a sharded sum (:meth:`Kernels.settle`)."""
     if axis is not None and dim is not None:
         msg = "`axis` and `dim` must not both be given (`dim` is the deprecated name of `axis`)"
         raise ValueError(msg)
@@ -327,7 +327,8 @@ def _l2_normalize(
     work = _accumulating(xp, x, accumulate_dtype, "x")
     real_dtype = work.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
     eps = as_operand(epsilon, xp, work, "epsilon", dtype=real_dtype)
-    out = _core.l2_normalize(xp, work, ax, eps)
+    k = kernels_for(xp, (work,)) if kernels is None else kernels
+    out = _core.l2_normalize(xp, work, ax, eps, k)
     return out if work is x else xp.astype(out, x.dtype)
 
 

@@ -98,6 +98,7 @@ def clip_by_global_norm(
     accumulate_dtype: DTypeLike = "widest",
     nonfinite: Nonfinite = "tf",
     norm_in_state: bool = False,
+    group: str | tuple[str, ...] | None = None,
 ) -> optax.GradientTransformation:
     """Clip the updates by their global norm with TF's formula; optax's signature and state.
 
@@ -122,6 +123,10 @@ def clip_by_global_norm(
         replaces the other. ``True``: the state is a :class:`ClipByGlobalNormState` holding
         the last pre-clip norm, for logging (a different structure: old checkpoints of the
         chain no longer load into it).
+    group : str or tuple of str, optional
+        Inside ``shard_map`` or ``pmap``: the axis name(s) over which the updates are split;
+        the norm is then the global one (one ``jax.lax.psum`` of a scalar). Under ``jit``
+        with sharded arrays no ``group`` is needed.
 
     Returns
     -------
@@ -150,7 +155,7 @@ def clip_by_global_norm(
 
     def clip(updates: Any) -> tuple[Any, Any]:
         return tree.clip_by_global_norm(
-            updates, c, accumulate_dtype=accumulate_dtype, nonfinite=policy
+            updates, c, accumulate_dtype=accumulate_dtype, nonfinite=policy, group=group
         )
 
     if not norm_in_state:

@@ -40,6 +40,8 @@ from torch.utils.hooks import RemovableHandle
 
 from anyclip import _clip, _core
 from anyclip._compat import namespace
+from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor, zero_partial
+from anyclip._kernels._torch import TorchKernels
 from anyclip._policy import (
     as_operand,
     check_nonfinite,
@@ -105,6 +107,11 @@ def _tensors(value: Any, name: str) -> list[torch.Tensor]:
 
 def _grads(parameters: Any) -> list[torch.Tensor]:
     return [p.grad for p in _tensors(parameters, "parameters") if p.grad is not None]
+
+
+def _local(x: Any) -> Any:
+    """A DTensor's local tensor (its shard, sharing storage); anything else unchanged."""
+    return x.to_local() if is_dtensor(x) else x
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
@@ -186,14 +193,41 @@ def _policy(error_if_nonfinite: bool, nonfinite: Any) -> Nonfinite:
 
 
 def _total_norm(
-    values: list[torch.Tensor], norm_type: float, foreach: bool | None, accumulate_dtype: Any
+    values: list[torch.Tensor],
+    norm_type: float,
+    foreach: bool | None,
+    accumulate_dtype: Any,
+    group: Any = None,
 ) -> torch.Tensor:
-    """The norm of ``values`` (dense, at least one) as one vector."""
+    """The norm of ``values`` (dense, at least one) as one vector.
+
+    With ``group``: the 2-norm is :func:`anyclip.global_norm`'s (one all-reduce of the
+    partial sum); another order all-reduces this rank's ``norm ** p`` (``max`` for inf).
+    DTensors of another order: torch's own DTensor norms, made ``Replicate``.
+    """
     _check_devices(values, "parameters")
     if norm_type == 2.0:
-        for (device, _), group in _by_device_and_dtype(values).items():
-            _use_foreach(foreach, group, device)  # torch's foreach=True error, nothing else
-        return _clip.global_norm(values, accumulate_dtype=accumulate_dtype)
+        for (device, _), grp in _by_device_and_dtype(values).items():
+            _use_foreach(foreach, grp, device)  # torch's foreach=True error, nothing else
+        return _clip.global_norm(values, accumulate_dtype=accumulate_dtype, group=group)
+    groups = check_group(namespace(values[0]), group)
+    local = _p_norm(values, norm_type, foreach, accumulate_dtype)
+    if is_dtensor(local):
+        local = TorchKernels().settle(namespace(values[0]), local).to_local()
+    if not groups:
+        return local
+    out: torch.Tensor
+    if math.isinf(norm_type):
+        out = all_reduce_torch(local, groups, op="max")
+    else:
+        out = all_reduce_torch(local**norm_type, groups) ** (1.0 / norm_type)
+    return out
+
+
+def _p_norm(
+    values: list[torch.Tensor], norm_type: float, foreach: bool | None, accumulate_dtype: Any
+) -> torch.Tensor:
+    """The norm of the per-tensor norms of order ``norm_type`` (not 2), as torch's."""
     xp = namespace(values[0])
     dtypes = list(dict.fromkeys(v.dtype for v in values))
     for v in values:
@@ -209,16 +243,32 @@ def _total_norm(
         raise TypeError(msg)
     home = values[0].device
     norms: list[torch.Tensor] = []
-    for (device, dtype), group in _by_device_and_dtype(values).items():
+    for (device, dtype), grp in _by_device_and_dtype(values).items():
         cast = None if acc is None or acc == dtype else acc
-        if _use_foreach(foreach, group, device):
-            norms.extend(torch._foreach_norm(group, norm_type, dtype=cast))
+        if _use_foreach(foreach, grp, device) and not any(is_dtensor(g) for g in grp):
+            norms.extend(torch._foreach_norm(grp, norm_type, dtype=cast))
         else:
-            norms.extend(torch.linalg.vector_norm(g, norm_type, dtype=cast) for g in group)
+            norms.extend(torch.linalg.vector_norm(g, norm_type, dtype=cast) for g in grp)
     total: torch.Tensor = torch.linalg.vector_norm(
         torch.stack([n.to(home) for n in norms]), norm_type
     )
     return total
+
+
+def _join_group(norm_type: float, accumulate_dtype: Any, group: Any) -> torch.Tensor:
+    """The norm over ``group`` for a process without any tensor (it joins the all-reduce)."""
+    if norm_type == 2.0:
+        return _clip.global_norm([], accumulate_dtype=accumulate_dtype, group=group)
+    import array_api_compat.torch as xp
+
+    groups = check_group(xp, group)
+    zero = zero_partial(xp, torch.float32, groups)  # on the device the groups' backend uses
+    out: torch.Tensor
+    if math.isinf(norm_type):
+        out = all_reduce_torch(zero, groups, op="max")
+    else:
+        out = all_reduce_torch(zero, groups) ** (1.0 / norm_type)
+    return out
 
 
 def _raise_nonfinite(norm: torch.Tensor, norm_type: float) -> None:
@@ -236,15 +286,17 @@ def _scale_(
     values: list[torch.Tensor], max_norm: Any, total_norm: torch.Tensor, foreach: Any, policy: Any
 ) -> None:
     """Multiply every tensor of ``values`` in place by TF's factor ``c * min(1/norm, 1/c)``."""
+    total_norm = _local(total_norm)  # a Replicate DTensor's value
     xp = namespace(total_norm)
-    c = as_operand(max_norm, xp, total_norm, "max_norm")
+    c = as_operand(_local(max_norm), xp, total_norm, "max_norm")
     scale = _core.global_scale(xp, c, total_norm, policy)
-    for (device, dtype), group in _by_device_and_dtype(values).items():
+    shards = [_local(v) for v in values]  # DTensors scaled shard by shard, in place
+    for (device, dtype), grp in _by_device_and_dtype(shards).items():
         s = scale.to(device=device, dtype=dtype, non_blocking=True)
-        if _use_foreach(foreach, group, device):
-            torch._foreach_mul_(group, s)
+        if _use_foreach(foreach, grp, device):
+            torch._foreach_mul_(grp, s)
         else:
-            for g in group:
+            for g in grp:
                 g.mul_(s)
 
 
@@ -256,6 +308,7 @@ def get_total_norm(
     foreach: bool | None = None,
     *,
     accumulate_dtype: DTypeLike = "widest",
+    group: Any = None,
 ) -> torch.Tensor:
     """The norm of all ``tensors`` together, as ``torch.nn.utils.get_total_norm``.
 
@@ -276,11 +329,17 @@ def get_total_norm(
     accumulate_dtype : dtype, str, "widest" or None, optional
         The dtype the norm is accumulated in (default: the widest dtype). ``None``: TF's rule,
         one dtype only.
+    group : ProcessGroup, DeviceMesh or sequence of them, optional
+        Not in torch. The processes whose gradients form the norm with these ones (pipeline
+        stages, expert groups): one all-reduce of a scalar over each. Sharded gradients
+        (``DTensor``: FSDP2, tensor parallel) need none. Every process of the group calls.
 
     Returns
     -------
     Tensor
-        A 0-d tensor on the first tensor's device; ``tensor(0.)`` for no tensors, as torch.
+        A 0-d tensor on the first tensor's device; ``tensor(0.)`` for no tensors, as torch
+        (with ``group``, the norm of the other processes' tensors). A ``Replicate`` DTensor
+        for DTensor inputs.
 
     Raises
     ------
@@ -303,9 +362,11 @@ def get_total_norm(
     _check_foreach(foreach)
     p = _norm_type(norm_type)
     values = [_dense(t) for t in _tensors(tensors, "tensors")]
+    if not values and group is not None:  # still joins its group's all-reduce
+        return _join_group(p, accumulate_dtype, group)
     if not values:
         return torch.tensor(0.0)
-    norm = _total_norm(values, p, foreach, accumulate_dtype)
+    norm = _total_norm(values, p, foreach, accumulate_dtype, group)
     if error_if_nonfinite:
         _raise_nonfinite(norm, p)
     return norm
@@ -380,6 +441,7 @@ def clip_grad_norm_(
     *,
     accumulate_dtype: DTypeLike = "widest",
     nonfinite: Nonfinite = "tf",
+    group: Any = None,
 ) -> torch.Tensor:
     """Scale all gradients in place so their total norm is at most ``max_norm``, as TF.
 
@@ -409,11 +471,16 @@ def clip_grad_norm_(
     nonfinite : {"tf", "torch", "skip", "raise"}, optional
         What an inf or NaN norm does (see :func:`anyclip.clip_by_global_norm`). ``"tf"``
         (default) makes every gradient NaN; ``"torch"`` matches torch's own result.
+    group : ProcessGroup, DeviceMesh or sequence of them, optional
+        Not in torch. The processes whose gradients form the norm with these ones (pipeline
+        stages, expert groups): one all-reduce of a scalar over each. Sharded gradients
+        (``DTensor``: FSDP2, tensor parallel) need none. Every process of the group calls.
 
     Returns
     -------
     Tensor
-        The total norm of the gradients before clipping (0-d, on the first gradient's device).
+        The total norm of the gradients before clipping (0-d, on the first gradient's device;
+        a ``Replicate`` DTensor, equal on every rank, for DTensor gradients).
 
     Raises
     ------
@@ -430,6 +497,8 @@ def clip_grad_norm_(
     The 2-norm is :func:`anyclip.global_norm`'s: gradients on several devices are grouped by
     device, each device sums its own squares, and the partial sums meet on the first
     gradient's device (a device-to-device copy, no host sync); the factor is sent back.
+    DTensor gradients are summed shard by shard and scaled in place, shard by shard: no
+    gather, and the only communication is one all-reduce of a scalar per mesh.
 
     Examples
     --------
@@ -448,9 +517,11 @@ def clip_grad_norm_(
     policy = _policy(error_if_nonfinite, nonfinite)
     params = _tensors(parameters, "parameters")
     values = [_dense(q.grad) for q in params if q.grad is not None]
+    if not values and group is not None:  # this stage has no gradient: still joins the group
+        return _join_group(p, accumulate_dtype, group)
     if not values:  # torch returns 0 too; on the parameters' device
         return torch.zeros((), device=params[0].device if params else None)
-    norm = _total_norm(values, p, foreach, accumulate_dtype)
+    norm = _total_norm(values, p, foreach, accumulate_dtype, group)
     if policy == "raise":
         _raise_nonfinite(norm, p)
     _scale_(values, max_norm, norm, foreach, policy)

@@ -200,7 +200,7 @@ def clip_by_average_norm(tree: TreeT, clip_norm: Any) -> TreeT:
     return map_leaves(lambda t: _clip.clip_by_average_norm(t, clip_norm), tree)
 
 
-def global_norm(tree: Any, *, accumulate_dtype: Any = "widest") -> Any:
+def global_norm(tree: Any, *, accumulate_dtype: Any = "widest", group: Any = None) -> Any:
     """:func:`anyclip.global_norm` of all leaves of ``tree``.
 
     Parameters
@@ -210,6 +210,9 @@ def global_norm(tree: Any, *, accumulate_dtype: Any = "widest") -> Any:
     accumulate_dtype : dtype, str, "widest" or None, optional
         The dtype the squares are summed in. ``"widest"`` (default): the widest leaf dtype
         (float32 for float16 with bfloat16). ``None``: TF's rule (one dtype only).
+    group : ProcessGroup, DeviceMesh, sequence of them, axis name or tuple of names, optional
+        The processes whose trees form the global norm together with this one (one
+        all-reduce of a scalar); see :func:`anyclip.global_norm`.
 
     Returns
     -------
@@ -225,7 +228,7 @@ def global_norm(tree: Any, *, accumulate_dtype: Any = "widest") -> Any:
     array(13.)
     """
     leaves, _ = flatten(tree)
-    return _clip.global_norm(leaves, accumulate_dtype=accumulate_dtype)
+    return _clip.global_norm(leaves, accumulate_dtype=accumulate_dtype, group=group)
 
 
 def clip_by_global_norm(
@@ -235,6 +238,7 @@ def clip_by_global_norm(
     *,
     accumulate_dtype: Any = "widest",
     nonfinite: Nonfinite = "tf",
+    group: Any = None,
 ) -> tuple[TreeT, Any]:
     """:func:`anyclip.clip_by_global_norm` over all leaves of ``tree``, keeping its structure.
 
@@ -250,6 +254,8 @@ def clip_by_global_norm(
         As in :func:`global_norm`.
     nonfinite : {"tf", "torch", "skip", "raise"}, optional
         What an inf or NaN global norm does; see :func:`anyclip.clip_by_global_norm`.
+    group : ProcessGroup, DeviceMesh, sequence of them, axis name or tuple of names, optional
+        As in :func:`global_norm`.
 
     Returns
     -------
@@ -273,5 +279,6 @@ def clip_by_global_norm(
         use_norm,
         accumulate_dtype=accumulate_dtype,
         nonfinite=nonfinite,
+        group=group,
     )
     return unflatten(clipped), norm

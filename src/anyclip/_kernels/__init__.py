@@ -10,6 +10,8 @@ list) to it. Which kernels serve a call depends on the library and the dtype onl
 * torch, every dtype: :class:`~anyclip._kernels._torch.TorchKernels` (it also groups a list
   spread over several devices);
 * JAX float32/float64: :class:`~anyclip._kernels._jax.JaxKernels`;
+* dask, every dtype: :class:`~anyclip._kernels._dask.DaskKernels` (the generic steps, with
+  dask's own SVD for the matrix 2-norm);
 * everything else: :data:`GENERIC`, the array-API implementation of every step.
 
 Tests run the generic code on every backend by binding :data:`GENERIC` explicitly
@@ -25,6 +27,7 @@ from typing import Any
 
 from anyclip._compat import library
 from anyclip._kernels._base import Kernels
+from anyclip._kernels._dask import DaskKernels
 from anyclip._kernels._jax import JaxKernels
 from anyclip._kernels._numpy import NumpyKernels
 from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, plain_norm
@@ -32,6 +35,7 @@ from anyclip._kernels._torch import TorchKernels
 from anyclip._typing import Namespace
 
 __all__ = [
+    "DASK",
     "GENERIC",
     "JAX",
     "NUMPY",
@@ -48,6 +52,7 @@ GENERIC = Kernels()
 NUMPY = NumpyKernels()
 TORCH = TorchKernels()
 JAX = JaxKernels()
+DASK = DaskKernels()
 
 #: The kernels of each (namespace name, dtype) met so far: string keys, which torch.compile
 #: can hash, and one dict lookup per call.
@@ -89,6 +94,8 @@ def _choose(xp: Namespace, dtype: Any) -> Kernels:
     lib = library(xp)
     if lib == "torch":
         return TORCH
+    if lib == "dask":
+        return DASK
     fast = _FLOAT_ONLY.get(lib)
     if fast is not None and dtype in (xp.float32, xp.float64):
         return fast

@@ -7,8 +7,9 @@ returns arrays; a backend subclass may override a method to compute the same ste
 (fewer passes over memory, no temporaries, fused reductions), never to change the formula.
 
 :meth:`Kernels.total_half_squares` is the one step that reduces *across* arrays: the place
-where per-device partial sums meet (torch), and where a distributed subclass would add its
-all-reduce over a process group or a JAX axis name.
+where per-device partial sums meet (torch), and where
+:class:`~anyclip._kernels._dist.GroupKernels` adds its all-reduce over a process group or a
+JAX axis name.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class Kernels:
 
     def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
         """``sqrt(sum(x * x, axes, keepdims=True))``: the Euclidean norm of ``tf.norm``."""
-        return sqrt(xp, reduce_sum(xp, x * x, axes, keepdims=True))
+        return sqrt(xp, self.settle(xp, reduce_sum(xp, x * x, axes, keepdims=True)))
 
     def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
         """The L2 norm of ``tf.clip_by_norm``: TF's double ``where`` keeps its gradient finite at 0.
@@ -64,7 +65,7 @@ class Kernels:
         kept. An override may drop the ``where``s only where no gradient is recorded (the
         values are the same).
         """
-        l2sum = reduce_sum(xp, t * t, axes, keepdims=True)
+        l2sum = self.settle(xp, reduce_sum(xp, t * t, axes, keepdims=True))
         pred = l2sum > 0
         ones = xp.ones_like(l2sum)
         return xp.where(pred, sqrt(xp, xp.where(pred, l2sum, ones)), l2sum)
@@ -94,6 +95,31 @@ class Kernels:
         generic one has one group.
         """
         return self.half_squares(xp, arrays)
+
+    def settle(self, xp: Namespace, r: Any) -> Any:
+        """A reduction's result ``r``, made final (the identity here).
+
+        A torch ``DTensor`` reduced over a sharded dimension holds ``Partial`` values, which
+        :class:`~anyclip._kernels._torch.TorchKernels` turn into ``Replicate`` by one
+        all-reduce of the reduced values.
+        """
+        return r
+
+    def spectral_input(self, xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
+        """``x``, checked for the matrix 2-norm over ``axis`` (its SVD needs whole matrices)."""
+        return x
+
+    def svdvals(self, xp: Namespace, m: Any) -> Any:
+        """The singular values of the matrices ``m`` (..., M, N), for the matrix 2-norm."""
+        return xp.linalg.svdvals(m)
+
+    def local(self, xp: Namespace, x: Any) -> Any:
+        """``x`` as a plain array of this process (a sharded torch tensor's replicated value)."""
+        return x
+
+    def replicated(self, xp: Namespace, value: Any, like: Any) -> Any:
+        """A 0-d ``value``, equal on every rank, typed as ``like`` (a ``DTensor`` for one)."""
+        return value
 
     def scale(self, xp: Namespace, t_list: Sequence[Any], scale: Any) -> list[Any]:
         """``[None if t is None else t * cast(scale, t.dtype) for t in t_list]``."""

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._kernels._base import ROW, Kernels, groups
+from anyclip._kernels._dist import dtensor_half_squares, is_dtensor
 from anyclip._numerics import reduce_sum, sqrt
 from anyclip._typing import Namespace
 
@@ -29,10 +30,18 @@ __all__ = ["TorchKernels"]
 
 
 def _fast_ok(arrays: Sequence[Any]) -> bool:
-    """float32 or float64, one dtype, and no gradient recorded through any of ``arrays``."""
+    """float32 or float64, one dtype, no gradient recorded through ``arrays``, no DTensor.
+
+    A ``DTensor`` takes the generic code (DTensor's own ops: a reduction over a sharded
+    dimension is a local reduction plus one all-reduce); the fast paths would flatten it,
+    which DTensor answers with an all-gather. Global norms of DTensors never get here: they
+    sum each local shard (:func:`anyclip._kernels._dist.dtensor_half_squares`).
+    """
     import torch
 
     dtype = arrays[0].dtype
+    if any(is_dtensor(a) for a in arrays):
+        return False
     if dtype not in (torch.float32, torch.float64):
         return False
     if torch.is_grad_enabled() and any(a.requires_grad for a in arrays):
@@ -145,7 +154,69 @@ class TorchKernels(Kernels):
         return torch.sum(norms * norms * 0.5)
 
     def total_half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
-        """One :meth:`half_squares` per device; the partial sums meet on ``arrays[0]``'s."""
+        """One :meth:`half_squares` per device; the partial sums meet on ``arrays[0]``'s.
+
+        DTensors (FSDP2, tensor parallel): the squares of each local shard, one all-reduce
+        per mesh of the 0-d partial sum (:func:`~anyclip._kernels._dist.dtensor_half_squares`).
+        """
+        if any(is_dtensor(a) for a in arrays):
+            return dtensor_half_squares(lambda ts: self._by_device(xp, ts), xp, arrays)
+        return self._by_device(xp, arrays)
+
+    def settle(self, xp: Namespace, r: Any) -> Any:
+        """A DTensor result with ``Partial`` placements redistributed to ``Replicate``.
+
+        DTensor reduces over a sharded dimension locally and marks the result ``Partial``;
+        one all-reduce of the reduced values (never of the input) makes it final.
+        """
+        if not is_dtensor(r) or not any(p.is_partial() for p in r.placements):
+            return r
+        from torch.distributed.tensor import Replicate
+
+        return r.redistribute(
+            r.device_mesh, [Replicate() if p.is_partial() else p for p in r.placements]
+        )
+
+    def spectral_input(self, xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
+        """``x``; a DTensor sharded over a matrix axis is refused (its SVD needs a gather)."""
+        if is_dtensor(x):
+            ndim = x.ndim
+            matrix = {a % ndim for a in axis}
+            sharded = [p.dim % ndim for p in x.placements if p.is_shard()]
+            if any(d in matrix for d in sharded):
+                msg = (
+                    "the matrix 2-norm (`ord=2` with a 2-tuple `axis`) of a DTensor sharded "
+                    f"over a matrix axis is not implemented (placements {tuple(x.placements)}, "
+                    f"axis={axis}): an SVD needs whole matrices; pass x.full_tensor(), or "
+                    "shard over a batch axis"
+                )
+                raise NotImplementedError(msg)
+        return x
+
+    def local(self, xp: Namespace, x: Any) -> Any:
+        """A DTensor's value on this rank as a plain tensor (``Replicate`` placements only)."""
+        if not is_dtensor(x):
+            return x
+        if not all(p.is_replicate() for p in x.placements):
+            msg = (
+                "`use_norm` must be a replicated value; got a DTensor with placements "
+                f"{tuple(x.placements)}: pass norm.full_tensor() or the result of global_norm"
+            )
+            raise ValueError(msg)
+        return x.to_local()
+
+    def replicated(self, xp: Namespace, value: Any, like: Any) -> Any:
+        """``value`` as a ``Replicate`` DTensor on ``like``'s mesh when ``like`` is a DTensor."""
+        if not is_dtensor(like):
+            return value
+        from torch.distributed.tensor import DTensor, Replicate
+
+        mesh = like.device_mesh
+        return DTensor.from_local(
+            value, mesh, [Replicate()] * mesh.ndim, run_check=False, shape=value.shape
+        )
+
+    def _by_device(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         home = arrays[0].device
         by_device: dict[Any, list[Any]] = {}
         for a in arrays:
@@ -165,6 +236,9 @@ class TorchKernels(Kernels):
         """
         import torch
 
+        scale = self.local(xp, scale)
+        if any(is_dtensor(v) for v in t_list):  # scale each local shard; placements kept
+            return _scale_dtensors(self, xp, t_list, scale)
         by_group: dict[tuple[Any, Any], list[int]] = {}
         for i, v in enumerate(t_list):
             if v is not None:
@@ -184,3 +258,35 @@ class TorchKernels(Kernels):
             for i, r in zip(where, results, strict=True):
                 out[i] = r
         return out
+
+
+def _scale_dtensors(
+    kernels: TorchKernels, xp: Namespace, t_list: Sequence[Any], scale: Any
+) -> list[Any]:
+    """:meth:`TorchKernels.scale` of a list holding DTensors: each local shard is scaled.
+
+    No communication: the factor is the same on every rank, and each result is rebuilt from
+    its scaled shard with the input's mesh, placements, shape and stride.
+    """
+    from torch.distributed.tensor import DTensor
+
+    plain = [None if v is None or is_dtensor(v) else v for v in t_list]
+    locals_ = [v.to_local() if is_dtensor(v) else None for v in t_list]
+    scaled_plain = kernels.scale(xp, plain, scale)
+    scaled_local = kernels.scale(xp, locals_, scale)
+    out: list[Any] = []
+    for v, p, loc in zip(t_list, scaled_plain, scaled_local, strict=True):
+        if v is None or not is_dtensor(v):
+            out.append(p)
+            continue
+        out.append(
+            DTensor.from_local(
+                loc,
+                v.device_mesh,
+                v.placements,
+                run_check=False,
+                shape=v.shape,
+                stride=v.stride(),
+            )
+        )
+    return out

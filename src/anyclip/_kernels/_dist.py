@@ -1,0 +1,306 @@
+"""Global norms across devices and hosts: the ``group=`` reduction and sharded torch tensors.
+
+Layer: kernels. The design is TF's formula with one collective in the middle: **local sum of
+squares -> one all-reduce of that 0-d partial sum over a group -> sqrt -> scale**. Nothing is
+home-made: the collective is the library's own (``torch.distributed.all_reduce`` over a
+``ProcessGroup`` or ``DeviceMesh``; ``jax.lax.psum`` over axis names inside ``shard_map`` or
+``pmap``), and data never moves, only the partial sum.
+
+* :func:`check_group` turns the public ``group=`` argument into a tuple of groups and refuses a
+  group of the wrong kind for the arrays' library (``TypeError``).
+* :class:`GroupKernels` wraps the kernels :func:`anyclip._kernels.kernels_for` chose and adds
+  the all-reduce to :meth:`~anyclip._kernels.Kernels.total_half_squares`, the one step that
+  reduces across arrays; every other step is the wrapped kernels'.
+* torch ``DTensor`` inputs (FSDP2, tensor parallel, ``distribute_tensor``) need no ``group=``:
+  :func:`dtensor_half_squares` sums the squares of each local shard and all-reduces over the
+  tensor's own mesh (see :class:`~anyclip._kernels._torch.TorchKernels`).
+
+Partial sums narrower than float32 are all-reduced in float32 and rounded back once, so the
+summation across ranks adds no more rounding than one float32 sum of ``world size`` terms.
+Importing this module imports no framework.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from anyclip._compat import library
+from anyclip._kernels._base import Kernels
+from anyclip._typing import Namespace
+
+__all__ = [
+    "GroupKernels",
+    "all_reduce_torch",
+    "check_group",
+    "group_namespace",
+    "dtensor_half_squares",
+    "is_dtensor",
+    "zero_partial",
+]
+
+
+def is_dtensor(x: Any) -> bool:
+    """Whether ``x`` is a torch ``DTensor`` (without importing torch.distributed)."""
+    mod = sys.modules.get("torch.distributed.tensor")
+    cls = getattr(mod, "DTensor", None)
+    return cls is not None and isinstance(x, cls)
+
+
+def _torch_group_kind(g: Any) -> bool:
+    """Whether ``g`` is a torch ``ProcessGroup`` or ``DeviceMesh``."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    mesh_mod = sys.modules.get("torch.distributed.device_mesh")
+    pg = getattr(c10d, "ProcessGroup", None)
+    mesh = getattr(mesh_mod, "DeviceMesh", None)
+    return (pg is not None and isinstance(g, pg)) or (mesh is not None and isinstance(g, mesh))
+
+
+def check_group(xp: Namespace | None, group: Any) -> tuple[Any, ...]:
+    """``group`` as a tuple of groups of ``xp``'s library (``()`` for ``None``).
+
+    torch: a ``ProcessGroup``, a ``DeviceMesh`` or a sequence of them (e.g. pipeline and expert
+    groups, summed over in turn). JAX: an axis name or a tuple of axis names (one ``psum``).
+
+    Raises
+    ------
+    TypeError
+        When ``group`` is not a group of the arrays' library.
+    """
+    if group is None:
+        return ()
+    lib = "numpy" if xp is None else library(xp)
+    if lib == "torch":
+        items = tuple(group) if isinstance(group, (list, tuple)) else (group,)
+        if items and all(_torch_group_kind(g) for g in items):
+            return items
+        expected = "a torch.distributed ProcessGroup, a DeviceMesh or a sequence of them"
+    elif lib == "jax":
+        items = group if isinstance(group, tuple) else (group,)
+        if items and all(isinstance(g, str) for g in items):
+            return (items,)
+        expected = "a JAX axis name (str) or a tuple of axis names, inside shard_map or pmap"
+    else:
+        msg = (
+            f"`group` is for torch.distributed or JAX arrays; the arrays are {lib} arrays, "
+            f"got group={type(group).__name__}: pass group=None"
+        )
+        raise TypeError(msg)
+    msg = f"`group` must be {expected} for {lib} arrays, got {type(group).__name__}"
+    raise TypeError(msg)
+
+
+def group_namespace(group: Any) -> Namespace | None:
+    """The namespace ``group`` implies, for a call without any array (``None``: no group).
+
+    A process that holds no array still joins the all-reduce of its group: its namespace is
+    torch's for torch groups and ``jax.numpy`` for axis names.
+    """
+    if group is None:
+        return None
+    items = tuple(group) if isinstance(group, (list, tuple)) else (group,)
+    if items and all(_torch_group_kind(g) for g in items):
+        import array_api_compat.torch as torch_namespace
+
+        return torch_namespace
+    if items and all(isinstance(g, str) for g in items):
+        import jax.numpy as jnp
+
+        return jnp
+    return None
+
+
+def _mesh_groups(g: Any) -> list[Any]:
+    """The process groups to all-reduce over for one group (a mesh's every dimension)."""
+    mesh_mod = sys.modules.get("torch.distributed.device_mesh")
+    mesh_cls = getattr(mesh_mod, "DeviceMesh", None)
+    if mesh_cls is None or not isinstance(g, mesh_cls):
+        return [g]
+    import torch.distributed as dist
+
+    if g.ndim == 1:
+        return [g.get_group()]
+    if g.size() == dist.get_world_size():  # the whole world: one collective
+        return [dist.group.WORLD]
+    return list(g.get_all_groups())
+
+
+_ALL_REDUCE_FN: list[Any] = []
+
+
+def _differentiable_all_reduce() -> Any:
+    """An autograd ``Function``: all-reduce forward, identity backward (made once).
+
+    Every rank computes the same global norm and back-propagates it: the gradient of a
+    rank's partial sum is the gradient of the norm itself, as in Megatron's "reduce from
+    model-parallel region". (``torch.distributed.nn.functional.all_reduce`` all-reduces the
+    gradient too, which would scale it by the world size here.)
+    """
+    if _ALL_REDUCE_FN:
+        return _ALL_REDUCE_FN[0]
+    import torch
+    import torch.distributed as dist
+
+    class _AllReduce(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, op: Any, group: Any) -> Any:
+            out = x.clone()
+            dist.all_reduce(out, op=op, group=group)
+            return out
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad, None, None
+
+    _ALL_REDUCE_FN.append(_AllReduce)
+    return _AllReduce
+
+
+def all_reduce_torch(total: Any, groups: Sequence[Any], op: str = "sum") -> Any:
+    """``total`` (0-d) summed (``op="max"``: maximised) over every group in ``groups``.
+
+    In at least float32, into a fresh tensor. When a gradient is recorded through ``total``,
+    the backward pass is the identity (see :func:`_differentiable_all_reduce`).
+    """
+    import torch
+    import torch.distributed as dist
+
+    reduce_op = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
+    dtype = total.dtype
+    wide = dtype in (torch.float16, torch.bfloat16)
+    out = total.float() if wide else total
+    recorded = torch.is_grad_enabled() and out.requires_grad
+    for group in [pg for g in groups for pg in _mesh_groups(g)]:
+        if recorded:
+            out = _differentiable_all_reduce().apply(out, reduce_op, group)
+        else:
+            out = out.clone() if out is total else out
+            dist.all_reduce(out, op=reduce_op, group=group)
+    return out.to(dtype) if wide else out
+
+
+def zero_partial(xp: Namespace, dtype: Any, groups: Sequence[Any]) -> Any:
+    """A 0-d zero for a rank with no array to sum, on the device the groups' backend uses."""
+    if library(xp) != "torch":
+        return xp.asarray(0.0, dtype=dtype)
+    import torch
+    import torch.distributed as dist
+
+    pgs = [pg for g in groups for pg in _mesh_groups(g)]
+    backend = str(dist.get_backend(pgs[0])) if pgs else "gloo"
+    dev = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else "cpu"
+    return torch.zeros((), dtype=dtype, device=dev)
+
+
+def dtensor_half_squares(
+    local_sum: Callable[[Sequence[Any]], Any], xp: Namespace, arrays: Sequence[Any]
+) -> Any:
+    """The sum of ``l2_loss`` of ``arrays`` (some of them DTensors), the same on every rank.
+
+    Each DTensor adds the squares of its local shard (``to_local()``: uneven and empty shards
+    included; never ``full_tensor()``), counted once along each mesh dimension it is
+    replicated over (on the rank of coordinate 0 there); ``Partial`` placements are first
+    reduced to ``Replicate`` by DTensor itself (an all-reduce of that tensor). Then one
+    all-reduce per mesh of the partial sum. Plain tensors in the list are taken as the same
+    on every rank and added after that reduction. ``local_sum`` sums a list of plain tensors.
+    """
+    from torch.distributed.tensor import Replicate
+
+    plain: list[Any] = []
+    by_mesh: dict[Any, list[Any]] = {}
+    for a in arrays:
+        if not is_dtensor(a):
+            plain.append(a)
+            continue
+        if any(p.is_partial() for p in a.placements):
+            a = a.redistribute(
+                a.device_mesh, [Replicate() if p.is_partial() else p for p in a.placements]
+            )
+        mesh = a.device_mesh
+        coords = mesh.get_coordinate()
+        kept = by_mesh.setdefault(mesh, [])
+        if coords is None:  # this rank is not in the mesh: nothing to add
+            continue
+        if all(coords[d] == 0 for d, p in enumerate(a.placements) if p.is_replicate()):
+            kept.append(a.to_local())
+    dtype = arrays[0].dtype
+    total = None
+    for mesh, local in by_mesh.items():
+        part = local_sum(local) if local else zero_partial(xp, dtype, [mesh])
+        part = all_reduce_torch(part, [mesh])
+        total = part if total is None else total + part.to(total.device)
+    if plain:
+        part = local_sum(plain)
+        total = part if total is None else total + part.to(total.device)
+    return total
+
+
+class GroupKernels(Kernels):
+    """Kernels that add one reduction over ``groups`` to the cross-array sum of ``base``.
+
+    Made per call by the public functions given ``group=``; every step but
+    :meth:`total_half_squares` is ``base``'s.
+    """
+
+    def __init__(self, base: Kernels, lib: str, groups: tuple[Any, ...]) -> None:
+        self.base = base
+        self.lib = lib
+        self.groups = groups
+        self.name = f"{base.name}+group"
+
+    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.norm2(xp, x, axes)
+
+    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.clip_norm2(xp, t, axes)
+
+    def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.divide_into(xp, owned, divisor)
+
+    def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
+        """As the wrapped kernels' (this rank's arrays only)."""
+        return self.base.half_squares(xp, arrays)
+
+    def scale(self, xp: Namespace, t_list: Sequence[Any], scale: Any) -> list[Any]:
+        """As the wrapped kernels'."""
+        return self.base.scale(xp, t_list, scale)
+
+    def replicated(self, xp: Namespace, value: Any, like: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.replicated(xp, value, like)
+
+    def settle(self, xp: Namespace, r: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.settle(xp, r)
+
+    def spectral_input(self, xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.spectral_input(xp, x, axis)
+
+    def svdvals(self, xp: Namespace, m: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.svdvals(xp, m)
+
+    def local(self, xp: Namespace, x: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.local(xp, x)
+
+    def reduce(self, xp: Namespace, total: Any) -> Any:
+        """``total`` (this rank's 0-d partial sum) summed over the groups."""
+        if self.lib == "jax":
+            import jax
+
+            psum: Callable[..., Any] = jax.lax.psum  # untyped in jax
+            out = total
+            for names in self.groups:
+                out = psum(out, names)
+            return out
+        return all_reduce_torch(total, self.groups)
+
+    def total_half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
+        """The wrapped kernels' sum on this rank, then one all-reduce over the groups."""
+        return self.reduce(xp, self.base.total_half_squares(xp, arrays))

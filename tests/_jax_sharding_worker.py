@@ -1,0 +1,175 @@
+"""The JAX sharding checks of ``tests/test_distributed_jax.py``, run in a fresh process.
+
+``XLA_FLAGS=--xla_force_host_platform_device_count=8`` must be set before JAX is imported,
+so the test starts this file with it. Each check runs on its own; the results (``"ok"`` or
+the failure) are written as JSON to ``sys.argv[1]``. Expected values: exact norms of the
+unsharded data in float64 (NumPy), within ``ULP_DIST`` float32 ULP.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import anyclip
+import anyclip.optax
+import anyclip.tree
+
+ULP_DIST = 3
+
+#: The result types of every all-reduce in an HLO module: "f32[]" or a tuple of them.
+_ALL_REDUCE = re.compile(r"=\s*(\(?[^=]*?\)?)\s+all-reduce(?:-start)?\(")
+
+
+def ulp_distance(value: float, exact: float) -> float:
+    return abs(value - exact) / float(np.spacing(np.float32(exact)))
+
+
+def exact_norm(arrays: list[np.ndarray]) -> float:
+    return math.sqrt(sum(float(np.sum(np.asarray(a, np.float64) ** 2)) for a in arrays))
+
+
+def data() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "w": rng.standard_normal((512, 256)).astype(np.float32),  # large, sharded on rows
+        "v": rng.standard_normal((64, 128)).astype(np.float32),  # sharded on columns
+        "s": rng.standard_normal((16, 8)).astype(np.float32),  # small, sharded
+        "b": rng.standard_normal(256).astype(np.float32),  # small, replicated
+    }
+
+
+SPECS = {"w": P("x", None), "v": P(None, "x"), "s": P("x"), "b": P()}
+
+
+def check_hlo(hlo: str) -> None:
+    assert "all-gather" not in hlo, "the compiled program gathers"
+    assert "all-to-all" not in hlo and "collective-permute" not in hlo
+    for shapes in _ALL_REDUCE.findall(hlo):
+        parts = re.findall(r"[a-z0-9]+\[[^\]]*\]", shapes)
+        assert parts and all(p.endswith("[]") for p in parts), f"non-scalar all-reduce {shapes}"
+
+
+def jit_sharded(kind: Any) -> None:
+    """clip_by_global_norm under jit on a mesh with ``kind`` axes: no gather, same values."""
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(kind,))
+    host = data()
+    tree = {k: jax.device_put(v, NamedSharding(mesh, SPECS[k])) for k, v in host.items()}
+    exact = exact_norm(list(host.values()))
+    with jax.set_mesh(mesh):
+        f = jax.jit(lambda t: anyclip.tree.clip_by_global_norm(t, 1.0))
+        out, norm = f(tree)
+        check_hlo(f.lower(tree).compile().as_text())
+        g = jax.jit(lambda t: anyclip.tree.global_norm(t))
+        check_hlo(g.lower(tree).compile().as_text())
+        tx = anyclip.optax.clip_by_global_norm(1.0)
+        state = tx.init(tree)
+        h = jax.jit(lambda u, s: tx.update(u, s)[0])
+        check_hlo(h.lower(tree, state).compile().as_text())
+        updates = h(tree, state)
+    assert ulp_distance(float(norm), exact) <= ULP_DIST, (float(norm), exact)
+    assert float(g(tree)) == float(norm)
+    for k, v in host.items():
+        assert out[k].sharding.is_equivalent_to(tree[k].sharding, v.ndim), k
+        want = v.astype(np.float64) / exact
+        np.testing.assert_allclose(np.asarray(out[k]), want, rtol=4 * 2.0**-24, atol=1e-30)
+        np.testing.assert_array_equal(np.asarray(updates[k]), np.asarray(out[k]))
+
+
+def shard_map_group() -> None:
+    """Inside shard_map, group= the axis name gives the global norm (one psum)."""
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Explicit,))
+    host = data()
+    w = jax.device_put(host["w"], NamedSharding(mesh, P("x", None)))
+    exact = exact_norm([host["w"]])
+
+    def local(block: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        with_group = anyclip.global_norm([block], group="x")
+        clipped, norm = anyclip.clip_by_global_norm([block], 1.0, group="x")
+        per_device = anyclip.global_norm([block])
+        return with_group, norm, clipped[0] - block * (1.0 / norm) + per_device * 0
+
+    f = jax.jit(
+        jax.shard_map(local, mesh=mesh, in_specs=P("x", None), out_specs=(P(), P(), P("x", None)))
+    )
+    with_group, norm, _ = f(w)
+    assert ulp_distance(float(with_group), exact) <= ULP_DIST, (float(with_group), exact)
+    assert float(norm) == float(with_group)
+    hlo = f.lower(w).compile().as_text()
+    check_hlo(hlo)
+
+    per_device = jax.jit(
+        jax.shard_map(
+            lambda b: jnp.reshape(anyclip.global_norm([b]), (1,)),
+            mesh=mesh,
+            in_specs=P("x", None),
+            out_specs=P("x"),
+        )
+    )(w)
+    assert float(jnp.max(per_device)) < exact  # without group: each device's own norm
+
+    # jax.grad inside shard_map: d norm / d block = block / norm (psum's transpose)
+    grad = jax.jit(
+        jax.shard_map(
+            jax.grad(lambda b: anyclip.global_norm([b], group="x")),
+            mesh=mesh,
+            in_specs=P("x", None),
+            out_specs=P("x", None),
+        )
+    )(w)
+    np.testing.assert_allclose(np.asarray(grad), host["w"] / exact, rtol=1e-6, atol=1e-9)
+
+    tx = anyclip.optax.clip_by_global_norm(1.0, group="x", norm_in_state=True)
+
+    def step(block: jax.Array) -> jax.Array:
+        state = tx.init({"w": block})
+        _, state = tx.update({"w": block}, state)
+        return state.global_norm
+
+    g = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=P("x", None), out_specs=P()))
+    assert float(g(w)) == float(with_group)
+
+
+def wrong_group() -> None:
+    try:
+        anyclip.global_norm([jnp.ones(3)], group=0)
+    except TypeError as e:
+        assert "axis name" in str(e)
+    else:
+        raise AssertionError("an int group must be refused")
+
+
+CHECKS: dict[str, Callable[[], None]] = {
+    "jit_auto": lambda: jit_sharded(AxisType.Auto),
+    "jit_explicit": lambda: jit_sharded(AxisType.Explicit),
+    "shard_map_group": shard_map_group,
+    "wrong_group": wrong_group,
+}
+
+
+def main() -> None:
+    assert jax.device_count() == 8, jax.devices()
+    results = {}
+    for name, fn in CHECKS.items():
+        try:
+            fn()
+            results[name] = "ok"
+        except Exception:  # noqa: BLE001 - reported per check to the test
+            results[name] = traceback.format_exc()
+    with open(sys.argv[1], "w", encoding="utf-8") as fh:
+        json.dump(results, fh)
+
+
+if __name__ == "__main__":
+    main()

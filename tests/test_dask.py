@@ -1,0 +1,127 @@
+"""Dask: every function lazy, the matrix 2-norm through dask's SVD, and out of core.
+
+The generic ``dask`` backend of the shared fixtures is opt-in (see ``conftest.py``); these
+tests run whenever dask is installed (it is in the ``test`` extra). Expected values are
+NumPy float64 formulas of the same data, or exact closed forms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import anyclip
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+from dask.callbacks import Callback  # noqa: E402 - after the importorskip
+
+ULP_DIST = 3
+
+
+class Computes(Callback):
+    """Counts the graphs dask computes inside the block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def _start(self, dsk):
+        self.count += 1
+
+
+def _data() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((12, 9)).astype(np.float32)
+
+
+CALLS = {
+    "clip_by_value": lambda x: anyclip.clip_by_value(x, -0.5, 0.5),
+    "clip_by_norm": lambda x: anyclip.clip_by_norm(x, 1.0),
+    "clip_by_norm_axes": lambda x: anyclip.clip_by_norm(x, 1.0, axes=[1]),
+    "global_norm": lambda x: anyclip.global_norm([x, x * 2]),
+    "clip_by_global_norm": lambda x: anyclip.clip_by_global_norm([x, x], 1.0)[0][1],
+    "clip_by_average_norm": lambda x: anyclip.clip_by_average_norm(x, 0.01),
+    "norm": lambda x: anyclip.norm(x),
+    "norm_1": lambda x: anyclip.norm(x, ord=1, axis=(0, 1)),
+    "norm_inf": lambda x: anyclip.norm(x, ord=math.inf, axis=0),
+    "norm_2_matrix": lambda x: anyclip.norm(x, ord=2, axis=(0, 1)),
+    "l2_normalize": lambda x: anyclip.l2_normalize(x, axis=0),
+    "normalize": lambda x: anyclip.normalize(x)[0],
+    "tree_clip_by_global_norm": lambda x: anyclip.tree.clip_by_global_norm({"a": x}, 1.0)[0]["a"],
+}
+
+WANT = {
+    "clip_by_value": lambda a: np.maximum(np.minimum(a, 0.5), -0.5),
+    "clip_by_norm": lambda a: a / max(np.linalg.norm(a), 1.0),
+    "clip_by_norm_axes": lambda a: a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1.0),
+    "global_norm": lambda a: math.sqrt(5.0) * np.linalg.norm(a),
+    "clip_by_global_norm": lambda a: a / (math.sqrt(2.0) * np.linalg.norm(a)),
+    "clip_by_average_norm": lambda a: a * 0.01 * min(a.size / np.linalg.norm(a), 100.0),
+    "norm": lambda a: np.linalg.norm(a),
+    "norm_1": lambda a: np.max(np.sum(np.abs(a), axis=0)),
+    "norm_inf": lambda a: np.max(np.abs(a), axis=0),
+    "norm_2_matrix": lambda a: np.linalg.norm(a, 2),
+    "l2_normalize": lambda a: a / np.linalg.norm(a, axis=0, keepdims=True),
+    "normalize": lambda a: a / np.linalg.norm(a),
+    "tree_clip_by_global_norm": lambda a: a / np.linalg.norm(a),
+}
+
+
+@pytest.mark.parametrize("name", CALLS)
+def test_lazy_and_correct(name):
+    host = _data()
+    x = da.from_array(host, chunks=(4, 5))
+    with Computes() as c:
+        out = CALLS[name](x)
+    assert c.count == 0, f"{name} computed while building its graph"
+    assert isinstance(out, da.Array)
+    assert out.dtype == np.float32
+    want = WANT[name](host.astype(np.float64))
+    np.testing.assert_allclose(out.compute(), want, rtol=1e-6)
+
+
+def test_matrix_2_norm_of_a_stack_is_a_clear_error():
+    x = da.zeros((2, 3, 3), chunks=(1, 3, 3), dtype=np.float32)
+    with pytest.raises(NotImplementedError, match="dask's SVD"):
+        anyclip.norm(x, ord=2, axis=(1, 2))
+
+
+def test_out_of_core_two_passes_on_a_local_cluster():
+    """global_norm, then clip_by_global_norm(use_norm=): workers hold less than the array.
+
+    768 MiB of float32 (made lazily, chunk by chunk) on two worker processes of 256 MiB each
+    (an idle worker uses about 85 MiB): both passes are tree reductions, the clipped array
+    is never whole anywhere, and no worker is paused, killed or replaced.
+    """
+    distributed = pytest.importorskip("distributed")
+    n = 192 * 2**20
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            memory_limit="256MiB",
+            dashboard_address=None,
+            worker_dashboard_address=None,
+            silence_logs=50,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        workers = set(client.scheduler_info()["workers"])
+        x = da.full((n,), 3.0, dtype=np.float32, chunks=2**20)  # 4 MiB chunks
+        assert x.nbytes > 2 * 256 * 2**20
+        # pass 1: one partial sum per chunk travels
+        norm = client.compute(anyclip.global_norm([x])).result(timeout=120)
+        exact = 3.0 * math.sqrt(n)
+        assert abs(float(norm) - exact) <= ULP_DIST * float(np.spacing(np.float32(exact)))
+        clipped, _ = anyclip.clip_by_global_norm([x], 1.0, use_norm=da.from_array(norm))
+        # pass 2: the clipped array, reduced on the workers
+        lo, hi = (
+            f.result(timeout=120) for f in client.compute([clipped[0].min(), clipped[0].max()])
+        )
+        want = np.float32(3.0) * (np.float32(1.0) / norm)  # TF's factor c * (1 / norm), c = 1
+        assert lo == hi == want
+        assert set(client.scheduler_info()["workers"]) == workers, "a worker was replaced"

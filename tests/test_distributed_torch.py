@@ -1,0 +1,105 @@
+"""Global norms across processes with torch.distributed: gloo on 127.0.0.1, 2 and 4 ranks.
+
+Each world size starts its ranks once (``tests/_torch_dist_worker.py``, one subprocess per
+rank, bounded in time and reaped), which run every scenario: DDP (replicated gradients),
+FSDP2 ``fully_shard`` with even and uneven shards, tensor parallel ``Shard(1)``, pipeline
+stages with ``group=`` (a ProcessGroup, a DeviceMesh, two groups in turn), and norms over
+sharded dims. Inside the ranks, ``CommDebugMode`` counts the collectives: no gather, at most
+one all-reduce of a scalar per global norm (per group). The expected values are the exact
+norms of the full data in float64, within ``ULP_DIST`` float32 ULP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+WORKER = Path(__file__).with_name("_torch_dist_worker.py")
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ("ddp", "fsdp2", "tensor_parallel", "pipeline", "norms", "elementwise", "tf_reference")
+#: Seconds a world may run (starting torch in 4 processes on 2 cores included).
+TIMEOUT = 150
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_world(world: int, out: Path) -> tuple[dict[str, str], str]:
+    """Start ``world`` ranks, wait (bounded), reap them; the results and their stderr."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(world),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(
+            [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
+    procs = []
+    logs = []
+    for rank in range(world):
+        log = out.parent / f"rank{rank}.log"
+        logs.append(log)
+        with open(log, "w", encoding="utf-8") as fh:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKER), str(out)],
+                    env={**env, "RANK": str(rank)},
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    try:
+        for p in procs:
+            p.wait(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    text = "\n".join(f"--- rank {i}\n{log.read_text()[-3000:]}" for i, log in enumerate(logs))
+    results = json.loads(out.read_text()) if out.exists() else {}
+    return results, text
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda w: f"world{w}")
+def world(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"world{request.param}") / "results.json"
+    results, logs = run_world(request.param, out)
+    return request.param, results, logs
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_distributed_torch(world, scenario):
+    size, results, logs = world
+    assert scenario in results, f"world {size}: no result (timeout or crash)\n{logs}"
+    assert results[scenario] == "ok", f"world {size}, {scenario}:\n{results[scenario]}"
+
+
+def test_group_of_wrong_kind_is_a_type_error():
+    import anyclip
+
+    t = torch.ones(3)
+    with pytest.raises(TypeError, match=r"`group` must be a torch\.distributed ProcessGroup"):
+        anyclip.global_norm([t], group="data")
+    np = pytest.importorskip("numpy")
+    with pytest.raises(TypeError, match=r"`group` is for torch\.distributed or JAX arrays"):
+        anyclip.clip_by_global_norm([np.ones(2)], 1.0, group="data")

@@ -85,33 +85,21 @@ EXAMPLES: list[tuple[str, Any, Callable[[Callable[..., Any]], Any]]] = [
 
 
 # ------------------------------------------------------------ the look-alike functions
-def _torch_clip_grad_norm(
-    grads: list[list[float]], max_norm: float, dtype: str = "float32"
+def _clip_grad_norm_on_params(
+    clip: str, grads: list[list[float]], max_norm: float, dtype: str = "float32"
 ) -> list[Any]:
-    import torch
-
-    params = []
-    for g in grads:
-        p = torch.nn.Parameter(torch.zeros(len(g), dtype=getattr(torch, dtype)))
-        p.grad = torch.tensor(g, dtype=getattr(torch, dtype))
-        params.append(p)
-    torch.nn.utils.clip_grad_norm_(params, max_norm)
-    return [p.grad for p in params]
-
-
-def _anyclip_torch_clip_grad_norm(
-    grads: list[list[float]], max_norm: float, dtype: str = "float32"
-) -> list[Any]:
+    """``clip_grad_norm_`` of ``"torch"`` or ``"anyclip"`` on parameters with these gradients."""
     import torch
 
     import anyclip.torch
 
+    fn = torch.nn.utils.clip_grad_norm_ if clip == "torch" else anyclip.torch.clip_grad_norm_
     params = []
     for g in grads:
         p = torch.nn.Parameter(torch.zeros(len(g), dtype=getattr(torch, dtype)))
         p.grad = torch.tensor(g, dtype=getattr(torch, dtype))
         params.append(p)
-    anyclip.torch.clip_grad_norm_(params, max_norm)
+    fn(params, max_norm)
     return [p.grad for p in params]
 
 
@@ -153,12 +141,12 @@ DIFFERENCES: list[tuple[str, str, Any, list[tuple[str, str, Callable[[], Any]]]]
             (
                 "torch",
                 "torch.nn.utils.clip_grad_norm_",
-                lambda: _torch_clip_grad_norm([[3.0, 4.0]], 5.0),
+                lambda: _clip_grad_norm_on_params("torch", [[3.0, 4.0]], 5.0),
             ),
             (
                 "torch",
                 "anyclip.torch.clip_grad_norm_",
-                lambda: _anyclip_torch_clip_grad_norm([[3.0, 4.0]], 5.0),
+                lambda: _clip_grad_norm_on_params("anyclip", [[3.0, 4.0]], 5.0),
             ),
         ],
     ),
@@ -170,12 +158,12 @@ DIFFERENCES: list[tuple[str, str, Any, list[tuple[str, str, Callable[[], Any]]]]
             (
                 "torch",
                 "torch.nn.utils.clip_grad_norm_",
-                lambda: _torch_clip_grad_norm([[3.0, 4.0], [12.0]], 6.5),
+                lambda: _clip_grad_norm_on_params("torch", [[3.0, 4.0], [12.0]], 6.5),
             ),
             (
                 "torch",
                 "anyclip.torch.clip_grad_norm_",
-                lambda: _anyclip_torch_clip_grad_norm([[3.0, 4.0], [12.0]], 6.5),
+                lambda: _clip_grad_norm_on_params("anyclip", [[3.0, 4.0], [12.0]], 6.5),
             ),
         ],
     ),
@@ -217,7 +205,7 @@ DIFFERENCES: list[tuple[str, str, Any, list[tuple[str, str, Callable[[], Any]]]]
             (
                 "torch",
                 "torch.nn.utils.clip_grad_norm_",
-                lambda: _torch_clip_grad_norm([[300.0, 0.0]], 1.0, "float16"),
+                lambda: _clip_grad_norm_on_params("torch", [[300.0, 0.0]], 1.0, "float16"),
             ),
             (
                 "torch",

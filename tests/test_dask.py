@@ -82,10 +82,19 @@ def test_lazy_and_correct(name):
     np.testing.assert_allclose(out.compute(), want, rtol=1e-6)
 
 
-def test_matrix_2_norm_of_a_stack_is_a_clear_error():
-    x = da.zeros((2, 3, 3), chunks=(1, 3, 3), dtype=np.float32)
-    with pytest.raises(NotImplementedError, match="dask's SVD"):
-        anyclip.norm(x, ord=2, axis=(1, 2))
+def test_matrix_2_norm_of_a_stack_is_numpys():
+    """A stack of matrices, chunked across matrices: lazy, and NumPy's largest singular values."""
+    rng = np.random.default_rng(3)
+    host = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    x = da.from_array(host, chunks=(1, 2, 5))
+    with Computes() as c:
+        out = anyclip.norm(x, ord=2, axis=(1, 2))
+    assert c.count == 0, "norm computed while building its graph"
+    assert isinstance(out, da.Array)
+    assert out.dtype == np.float32
+    assert out.shape == (4,)
+    want = np.linalg.svd(host.astype(np.float64), compute_uv=False)[:, 0]
+    np.testing.assert_allclose(out.compute(), want, rtol=1e-6)
 
 
 def test_out_of_core_two_passes_on_a_local_cluster():

@@ -29,6 +29,7 @@ from anyclip._kernels import (
     plain_clip_by_value,
 )
 from anyclip._kernels._dist import GroupKernels, check_group, group_namespace, zero_partial
+from anyclip._numerics import quiet
 from anyclip._policy import (
     FLOATS,
     ListNames,
@@ -560,9 +561,13 @@ def _clip_by_global_norm(
     c = as_operand(clip_norm, xp, norm, "clip_norm")
     if is_array(c):
         c = k.local(xp, c)
-    if policy == "raise" and not bool(xp.all(xp.isfinite(norm))):  # host sync
-        msg = f"the global norm is not finite ({float(norm)}); `nonfinite` is 'raise'"
-        raise FloatingPointError(msg)
+    if policy == "raise":
+        with quiet(xp):  # a lazy backend (dask) computes the norm here: no inf/NaN warnings
+            finite = bool(xp.all(xp.isfinite(norm)))  # host sync
+            shown = None if finite else float(norm)
+        if not finite:
+            msg = f"the global norm is not finite ({shown}); `nonfinite` is 'raise'"
+            raise FloatingPointError(msg)
     return _core.clip_by_global_norm(xp, k, values, c, norm, policy), use_norm
 
 

@@ -77,7 +77,9 @@ def _max(xp: Namespace, x: Any, axis: Any) -> Any:
     """``reduce_max`` with ``keepdims``; an empty reduction gives the lowest value, as in TF."""
     shape = tuple(x.shape)
     axes = range(len(shape)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
-    if any(shape[a] == 0 for a in axes):
+    # An empty input (a zero in any axis) takes this branch too: its result is empty when a kept
+    # axis is 0, so the values do not matter, and some backends (dask) refuse ``max`` of it.
+    if 0 in shape:
         if xp.isdtype(x.dtype, "integral"):
             lowest = xp.iinfo(x.dtype).min
         else:

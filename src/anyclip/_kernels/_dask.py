@@ -5,7 +5,8 @@ but one is the generic array-API code, which dask evaluates lazily, chunk by chu
 norm is a tree reduction of per-chunk sums of squares: out of core on a cluster). The one
 exception: dask's array-API ``svdvals`` asks for ``full_matrices=True``, which dask refuses,
 so :meth:`DaskKernels.svdvals` calls ``dask.array.linalg.svd`` (tall-and-skinny QR) after
-putting the shorter dimension in one chunk.
+putting the shorter dimension in one chunk; a stack of matrices goes matrix by matrix, one chunk
+holding whole matrices, through NumPy's ``svd`` in ``map_blocks``.
 """
 
 from __future__ import annotations
@@ -25,27 +26,38 @@ class DaskKernels(Kernels):
     name = "dask"
 
     def svdvals(self, xp: Namespace, m: Any) -> Any:
-        """Singular values of one matrix by ``dask.array.linalg.svd`` (lazy).
+        """Singular values of a matrix, or of each matrix of a stack, lazily.
 
-        Raises
-        ------
-        NotImplementedError
-            For a stack of matrices (``m.ndim > 2``): dask's SVD takes one matrix.
+        One matrix (``m.ndim == 2``) goes through ``dask.array.linalg.svd`` (tall-and-skinny
+        QR: the longer dimension may stay chunked, out of core). A stack (``m.ndim > 2``) is
+        rechunked so that every chunk holds whole matrices, and each chunk's singular values
+        come from NumPy's ``svd`` (``map_blocks``): each matrix must fit in memory.
         """
-        if m.ndim != 2:
-            msg = (
-                "the matrix 2-norm (`ord=2` with a 2-tuple `axis`) of a dask array takes one "
-                f"matrix (dask's SVD); got {m.ndim} dimensions: compute it per matrix, or "
-                "call .compute() first"
-            )
-            raise NotImplementedError(msg)
         import dask.array as da
 
-        rows, cols = m.shape
-        if 0 in (rows, cols):
-            return xp.zeros((0,), dtype=m.dtype)
+        rows, cols = m.shape[-2:]
+        k = min(rows, cols)
+        if k == 0:
+            return xp.zeros((*m.shape[:-2], 0), dtype=m.dtype)
+        if m.ndim > 2:
+            whole = m.rechunk({m.ndim - 2: -1, m.ndim - 1: -1})
+            map_blocks: Callable[..., Any] = da.map_blocks  # untyped in dask
+            return map_blocks(
+                _stacked_svdvals,
+                whole,
+                drop_axis=m.ndim - 1,
+                chunks=(*whole.chunks[:-2], (k,)),
+                dtype=m.dtype,
+            )
         tall = rows >= cols
         m = m.rechunk({1: -1}) if tall else m.rechunk({0: -1})
         svd: Callable[[Any], tuple[Any, Any, Any]] = da.linalg.svd  # untyped in dask
         _, s, _ = svd(m)
         return s
+
+
+def _stacked_svdvals(block: Any) -> Any:
+    """Singular values of every matrix in a NumPy block (the last two axes)."""
+    import numpy as np
+
+    return np.linalg.svd(block, compute_uv=False)

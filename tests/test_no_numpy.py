@@ -8,14 +8,18 @@ dependencies and array-api-compat, then anyclip from this tree without its depen
 runs :data:`SCRIPT` there: ``import numpy`` must fail, and every public function, ``anyclip.tree``
 and the ``anyclip.torch`` adapters must give hand-derived values on torch tensors, including a
 call with no array at all (documented to build its result with torch when NumPy is absent).
+The docs' examples that use torch and no other framework must run there too and print what
+their ``# ->`` comments say.
 
-Building the venv takes about 35 s on two cores with the torch wheel already on the machine.
+Building the venv takes about 35 s on two cores with the torch wheel already on the machine,
+running the docs' torch examples in it about 40 s more.
 Where it cannot be built (no package index, no torch wheel) the test is a visible SKIP, and a
 failure under ``CI=true``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -28,6 +32,19 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 _PIN = re.search(r"^torch==(\S+)", (ROOT / "constraints.txt").read_text(encoding="utf-8"), re.M)
 TORCH = _PIN.group(1) if _PIN else "2.13.0"
+
+
+def _load_test_docs():
+    """``tests/test_docs.py``, for its block parser (tests are not importable by name here)."""
+    spec = importlib.util.spec_from_file_location(
+        "_anyclip_test_docs", ROOT / "tests" / "test_docs.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+DOCS = _load_test_docs()
 
 SCRIPT = textwrap.dedent(
     """
@@ -245,3 +262,38 @@ def test_torch_only_install_needs_no_numpy(torch_only_python, tmp_path):
     done = _run(torch_only_python, script, cwd=tmp_path, env=env)
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     assert done.stdout.strip().endswith("ok"), done.stdout
+
+
+def _torch_blocks() -> list[pytest.param]:
+    """The docs' runnable blocks that import torch and neither NumPy, JAX nor optax."""
+    other = re.compile(r"^\s*(import|from) (numpy|jax|optax)\b", re.M)
+    return [
+        pytest.param(code, id=f"{page.name}:{line}")
+        for page in DOCS.PAGES
+        for line, code in DOCS.python_blocks(page)
+        if not DOCS.is_tf_reference(code) and "import torch" in code and not other.search(code)
+    ]
+
+
+def test_docs_torch_examples_need_no_numpy(torch_only_python, tmp_path):
+    blocks = _torch_blocks()
+    assert len(blocks) >= 10, "fewer torch examples than expected in the docs"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    failures = []
+    for block in blocks:
+        (code,) = block.values
+        script = tmp_path / "block.py"
+        script.write_text(code, encoding="utf-8")
+        expected = [m.group(1).rstrip() for m in map(DOCS._EXPECTED.search, code.splitlines()) if m]
+        done = _run(
+            torch_only_python,
+            "-W",
+            "ignore:Failed to initialize NumPy",
+            script,
+            cwd=tmp_path,
+            env=env,
+        )
+        printed = [line.rstrip() for line in done.stdout.splitlines()]
+        if done.returncode != 0 or printed != expected:
+            failures.append(f"{block.id}: {done.stderr[-1500:] or printed}")
+    assert not failures, "\n\n".join(failures)

@@ -337,18 +337,12 @@ ULP_TF = 3
 
 def _tf_cases() -> list[tuple[str, list[np.ndarray], np.ndarray]]:
     """The float32 global_norm cases of the conformance data whose items are all arrays."""
-    import io
-    import zipfile
-    from pathlib import Path
+    # from the installed anyclip-conformance (as the tests read it), not from a checkout's
+    # conformance/ folder, which an unpacked sdist does not have
+    from anyclip_conformance import reference
 
-    root = Path(__file__).resolve().parent.parent / "conformance"
-    index_path = next(p for p in root.rglob("index.json") if p.parent.name == "data")
-    cases = json.loads(index_path.read_text(encoding="utf-8"))["cases"]
-    with zipfile.ZipFile(index_path.parent / "global_norm.npz") as zf:
-        arrays = {
-            n.removesuffix(".npy"): np.lib.format.read_array(io.BytesIO(zf.read(n)))
-            for n in zf.namelist()
-        }
+    cases = reference.load_index()
+    arrays = reference.load_arrays("global_norm")
     out = []
     for cid, entry in cases.items():
         if entry["function"] != "global_norm" or "outputs" not in entry:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,8 +109,13 @@ def test_code_block_runs_and_prints_what_it_says(page, code):
             pytest.importorskip(module)
     expected = [m.group(1).rstrip() for m in map(_EXPECTED.search, code.splitlines()) if m]
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, f"<{page.name}>", "exec"), {"__name__": "__docs__"})
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, f"<{page.name}>", "exec"), {"__name__": "__docs__"})
+    finally:
+        # blocks print torch tensors with more decimals (torch.set_printoptions): not for others
+        if sys.modules.get("torch") is not None:
+            sys.modules["torch"].set_printoptions(profile="default")
     printed = [line.rstrip() for line in out.getvalue().splitlines()]
     assert printed == expected, (
         f"the block prints\n{printed}\nbut its `# ->` comments say\n{expected}"

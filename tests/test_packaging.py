@@ -5,6 +5,11 @@ missing from the sdist is missing from the wheel too. Both must carry the Apache
 ``LICENSE``; the wheel must hold the package with ``py.typed`` and no test-support module; and
 the wheel, installed with pip, must give ``python -m anyclip --version``. The build uses the
 running environment's setuptools (``--no-isolation``), so it needs no network.
+
+The sdist also carries its tests (``MANIFEST.in``): unpacked, ``pytest`` runs there on NumPy
+with this environment's ``anyclip-conformance`` (which provides the fixtures plugin) and the
+unpacked ``src`` on the path. Run from an unpacked sdist (``PKG-INFO`` at the root), that test
+skips itself rather than build and test a copy of itself again.
 """
 
 from __future__ import annotations
@@ -26,6 +31,19 @@ VERSION = re.search(
 PIP_INSTALL = (sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index")
 #: Modules that serve the tests and the conformance report, not users: not in the wheel.
 TEST_SUPPORT = ("anyclip/_testing.py", "anyclip/_report.py")
+#: What the tests read besides ``tests/`` and ``src/``: the sdist must carry it.
+TEST_INPUTS = (
+    "conftest.py",
+    "constraints.txt",
+    "mkdocs.yml",
+    "tests/conftest.py",
+    "tests/data/keras_clipping.npz",
+    "docs/porting.md",
+    "examples/torch_tf1_style.py",
+    "benchmarks/workloads.py",
+)
+#: An unpacked sdist has PKG-INFO at its root; a checkout does not.
+IN_SDIST = (ROOT / "PKG-INFO").is_file()
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +79,17 @@ def test_sdist_has_the_license_and_the_sources(sdist_names):
     for name in ("LICENSE", "README.md", "pyproject.toml", "src/anyclip/py.typed"):
         assert name in sdist_names, f"the sdist lacks {name}"
     assert "src/anyclip/__init__.py" in sdist_names
+
+
+def test_sdist_has_what_its_tests_read(sdist_names):
+    missing = [name for name in TEST_INPUTS if name not in sdist_names]
+    assert not missing, f"the sdist lacks {missing}: see MANIFEST.in"
+    checkout = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("*.py")}
+    assert checkout <= set(sdist_names), sorted(checkout - set(sdist_names))
+    docs = {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")}
+    assert docs <= set(sdist_names), sorted(docs - set(sdist_names))
+    # the conformance suite is its own distribution; no byte code either
+    assert not [n for n in sdist_names if n.startswith("conformance/") or "__pycache__" in n]
 
 
 def test_wheel_has_the_license(wheel_names, dist):
@@ -124,3 +153,53 @@ def test_installed_wheel_has_license_and_version(dist, tmp_path):
         check=True,
     )
     assert Path(located.stdout.strip()).is_relative_to(target)
+
+
+def test_unpacked_sdist_passes_its_tests_on_numpy(dist, tmp_path):
+    if IN_SDIST:
+        pytest.skip("running from an unpacked sdist already: not building and testing it again")
+    pytest.importorskip("anyclip_conformance", reason="the anyclip-conformance distribution")
+    (sdist,) = dist.glob(f"anyclip-{VERSION}.tar.gz")
+    with tarfile.open(sdist) as tf:
+        if hasattr(tarfile, "data_filter"):
+            tf.extractall(tmp_path, filter="data")
+        else:  # Python < 3.10.12 / 3.11.4: our own sdist, just built
+            tf.extractall(tmp_path)
+    tree = tmp_path / f"anyclip-{VERSION}"
+    # the unpacked src first, so it is what `import anyclip` finds; the rest of the path keeps
+    # this environment's anyclip_conformance
+    path = [str(tree / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    env.pop("ANYCLIP_REQUIRE_BACKENDS", None)  # one backend on purpose
+    # plain `pytest`: the configured testpaths, the docstring examples in src/anyclip and tests/
+    # (conformance/ is not in the sdist); about two minutes on two cores
+    located = subprocess.run(
+        [sys.executable, "-c", "import anyclip; print(anyclip.__file__)"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert Path(located.stdout.strip()).is_relative_to(tree / "src"), located.stdout
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--anyclip-backends",
+            "numpy",
+            "-q",
+        ],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, f"pytest in the unpacked sdist failed:\n{done.stdout[-6000:]}"
+    assert re.search(r"\d+ passed", done.stdout.splitlines()[-1]), done.stdout[-2000:]

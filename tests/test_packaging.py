@@ -192,6 +192,8 @@ def test_unpacked_sdist_passes_its_tests_on_numpy(dist, tmp_path):
             "no:cacheprovider",
             "--anyclip-backends",
             "numpy",
+            # the outer run has built a NumPy-free venv once already (test_no_numpy.py)
+            "--ignore=tests/test_no_numpy.py",
             "-q",
         ],
         cwd=tree,

@@ -1561,6 +1561,57 @@ def _normalize() -> Iterator[Case]:
     yield Case(f"{f}/py/int_list_ord1", f, (Py([3, 4]),), (("ord", 1),))
 
 
+def _fidelity() -> Iterator[Case]:
+    """Reproductions from differential fuzzing against live TF (issue 14), with neighbours.
+
+    Half-precision sums (TF sums bfloat16 in float32 and rounds once, where a bfloat16 running
+    sum stops growing at 256 times an addend), Python complex input (complex128 in TF) and the
+    complex Euclidean norm (an imaginary part of exactly 0).
+    """
+    for dt, big in (("bfloat16", 256.0), ("bfloat16", 128.0), ("float16", 16.0)):
+        s = SHORT[dt]
+        for n in (1001, 2000, 3000, 10000):
+            x = A([big] + [1.0] * (n - 1), dt)
+            tag = f"acc/{big:g}_and_ones{n}"
+            yield Case(f"norm/{s}/{tag}", "norm", (x,), grad=n == 1001)
+            yield Case(f"normalize/{s}/{tag}", "normalize", (x,))
+            yield Case(f"l2_normalize/{s}/{tag}", "l2_normalize", (x,), grad=n == 1001)
+            yield Case(f"clip_by_norm/{s}/{tag}", "clip_by_norm", (x, 1.0))
+            yield Case(f"global_norm/{s}/{tag}", "global_norm", (Seq((x,)),), grad=n == 1001)
+            yield Case(f"clip_by_global_norm/{s}/{tag}", "clip_by_global_norm", (Seq((x,)), 1.0))
+        rows = A([[big] + [1.0] * 1000] * 3, dt)
+        tag = f"acc/{big:g}_rows_axis1"
+        yield Case(f"norm/{s}/{tag}", "norm", (rows,), (("axis", 1),))
+        yield Case(f"l2_normalize/{s}/{tag}", "l2_normalize", (rows,), (("axis", 1),))
+        yield Case(f"clip_by_norm/{s}/{tag}", "clip_by_norm", (rows, 1.0, 1))
+        for n in (2000, 5000):
+            cid = f"{s}/acc/{big:g}/random{n}"
+            x = A(gen(cid, (n,), scale=3.0), dt)
+            yield Case(f"norm/{cid}", "norm", (x,))
+            yield Case(f"l2_normalize/{cid}", "l2_normalize", (x,))
+            yield Case(f"clip_by_norm/{cid}", "clip_by_norm", (x, 1.0))
+            yield Case(f"global_norm/{cid}", "global_norm", (Seq((x, x)),))
+            yield Case(f"clip_by_global_norm/{cid}", "clip_by_global_norm", (Seq((x, x)), 1.0))
+    # Python complex data is complex128 in TF (complex64 would underflow these squares).
+    tiny = 2.76e-31 - 7.68e-31j
+    yield Case("normalize/py/complex_scalar", "normalize", (tiny,))
+    yield Case("norm/py/complex_scalar", "norm", (tiny,))
+    yield Case("l2_normalize/py/complex_scalar", "l2_normalize", (tiny,))
+    yield Case("norm/py/complex_list", "norm", (Py([1 + 2j, 3]),))
+    yield Case("normalize/py/complex_list", "normalize", (Py([2j, 1.0]),))
+    yield Case("norm/py/complex_list_ord1", "norm", (Py([3 + 4j, 1j]),), (("ord", 1),))
+    # The complex Euclidean norm: TF's x * conj(x) has an imaginary part of exactly 0.
+    for dt in COMPLEX:
+        s = SHORT[dt]
+        z = -0.8019 - 1.3244j
+        yield Case(f"norm/{s}/imag/scalar", "norm", (A(z, dt),))
+        yield Case(f"norm/{s}/imag/vector_axis0", "norm", (A([z, 2 + 1j], dt),), (("axis", 0),))
+        yield Case(f"normalize/{s}/imag/vector", "normalize", (A([z, 2 + 1j], dt),))
+        m = A(gen(f"{s}/imag/m", (3, 4), "complex"), dt)
+        yield Case(f"norm/{s}/imag/fro", "norm", (m,), (("ord", "fro"), ("axis", (0, 1))))
+        yield Case(f"normalize/{s}/imag/axis1", "normalize", (m,), (("axis", 1),))
+
+
 def _all() -> tuple[Case, ...]:
     out = tuple(
         itertools.chain(
@@ -1572,6 +1623,7 @@ def _all() -> tuple[Case, ...]:
             _norm(),
             _l2_normalize(),
             _normalize(),
+            _fidelity(),
         )
     )
     seen: set[str] = set()

@@ -76,33 +76,36 @@ VARIANTS = ("eager", "jit", "grad")
 #:   4 allowed.
 #: * ``norm`` / ``normalize``: p-norms go through ``pow`` twice (TF's pow differs from
 #:   NumPy/torch/JAX by up to 2 ulp, section 0.5) and the matrix 2-norm through an SVD: 6.
-#: * float16 and bfloat16: TF accumulates half-precision sums partly in the half type while the
-#:   backends accumulate in float32 (or pairwise), so the sum of n squares can be off by up to
-#:   ~n/2 half-ulps for the sizes in the catalogue (at most 1000 elements); the rounding of the
-#:   final result then dominates. 16 ulp (f16) and 8 ulp (bf16, 3 fewer mantissa bits, so a
-#:   summation error is fewer of its ulps) bound what we observed with a margin.
+#: * float16: TF accumulates half-precision sums partly in float16 while the backends
+#:   accumulate in float32 (or pairwise), so the sum of n squares can be off by up to ~n/2
+#:   half-ulps for the sizes in the catalogue; the rounding of the final result then dominates.
+#:   16 ulp bounds what we observed with a margin.
+#: * bfloat16: TF's ``reduce_sum`` sums in float32 and rounds once, its ``l2_loss`` stays within
+#:   2 ulp of that (docs/index.md), and anyclip sums bfloat16 in float32 on every backend: 2 ulp
+#:   measured over the whole catalogue (torch, JAX eager and jit), 3 allowed. (It was 8 while
+#:   JAX summed in bfloat16, which hid errors of 4 ulp on 1,001 elements.)
 #: * float64: the same op counts as float32; differences are the same few ulps.
 BUDGETS: dict[tuple[str, str | None], float] = {
     ("clip_by_value", None): 0,
     ("clip_by_norm", None): 4,
     ("clip_by_norm", "float16"): 16,
-    ("clip_by_norm", "bfloat16"): 8,
+    ("clip_by_norm", "bfloat16"): 3,
     ("global_norm", None): 4,
     ("global_norm", "float16"): 16,
-    ("global_norm", "bfloat16"): 8,
+    ("global_norm", "bfloat16"): 3,
     ("clip_by_global_norm", None): 4,
     ("clip_by_global_norm", "float16"): 16,
-    ("clip_by_global_norm", "bfloat16"): 8,
+    ("clip_by_global_norm", "bfloat16"): 3,
     ("clip_by_average_norm", None): 4,
     ("norm", None): 6,
     ("norm", "float16"): 16,
-    ("norm", "bfloat16"): 8,
+    ("norm", "bfloat16"): 3,
     ("l2_normalize", None): 4,
     ("l2_normalize", "float16"): 16,
-    ("l2_normalize", "bfloat16"): 8,
+    ("l2_normalize", "bfloat16"): 3,
     ("normalize", None): 6,
     ("normalize", "float16"): 16,
-    ("normalize", "bfloat16"): 8,
+    ("normalize", "bfloat16"): 3,
 }
 
 #: Gradient budgets. Gradients are sums of products whose terms cancel (for example

@@ -5,8 +5,8 @@ cannot be converted is refused. anyclip follows it:
 
 * The main input (``t``, ``tensor``, ``x``) is an array of any supported library. A Python scalar
   or (nested) list is converted as TF's ``convert_to_tensor`` does: bool → bool, int → int32,
-  float → float32, complex → complex64, in the namespace of the other array arguments (NumPy when
-  there is none).
+  float → float32, complex → complex128 (a list by its widest element), in the namespace of
+  the other array arguments (NumPy when there is none).
 * A Python scalar argument (a bound, ``clip_norm``, ``epsilon``) is converted to the main input's
   dtype: a float (or complex) on an integer dtype is a ``TypeError``; an integer outside an integer
   dtype's range wraps around, as in TF; a float beyond a floating dtype's range becomes ±inf.
@@ -122,7 +122,7 @@ def as_input(value: Any, xp: Namespace, name: str) -> Any:
     except TypeError as exc:
         msg = f"`{name}`: {exc}"
         raise TypeError(msg) from None
-    dtype = {"bool": xp.bool, "int": xp.int32, "float": xp.float32, "complex": xp.complex64}[kind]
+    dtype = {"bool": xp.bool, "int": xp.int32, "float": xp.float32, "complex": xp.complex128}[kind]
     return xp.asarray(value, dtype=dtype)
 
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from anyclip import _fast
 from anyclip import _gradients as g
-from anyclip._compat import Namespace, as_array, constant, library, quiet, sqrt
+from anyclip._compat import Namespace, as_array, constant, dtype_name, library, quiet, sqrt
 
 __all__ = [
     "clip_by_average_norm",
@@ -66,7 +66,14 @@ def _scalar(xp: Namespace, value: float, like: Any) -> Any:
 
 
 def _sum(xp: Namespace, x: Any, axis: Any, keepdims: bool) -> Any:
-    """``reduce_sum`` in ``x``'s own dtype (the standard would widen integers)."""
+    """``reduce_sum`` in ``x``'s own dtype (the standard would widen integers).
+
+    bfloat16 is summed in float32 and rounded once, as TF's ``reduce_sum`` (and, within 2 ULP,
+    its ``l2_loss``) does: a sum kept in bfloat16 stops growing at 256 times an addend.
+    """
+    if dtype_name(x.dtype) == "bfloat16":
+        wide = xp.sum(x, axis=axis, keepdims=keepdims, dtype=xp.float32)
+        return xp.astype(wide, x.dtype)
     return xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
 
@@ -211,7 +218,10 @@ def norm(
     is_matrix = isinstance(axis, tuple)
     if ord in ("fro", "euclidean", 2) and not (is_matrix and ord == 2):
         if xp.isdtype(x.dtype, "complex floating"):
-            r = sqrt(xp, _sum(xp, x * xp.conj(x), axis, keepdims=True))
+            # TF's ``x * conj(x)`` has the real part re*re + im*im and an imaginary part of
+            # exactly 0; summed as a complex product here, it would not be (FMA, rounding).
+            re, im = xp.real(x), xp.imag(x)
+            r = xp.astype(sqrt(xp, _sum(xp, re * re + im * im, axis, keepdims=True)), x.dtype)
         else:
             axes = axis if axis is None or isinstance(axis, tuple) else (axis,)
             fast = _fast.l2norm(xp, x, axes)

@@ -40,7 +40,14 @@ __all__ = [
 
 
 class ClipByGlobalNormState(NamedTuple):
-    """State of :func:`clip_by_global_norm`: the global norm of the last updates, pre-clip."""
+    """State of :func:`clip_by_global_norm`: the global norm of the last updates, pre-clip.
+
+    Its dtype is fixed at ``init`` (a state's dtypes must not change between steps under
+    ``jax.jit`` and ``lax.scan``): float32, or float64 when the parameters' norm dtype is
+    float64. A float16 or bfloat16 norm is held exactly, and a float32 norm too, whatever
+    dtype the parameters had at ``init`` (float16 parameters do not turn a norm of 1e6 into
+    inf).
+    """
 
     global_norm: jax.Array
 
@@ -75,7 +82,8 @@ def clip_by_global_norm(
     Returns
     -------
     optax.GradientTransformation
-        Its state is a :class:`ClipByGlobalNormState` holding the last pre-clip norm.
+        Its state is a :class:`ClipByGlobalNormState` holding the last pre-clip norm, in
+        float32 (float64 for float64 parameters), whatever the updates' dtype.
 
     Raises
     ------
@@ -87,7 +95,9 @@ def clip_by_global_norm(
         raise ValueError(msg)
 
     def init_fn(params: Any) -> ClipByGlobalNormState:
-        return ClipByGlobalNormState(jnp.zeros((), _norm_dtype(params, accumulate_dtype)))
+        # at least float32: the updates may be wider than the parameters seen here
+        dtype = jnp.promote_types(_norm_dtype(params, accumulate_dtype), jnp.float32)
+        return ClipByGlobalNormState(jnp.zeros((), dtype))
 
     def update_fn(
         updates: Any, state: ClipByGlobalNormState, params: Any = None

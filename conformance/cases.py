@@ -1592,6 +1592,51 @@ def _fidelity() -> Iterator[Case]:
             yield Case(f"clip_by_norm/{cid}", "clip_by_norm", (x, 1.0))
             yield Case(f"global_norm/{cid}", "global_norm", (Seq((x, x)),))
             yield Case(f"clip_by_global_norm/{cid}", "clip_by_global_norm", (Seq((x, x)), 1.0))
+    # Sums over several axes of same-sign squares (XLA:CPU nests one loop per axis).
+    shape = (7, 2, 2, 5, 3)
+    for dt in ("float32", "float64"):
+        s = SHORT[dt]
+        for i in range(12 if dt == "float32" else 3):
+            cid = f"{s}/several_axes/{i}"
+            x = A(gen(cid, shape, "uniform", lo=0.5, hi=1.5), dt)
+            yield Case(f"norm/{cid}", "norm", (x,))
+            yield Case(f"global_norm/{cid}", "global_norm", (Seq((x,)),))
+            if dt == "float32":
+                yield Case(f"clip_by_average_norm/{cid}", "clip_by_average_norm", (x, 0.01))
+            for axes in (None, (0, 1, 2, 3, 4), (0, 2, 4), (1, 3)):
+                label = _axes_label(axes)
+                yield Case(f"clip_by_norm/{cid}/{label}", "clip_by_norm", (x, 1.0, axes))
+                kw = () if axes is None else (("axis", axes),)
+                yield Case(f"l2_normalize/{cid}/{label}", "l2_normalize", (x,), kw)
+    # Argument shapes and dtypes TF accepts, or refuses, that backends used to get first.
+    x23 = A(gen("f32/shapes/x23", (2, 3)), "float32")
+    for name, eps in (("5", [1.0] * 5), ("3", [1e-12] * 3), ("2x1", [[1e-12], [4.0]])):
+        err = "ValueError" if name == "5" else None
+        yield Case(
+            f"l2_normalize/f32/epsilon_shape/{name}",
+            "l2_normalize",
+            (x23,),
+            (("epsilon", A(eps, "float32")),),
+            error=err,
+        )
+    v3, v2 = A([1.0, 2.0, 2.0], "float32"), A([3.0, 4.0], "float32")
+    shapes = {
+        "clip2_t3": ((Seq((v3,)), A([1.0, 2.0], "float32")), (), "ValueError"),
+        "clip2_t2": ((Seq((v2,)), A([1.0, 2.0], "float32")), (), None),
+        "clip1_t3": ((Seq((v3,)), A([1.0], "float32")), (), None),
+        "use2_t3": ((Seq((v3,)), 1.0), (("use_norm", A([1.0, 2.0], "float32")),), "ValueError"),
+        "use1_t3": ((Seq((v3,)), 1.0), (("use_norm", A([2.0], "float32")),), None),
+    }
+    for name, (args, kw, err) in shapes.items():
+        yield Case(
+            f"clip_by_global_norm/f32/shape/{name}", "clip_by_global_norm", args, kw, error=err
+        )
+    for cdt in ("uint8", "uint16", "uint32", "uint64", "int64", "bool"):
+        err = "TypeError" if cdt == "bool" else None
+        c = A(True if cdt == "bool" else 2, cdt)
+        yield Case(
+            f"clip_by_norm/f32/clip_norm_dtype/{SHORT[cdt]}", "clip_by_norm", (v2, c), error=err
+        )
     # Python complex data is complex128 in TF (complex64 would underflow these squares).
     tiny = 2.76e-31 - 7.68e-31j
     yield Case("normalize/py/complex_scalar", "normalize", (tiny,))

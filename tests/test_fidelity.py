@@ -99,3 +99,116 @@ def test_optax_state_holds_a_wider_update_norm(backend, make):
     norm = backend.to_numpy(state.global_norm)
     assert norm.dtype == np.float32
     assert norm == np.float32(1e6)
+
+
+# ------------------------------------------- 6-12. argument errors backends used to raise first
+torch_backends = pytest.mark.parametrize("backend", ["torch", "torch-cuda"], indirect=True)
+
+
+def test_l2_normalize_epsilon_shape(backend, make, check):
+    x = make(np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"`epsilon` of shape \(5,\) must broadcast against"):
+        anyclip.l2_normalize(x, epsilon=make(np.ones(5)))
+    # TF 2.21: an epsilon that broadcasts is used per element, [1/sqrt(6)] * 6 here
+    check(
+        anyclip.l2_normalize(x, epsilon=make([1e-12] * 3)),
+        np.full((2, 3), 0.40824828),
+        "float32",
+        3,
+    )
+
+
+def test_clip_by_global_norm_argument_shapes(backend, make, check):
+    v = make([1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="`clip_norm` of shape \\(2,\\)"):
+        anyclip.clip_by_global_norm([v], make([1.0, 2.0]))
+    with pytest.raises(ValueError, match="`use_norm` of shape \\(2,\\)"):
+        anyclip.clip_by_global_norm([v], 1.0, use_norm=make([1.0, 2.0]))
+    # TF 2.21 accepts shapes that broadcast to every array: [0.57735026] * 3, and [0.5] * 3
+    check(anyclip.clip_by_global_norm([v], make([1.0]))[0][0], [0.57735026] * 3, "float32", 3)
+    out, n = anyclip.clip_by_global_norm([v], 1.0, use_norm=make([2.0]))
+    check(out[0], [0.5] * 3, "float32")
+    check(n, [2.0], "float32")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64", "int64"])
+def test_clip_by_norm_integer_clip_norm_array_is_cast(backend, make, check, dtype):
+    out = anyclip.clip_by_norm(make([3.0, 4.0]), make(2, dtype))
+    check(out, [1.2, 1.6], "float32", 2)  # TF 2.21 casts clip_norm: [1.2, 1.6]
+
+
+def test_clip_by_norm_bool_clip_norm_array_is_refused(backend, make):
+    with pytest.raises(TypeError, match="`clip_norm` must have a real dtype"):
+        anyclip.clip_by_norm(make([3.0, 4.0]), make(True, "bool"))  # TF: TypeError
+
+
+@torch_backends
+def test_torch_float8_is_a_clear_type_error(backend, make):
+    torch = backend.module
+    t = make([1.0, 2.0]).to(torch.float8_e4m3fn)
+    for call in (
+        lambda: anyclip.clip_by_norm(t, 1.0),
+        lambda: anyclip.norm(t),
+        lambda: anyclip.clip_by_value(t, 0.0, 1.0),
+        lambda: anyclip.global_norm([t]),
+    ):
+        with pytest.raises(TypeError, match=r"float8_e4m3fn .*cast the array to float32"):
+            call()
+    with pytest.raises(TypeError, match="`accumulate_dtype`"):
+        anyclip.norm(make([1.0, 2.0]), accumulate_dtype="float8_e4m3fn")
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn"])
+def test_numpy_ml_dtypes_are_a_clear_type_error(name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a = np.ones(3, dtype=getattr(ml_dtypes, name))
+    for arg, call in (
+        ("t", lambda: anyclip.clip_by_norm(a, 1.0)),
+        ("tensor", lambda: anyclip.norm(a)),
+        ("x", lambda: anyclip.l2_normalize(a)),
+        ("t_list\\[0\\]", lambda: anyclip.global_norm([a])),
+    ):
+        with pytest.raises(TypeError, match=f"`{arg}` must have .*got {name}.*float32"):
+            call()
+
+
+@torch_backends
+def test_torch_clip_grad_norm_takes_a_one_element_tensor(backend, make):
+    torch = backend.module
+    import anyclip.torch as at
+
+    ours, theirs = torch.nn.Parameter(make([0.0, 0.0])), torch.nn.Parameter(make([0.0, 0.0]))
+    ours.grad, theirs.grad = make([3.0, 4.0]), make([3.0, 4.0])
+    norm = at.clip_grad_norm_([ours], make([1.0]))
+    ref = torch.nn.utils.clip_grad_norm_([theirs], make([1.0]))
+    assert float(norm) == float(ref) == 5.0
+    np.testing.assert_allclose(
+        backend.to_numpy(ours.grad), backend.to_numpy(theirs.grad), rtol=1e-6
+    )
+    with pytest.raises(ValueError, match="`clip_norm` must hold one value"):
+        at.clip_grad_norm_([ours], make([1.0, 2.0]))
+
+
+def test_byte_swapped_numpy_arrays_are_accepted():
+    big, little = np.array([3.0, 4.0], ">f4"), np.array([12.0], "<f4")
+    # TF 2.21: [1.2, 1.6], [0.6, 0.8], 13, 5 (float32 / float64, native order)
+    for out, expected in (
+        (anyclip.clip_by_average_norm(big, 1.0), [1.2, 1.6]),
+        (anyclip.clip_by_norm(big, 1.0), [0.6, 0.8]),
+        (anyclip.global_norm([big, little]), 13.0),
+        (anyclip.norm(np.array([3.0, 4.0], ">f8")), 5.0),
+        (anyclip.clip_by_value(little, np.array(1.0, ">f4"), 2.0), [2.0]),
+    ):
+        assert out.dtype.isnative
+        np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_recursive_tree_is_a_value_error():
+    from anyclip import tree
+
+    looped: list = [np.ones(2, np.float32)]
+    looped.append(looped)
+    with pytest.raises(ValueError, match=r"must not contain itself.*tree\[1\]"):
+        tree.global_norm(looped)
+    shared = [np.ones(2, np.float32)]
+    assert float(tree.global_norm([shared, shared])) == 2.0  # a shared subtree is no cycle

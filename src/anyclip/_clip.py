@@ -14,6 +14,7 @@ from anyclip._convert import (
     as_input,
     as_operand,
     check_broadcastable,
+    check_compatible,
     dtype_kind,
     is_sequence_of_arrays,
     normalize_axes,
@@ -122,7 +123,11 @@ def _clip_norm_operand(xp: Any, clip_norm: Any, t: Any) -> Any:
             clip_norm = 0
         return as_operand(clip_norm, xp, t, "clip_norm")
     if is_array(clip_norm):
-        require_kind(xp, clip_norm, "clip_norm", ("bool", "int", "real"), "a real dtype")
+        what = "a real dtype (TF's maximum(clip_norm, 0) refuses bool)"
+        require_kind(xp, clip_norm, "clip_norm", ("int", "real"), what)
+        if xp.isdtype(clip_norm.dtype, "unsigned integer"):
+            # never negative, so TF's maximum(clip_norm, 0) is the identity (torch has none)
+            return as_operand(clip_norm, xp, t, "clip_norm", cast_arrays=True)
         zero = as_operand(0, xp, clip_norm, "clip_norm")
         clipped = _gradients.maximum(xp, clip_norm, zero)
         return as_operand(clipped, xp, t, "clip_norm", cast_arrays=True)
@@ -401,7 +406,9 @@ def clip_by_global_norm(
         ``accumulate_dtype``) do not share one dtype, ``use_norm`` is not an array,
         ``clip_norm`` is an array of another dtype, or ``accumulate_dtype`` is not floating.
     ValueError
-        If ``clip_norm`` is None or ``nonfinite`` is not one of the policies.
+        If ``clip_norm`` is None, ``clip_norm`` or ``use_norm`` cannot broadcast against every
+        array (a larger one enlarges the outputs, as in TF), or ``nonfinite`` is not one of
+        the policies.
     FloatingPointError
         With ``nonfinite="raise"``, if the global norm is inf or NaN.
 
@@ -453,6 +460,10 @@ def clip_by_global_norm(
         values = _any_list(xp, items)
         require_kind(xp, use_norm, "use_norm", ("real",), _FLOATS)
     c = as_operand(clip_norm, xp, use_norm, "clip_norm")
+    for i, v in enumerate(values):  # TF multiplies each array by the scale, of any shape
+        if v is not None:
+            check_compatible(tuple(c.shape), tuple(v.shape), "clip_norm", f"t_list[{i}]")
+            check_compatible(tuple(use_norm.shape), tuple(v.shape), "use_norm", f"t_list[{i}]")
     if nonfinite == "raise" and not bool(xp.all(xp.isfinite(use_norm))):  # host sync
         msg = f"the global norm is not finite ({float(use_norm)}); `nonfinite` is 'raise'"
         raise FloatingPointError(msg)

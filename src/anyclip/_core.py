@@ -71,10 +71,49 @@ def _sum(xp: Namespace, x: Any, axis: Any, keepdims: bool) -> Any:
     bfloat16 is summed in float32 and rounded once, as TF's ``reduce_sum`` (and, within 2 ULP,
     its ``l2_loss``) does: a sum kept in bfloat16 stops growing at 256 times an addend.
     """
-    if dtype_name(x.dtype) == "bfloat16":
-        wide = xp.sum(x, axis=axis, keepdims=keepdims, dtype=xp.float32)
-        return xp.astype(wide, x.dtype)
-    return xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+    bf16 = dtype_name(x.dtype) == "bfloat16"
+    dtype = xp.float32 if bf16 else x.dtype
+    if library(xp) == "jax":
+        r = _jax_sum_once(xp, x, axis, keepdims, dtype)
+    else:
+        r = xp.sum(x, axis=axis, keepdims=keepdims, dtype=dtype)
+    return xp.astype(r, x.dtype) if bf16 else r
+
+
+#: Elements per row in :func:`_jax_sum_once`.
+_JAX_ROW = 32
+
+
+def _jax_sum_once(xp: Namespace, x: Any, axis: Any, keepdims: bool, dtype: Any) -> Any:
+    """A JAX sum over several axes: merged into one axis, summed in rows of ``_JAX_ROW``.
+
+    XLA:CPU reduces several axes one loop inside another, which accumulates like a sequential
+    sum: 11 to 14 ulp from the exact float32 sum of 420 positive squares of shape
+    (7, 2, 2, 5, 3), eager or under ``jit``, where TF stays within 1.4. Merging the axes is
+    enough eagerly, but under ``jit`` XLA folds the reshape back into the product that feeds
+    the sum; row sums, then the sum of the rows, stay within 2.3 either way (measured).
+    """
+    shape = tuple(x.shape)
+    axes = tuple(range(len(shape))) if axis is None else axis
+    if not isinstance(axes, tuple) or len(axes) < 2:
+        return xp.sum(x, axis=axis, keepdims=keepdims, dtype=dtype)
+    rest = tuple(i for i in range(len(shape)) if i not in axes)
+    perm = (*rest, *axes)
+    moved = x if perm == tuple(range(len(shape))) else xp.permute_dims(x, perm)
+    kept = tuple(shape[i] for i in rest)
+    n = math.prod(shape[a] for a in axes)
+    merged = xp.reshape(moved, (*kept, n))
+    rows = n // _JAX_ROW
+    if rows < 2:
+        r = xp.sum(merged, axis=-1, dtype=dtype)
+    else:
+        head = xp.reshape(merged[..., : rows * _JAX_ROW], (*kept, rows, _JAX_ROW))
+        r = xp.sum(xp.sum(head, axis=-1, dtype=dtype), axis=-1, dtype=dtype)
+        if n > rows * _JAX_ROW:
+            r = r + xp.sum(merged[..., rows * _JAX_ROW :], axis=-1, dtype=dtype)
+    if keepdims:
+        return xp.reshape(r, tuple(1 if i in axes else n for i, n in enumerate(shape)))
+    return r
 
 
 def _max(xp: Namespace, x: Any, axis: Any) -> Any:

@@ -13,8 +13,10 @@ from typing import Any, TypeVar
 from anyclip import _core, _fast
 from anyclip._compat import dtype_name, is_numpy_scalar, namespace
 from anyclip._convert import (
+    _UNSUPPORTED,
     as_input,
     as_operand,
+    check_compatible,
     dtype_kind,
     normalize_axes,
     require_kind,
@@ -103,6 +105,8 @@ def _check_norm_dtype(xp: Any, x: Any, ord: Any, name: str, is_matrix: bool) -> 
         f"(signed integers only with ord 1 or inf: TF has no abs for unsigned ones), "
         f"got {dtype_name(x.dtype)}"
     )
+    if kind == "other":
+        msg += _UNSUPPORTED
     raise TypeError(msg)
 
 
@@ -252,7 +256,9 @@ def l2_normalize(
         If ``x`` is not floating or complex, ``epsilon`` is an array of another dtype, or
         ``accumulate_dtype`` is not floating (or is given for complex ``x``).
     ValueError
-        If both ``axis`` and ``dim`` are given, or an axis is repeated or out of range.
+        If both ``axis`` and ``dim`` are given, an axis is repeated or out of range, or an
+        ``epsilon`` array cannot broadcast against ``x`` (a larger one enlarges the result,
+        as in TF).
 
     See Also
     --------
@@ -287,6 +293,7 @@ def l2_normalize(
     work = _accumulating(xp, x, accumulate_dtype, "x")
     real_dtype = work.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
     eps = as_operand(epsilon, xp, work, "epsilon", dtype=real_dtype)
+    check_compatible(tuple(eps.shape), tuple(x.shape), "epsilon", "x")
     out = _core.l2_normalize(xp, work, ax, eps)
     return out if work is x else xp.astype(out, x.dtype)
 

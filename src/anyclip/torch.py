@@ -60,7 +60,8 @@ def clip_grad_norm_(
     parameters : Tensor or iterable of Tensor
         Parameters whose ``.grad`` is clipped; those without a gradient are skipped.
     clip_norm : float or Tensor
-        The largest global norm (``max_norm`` in torch).
+        The largest global norm (``max_norm`` in torch); a tensor holds one value (any shape,
+        such as ``torch.tensor([1.0])``, as torch's own accepts).
     norm_type : float, optional
         Only 2 (TF clips by the L2 norm); accepted so torch calls run unchanged.
     error_if_nonfinite : bool, optional
@@ -82,7 +83,8 @@ def clip_grad_norm_(
     Raises
     ------
     ValueError
-        If ``norm_type`` is not 2, or ``nonfinite`` is not a policy.
+        If ``norm_type`` is not 2, ``nonfinite`` is not a policy, or a ``clip_norm`` tensor
+        holds more than one value.
     FloatingPointError
         With ``nonfinite="raise"`` (or ``error_if_nonfinite``) and a non-finite norm.
 
@@ -121,6 +123,11 @@ def clip_grad_norm_(
         msg = f"the global norm of the gradients is not finite ({float(norm)})"
         raise FloatingPointError(msg)
     c = as_operand(clip_norm, xp, norm, "clip_norm")
+    if c.ndim:  # torch's own takes a one-element tensor, whatever its shape
+        if c.numel() != 1:
+            msg = f"`clip_norm` must hold one value, got a tensor of shape {tuple(c.shape)}"
+            raise ValueError(msg)
+        c = c.reshape(())
     scale = _core.global_scale(xp, c, norm, nonfinite)
     by_group: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for g in grads:

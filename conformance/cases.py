@@ -1652,6 +1652,15 @@ def _fidelity() -> Iterator[Case]:
         yield Case(f"norm/{s}/imag/scalar", "norm", (A(z, dt),))
         yield Case(f"norm/{s}/imag/vector_axis0", "norm", (A([z, 2 + 1j], dt),), (("axis", 0),))
         yield Case(f"normalize/{s}/imag/vector", "normalize", (A([z, 2 + 1j], dt),))
+        for name, vals in (
+            ("inf_imag", [3 + 4j, complex(0.0, INF)]),
+            ("inf_real", [complex(INF, 0.0)]),
+            ("inf_both", [complex(INF, -INF), 1j]),
+            ("nan_real", [complex(NAN, 0.0)]),
+            ("overflow", [complex(1e30, 1e30), 1.0]),
+        ):
+            for fn in ("norm", "normalize", "l2_normalize"):
+                yield Case(f"{fn}/{s}/imag/{name}", fn, (A(vals, dt),))
         m = A(gen(f"{s}/imag/m", (3, 4), "complex"), dt)
         yield Case(f"norm/{s}/imag/fro", "norm", (m,), (("ord", "fro"), ("axis", (0, 1))))
         yield Case(f"normalize/{s}/imag/axis1", "normalize", (m,), (("axis", 1),))

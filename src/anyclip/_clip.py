@@ -17,6 +17,7 @@ from anyclip._convert import (
     check_compatible,
     dtype_kind,
     is_sequence_of_arrays,
+    native_order,
     normalize_axes,
     require_kind,
     resolve_accumulate_dtype,
@@ -458,6 +459,7 @@ def clip_by_global_norm(
         raise TypeError(msg)
     else:
         values = _any_list(xp, items)
+        use_norm = native_order(use_norm)
         require_kind(xp, use_norm, "use_norm", ("real",), _FLOATS)
     c = as_operand(clip_norm, xp, use_norm, "clip_norm")
     for i, v in enumerate(values):  # TF multiplies each array by the scale, of any shape

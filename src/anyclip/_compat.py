@@ -19,6 +19,7 @@ __all__ = [
     "Namespace",
     "as_array",
     "comparable_dtype",
+    "complex_from_parts",
     "constant",
     "default_namespace",
     "device",
@@ -233,6 +234,39 @@ def sqrt(xp: Namespace, x: Any) -> Any:
         if x.dtype == torch.float32 and x.device.type != "mps":
             return torch.sqrt(x.double()).float()
     return xp.sqrt(x)
+
+
+def complex_from_parts(xp: Namespace, re: Any, im: Any, dtype: Any) -> Any:
+    """``re + im * 1j`` of complex ``dtype``, each part kept as it is (TF's ``complex``).
+
+    The standard has no such constructor, and ``im * 1j`` puts ``im * 0`` (NaN for an infinite
+    ``im``) into the real part; torch and JAX have one, NumPy assigns the parts.
+    """
+    lib = library(xp)
+    if lib == "torch":
+        import torch
+
+        return torch.complex(re, im)
+    if lib == "jax":
+        import jax
+
+        return jax.lax.complex(re, im)
+    if lib == "numpy":
+        import numpy as np
+
+        out = np.empty(np.broadcast_shapes(re.shape, im.shape), dtype=dtype)
+        out.real, out.imag = re, im
+        return out
+    # ``im * 1j`` is exact for finite ``im``; infinities and NaN are put in by constants.
+    finite = xp.isfinite(im)
+    zero = xp.zeros_like(im)
+    out = xp.astype(re, dtype) + xp.astype(xp.where(finite, im, zero), dtype) * constant(
+        xp, 1j, dtype, re
+    )
+    for special in (complex(0, math.inf), complex(0, -math.inf), complex(0, math.nan)):
+        hit = xp.isnan(im) if special.imag != special.imag else im == special.imag
+        out = xp.where(hit, out + constant(xp, special, dtype, re), out)
+    return out
 
 
 def is_weak_scalar(value: Any) -> bool:

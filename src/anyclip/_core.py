@@ -20,7 +20,16 @@ from typing import Any, TypeVar
 
 from anyclip import _fast
 from anyclip import _gradients as g
-from anyclip._compat import Namespace, as_array, constant, dtype_name, library, quiet, sqrt
+from anyclip._compat import (
+    Namespace,
+    as_array,
+    complex_from_parts,
+    constant,
+    dtype_name,
+    library,
+    quiet,
+    sqrt,
+)
 
 __all__ = [
     "clip_by_average_norm",
@@ -259,8 +268,12 @@ def norm(
         if xp.isdtype(x.dtype, "complex floating"):
             # TF's ``x * conj(x)`` has the real part re*re + im*im and an imaginary part of
             # exactly 0; summed as a complex product here, it would not be (FMA, rounding).
+            # The imaginary part re * -im + im * re is 0, or NaN where a part is inf or NaN
+            # or a product overflows (TF's norm of inf j is inf + nan j).
             re, im = xp.real(x), xp.imag(x)
-            r = xp.astype(sqrt(xp, _sum(xp, re * re + im * im, axis, keepdims=True)), x.dtype)
+            r = sqrt(xp, _sum(xp, re * re + im * im, axis, keepdims=True))
+            i = _sum(xp, re * im - im * re, axis, keepdims=True)
+            r = complex_from_parts(xp, r, i, x.dtype)
         else:
             axes = axis if axis is None or isinstance(axis, tuple) else (axis,)
             fast = _fast.l2norm(xp, x, axes)
@@ -324,7 +337,8 @@ def l2_normalize(xp: Namespace, x: Any, axis: tuple[int, ...] | None, epsilon: A
         re, im = xp.real(x), xp.imag(x)
         square_sum = _sum(xp, re * re + im * im, axis, keepdims=True)
         x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
-        return x * xp.astype(x_inv_norm, x.dtype)
+        # TF scales the parts apart: inf + 0j gives nan + 0j, not nan + nan j
+        return complex_from_parts(xp, re * x_inv_norm, im * x_inv_norm, x.dtype)
     square_sum = _sum(xp, x * x, axis, keepdims=True)
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
     return x * x_inv_norm
@@ -345,6 +359,11 @@ def normalize(
     n = norm(xp, x, ord, axis, keepdims=True)
     if n.dtype != x.dtype:
         n = xp.astype(n, x.dtype)
+    if dtype_name(x.dtype) == "complex64":
+        # The Euclidean norm of an infinite part is inf + nan j. TF's complex64 division by it
+        # gives 0 for finite entries, as dividing by its real part does; its complex128
+        # division gives NaN, as the plain division does (measured, catalogue imag/ cases).
+        return x / xp.astype(xp.real(n), x.dtype), n
     if xp.isdtype(x.dtype, "integral"):
         bits = _TRUEDIV_FLOAT_BITS[xp.iinfo(x.dtype).bits]
         fdt = xp.float32 if bits == 32 else xp.float64

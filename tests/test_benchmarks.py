@@ -2,6 +2,7 @@
 
 No timing is asserted: a tiny budget on the smallest workload only checks that the runner, the
 anchors and the report still work, so that ``make bench`` keeps running from a fresh clone.
+Peak memory is asserted (``benchmarks/memory.py``): it does not depend on the machine's load.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from benchmarks import memory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,3 +34,11 @@ def test_benchmark_command_writes_report(tmp_path):
     for op in ("clip_by_value", "clip_by_norm", "norm"):
         assert f"| W5 one 6-element tensor | {op} | numpy | **anyclip** |" in table
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", list(memory.CALLS))
+def test_accumulate_dtype_peak_memory_is_bounded(name):
+    # issue 14: casting every array to the accumulation dtype at once peaked at 3x input + output.
+    # One block (1 Mi elements in float32, and its products: about 12 MiB) is the fixed cost,
+    # so the bound holds from inputs of tens of MiB: 64 MiB of float16 here.
+    assert memory.peak_ratio(name, 1 << 25) <= 1.5

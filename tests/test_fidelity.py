@@ -212,3 +212,25 @@ def test_recursive_tree_is_a_value_error():
         tree.global_norm(looped)
     shared = [np.ones(2, np.float32)]
     assert float(tree.global_norm([shared, shared])) == 2.0  # a shared subtree is no cycle
+
+
+# ------------------------------------------ memory: accumulate_dtype casts one block at a time
+@pytest.mark.parametrize("block", [7, 64])
+def test_accumulate_dtype_blocks_give_the_formula(backend, make, check, monkeypatch, block):
+    from anyclip import _core
+
+    monkeypatch.setattr(_core, "UPCAST_BLOCK", block)  # many blocks on a small input
+    rng = np.random.default_rng(3)
+    x64 = rng.standard_normal((5, 41)) * 40.0  # squares of 300 overflow float16 (TF's trap)
+    x64[0, 0] = 300.0
+    x16 = x64.astype(np.float16).astype(np.float64)  # the float16 values, exactly
+    x = make(x16, "float16")
+    n = np.sqrt(np.sum(x16 * x16))  # float64: within float32 rounding of the formula
+    check(anyclip.norm(x, accumulate_dtype="float32"), n, "float16", 1)
+    # global norms are returned in the accumulation dtype
+    check(anyclip.global_norm([x, x], accumulate_dtype="float32"), n * np.sqrt(2), "float32", 4)
+    check(anyclip.clip_by_norm(x, 1.0, accumulate_dtype="float32"), x16 / n, "float16", 1)
+    check(anyclip.l2_normalize(x, accumulate_dtype="float32"), x16 / n, "float16", 1)
+    out, gn = anyclip.clip_by_global_norm([x], 1.0, accumulate_dtype="float32")
+    check(gn, n, "float32", 4)
+    check(out[0], x16 / n, "float16", 1)

@@ -5,6 +5,7 @@ The arithmetic lives in :mod:`anyclip._core`; the dtype policy in :mod:`anyclip.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -218,6 +219,11 @@ def clip_by_norm(
     require_kind(xp, t, "t", ("real",), _FLOATS)
     ax = normalize_axes(axes, t.ndim, "axes")
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [t.dtype])
+    if acc is not None and acc != t.dtype and ax is None:  # no cast copy of all of t
+        like = xp.astype(xp.reshape(t, (-1,))[: min(1, math.prod(t.shape))], acc)
+        c = _clip_norm_operand(xp, clip_norm, like)
+        if c.ndim == 0:
+            return _core.upcast_clip_by_norm(xp, t, c, acc)
     work = t if acc is None or acc == t.dtype else xp.astype(t, acc)
     c = _clip_norm_operand(xp, clip_norm, work)
     check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t")
@@ -347,8 +353,8 @@ def _global_norm(xp: Any, items: list[Any], accumulate_dtype: Any, *, checked: b
         items = _floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
     arrays = [v for v in items if v is not None]
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [v.dtype for v in arrays])
-    if acc is not None:
-        arrays = [v if v.dtype == acc else xp.astype(v, acc) for v in arrays]
+    if acc is not None and any(v.dtype != acc for v in arrays):
+        return _core.upcast_global_norm(xp, arrays, acc)  # no cast copy of every array
     if arrays:
         return _core.global_norm(xp, arrays, arrays[0].dtype, arrays[0])
     return _core.global_norm(xp, [], xp.float32 if acc is None else acc, None)

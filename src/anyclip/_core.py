@@ -25,6 +25,7 @@ from anyclip._compat import (
     as_array,
     complex_from_parts,
     constant,
+    device,
     dtype_name,
     library,
     quiet,
@@ -186,6 +187,34 @@ def half_squared_sum(xp: Namespace, arrays: Sequence[Any]) -> Any:
     return _sum(xp, xp.stack(half), None, keepdims=False)
 
 
+#: Elements cast at a time by :func:`upcast_half_squared_sum` (4 MiB of float32).
+UPCAST_BLOCK = 1 << 20
+
+
+def upcast_half_squared_sum(xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
+    """:func:`half_squared_sum` of ``arrays`` cast to ``acc``, without casting them all at once.
+
+    Arrays already of dtype ``acc`` are summed as they are, together; the others are cast one
+    block of ``UPCAST_BLOCK`` elements at a time and each block's half sum taken before the
+    next is cast, so the temporaries stay at one block whatever the sizes (casting every
+    array first kept twice the input alive: float16 to float32).
+    """
+    same = [v for v in arrays if v.dtype == acc]
+    parts = [half_squared_sum(xp, same)] if same else []
+    for v in arrays:
+        if v.dtype == acc:
+            continue
+        flat = xp.reshape(v, (-1,))
+        n = int(flat.shape[0])
+        for start in range(0, max(n, 1), UPCAST_BLOCK):
+            block = xp.astype(flat[start : min(n, start + UPCAST_BLOCK)], acc)
+            parts.append(half_squared_sum(xp, [block]))
+            del block
+    if len(parts) == 1:
+        return parts[0]
+    return _sum(xp, xp.stack(parts), None, keepdims=False)
+
+
 def norm_from_half_sums(xp: Namespace, partials: Sequence[Any]) -> Any:
     """``sqrt(sum(partials) * 2)``; one partial (one device) is used as it is."""
     total = partials[0] if len(partials) == 1 else _sum(xp, xp.stack(partials), None, False)
@@ -198,6 +227,53 @@ def global_norm(xp: Namespace, arrays: Sequence[Any], dtype: Any, like: Any) -> 
     if not arrays:
         return constant(xp, 0.0, dtype, like)
     return norm_from_half_sums(xp, [half_squared_sum(xp, arrays)])
+
+
+def _cast_blocks(xp: Namespace, t: Any, acc: Any, fn: Callable[[Any], Any]) -> Any:
+    """``astype(fn(astype(t, acc)), t.dtype)`` for an elementwise ``fn``, block by block.
+
+    Only one block of ``UPCAST_BLOCK`` elements exists in ``acc`` at a time. NumPy and torch
+    (without autograd) write the blocks into the output; the others join them at the end.
+    """
+    flat = xp.reshape(t, (-1,))
+    n = int(flat.shape[0])
+    if n <= UPCAST_BLOCK:
+        return xp.astype(fn(xp.astype(t, acc)), t.dtype)
+    bounds = [(s, min(n, s + UPCAST_BLOCK)) for s in range(0, n, UPCAST_BLOCK)]
+    if library(xp) in ("numpy", "torch") and not getattr(t, "requires_grad", False):
+        out = xp.empty((n,), dtype=t.dtype, device=device(t))
+        for s, e in bounds:
+            out[s:e] = xp.astype(fn(xp.astype(flat[s:e], acc)), t.dtype)
+    else:
+        out = xp.concat([xp.astype(fn(xp.astype(flat[s:e], acc)), t.dtype) for s, e in bounds])
+    return xp.reshape(out, tuple(t.shape))
+
+
+@_kernel
+def upcast_clip_by_norm(xp: Namespace, t: Any, clip_norm: Any, acc: Any) -> Any:
+    """:func:`clip_by_norm` over all axes, in ``acc``, of a 0-d ``clip_norm`` (of ``acc``).
+
+    The same formula, with the sum of squares and the scaling done one block at a time.
+    """
+    l2sum = upcast_half_squared_sum(xp, [t], acc) * _scalar(xp, 2.0, clip_norm)
+    pred = l2sum > 0
+    l2norm = xp.where(pred, sqrt(xp, xp.where(pred, l2sum, xp.ones_like(l2sum))), l2sum)
+    divisor = g.maximum(xp, l2norm, clip_norm)
+    return _cast_blocks(xp, t, acc, lambda b: (b * clip_norm) / divisor)
+
+
+@_kernel
+def upcast_l2_normalize(xp: Namespace, x: Any, epsilon: Any, acc: Any) -> Any:
+    """:func:`l2_normalize` over all axes, in ``acc``, of a 0-d ``epsilon``, block by block."""
+    square_sum = upcast_half_squared_sum(xp, [x], acc) * _scalar(xp, 2.0, epsilon)
+    x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
+    return _cast_blocks(xp, x, acc, lambda b: b * x_inv_norm)
+
+
+@_kernel
+def upcast_global_norm(xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
+    """:func:`global_norm` of ``arrays`` accumulated in ``acc``, cast block by block."""
+    return norm_from_half_sums(xp, [upcast_half_squared_sum(xp, arrays, acc)])
 
 
 #: The non-finite policies of the global-norm clippers (see ``clip_by_global_norm``).

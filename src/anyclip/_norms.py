@@ -200,6 +200,14 @@ def norm(
         if plain is not None:
             return plain
     xp, x, canonical_ord, ax = _prepare_norm(tensor, ord, axis)
+    if accumulate_dtype is not None and ax is None and canonical_ord in ("euclidean", 2):
+        require_kind(
+            xp, x, "tensor", ("real",), "a real floating dtype when `accumulate_dtype` is set"
+        )
+        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+        if acc != x.dtype:  # no cast copy of all of x
+            r = xp.astype(_core.upcast_global_norm(xp, [x], acc), x.dtype)
+            return xp.reshape(r, (1,) * x.ndim) if keepdims else r
     work = _accumulating(xp, x, accumulate_dtype, "tensor")
     r = _core.norm(xp, work, canonical_ord, ax, bool(keepdims))
     return r if work is x else xp.astype(r, x.dtype)
@@ -290,6 +298,12 @@ def l2_normalize(
     x = as_input(x, xp, "x")
     kind = require_kind(xp, x, "x", ("real", "complex"), "a floating or complex dtype")
     ax = normalize_axes(axis, x.ndim, "axis")
+    if accumulate_dtype is not None and ax is None and kind == "real":
+        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+        like = xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)
+        eps = as_operand(epsilon, xp, like, "epsilon", dtype=acc)
+        if acc != x.dtype and eps.ndim == 0:  # no cast copy of all of x
+            return _core.upcast_l2_normalize(xp, x, eps, acc)
     work = _accumulating(xp, x, accumulate_dtype, "x")
     real_dtype = work.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
     eps = as_operand(epsilon, xp, work, "epsilon", dtype=real_dtype)

@@ -115,8 +115,9 @@ def clip_grad_norm_(
     home = grads[0].device
     by_device: dict[torch.device, list[torch.Tensor]] = {}
     for g in grads:
-        by_device.setdefault(g.device, []).append(g if g.dtype == acc else g.to(acc))
-    partials = [_core.half_squared_sum(xp, group) for group in by_device.values()]
+        by_device.setdefault(g.device, []).append(g)
+    # gradients of another dtype are cast one block at a time, not all at once
+    partials = [_core.upcast_half_squared_sum(xp, group, acc) for group in by_device.values()]
     partials = [p.to(home, non_blocking=True) for p in partials]
     norm = _core.norm_from_half_sums(xp, partials)
     if nonfinite == "raise" and not bool(torch.isfinite(norm)):  # host sync, by request

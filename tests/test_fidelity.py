@@ -234,3 +234,48 @@ def test_accumulate_dtype_blocks_give_the_formula(backend, make, check, monkeypa
     out, gn = anyclip.clip_by_global_norm([x], 1.0, accumulate_dtype="float32")
     check(gn, n, "float32", 4)
     check(out[0], x16 / n, "float16", 1)
+
+
+# ------------------------------- declared differences (docs/index.md): TF's behaviour, xfailed
+_DECLARED = "a declared difference from TF (docs/index.md, 'Where anyclip differs from TF')"
+
+
+@torch_backends
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_bfloat16_huge_python_int_is_a_value_error(backend, make):
+    with pytest.raises(ValueError):  # TF 2.21: ValueError (out-of-range integer)
+        anyclip.clip_by_value(make([1.0, 2.0], "bfloat16"), 0, 2**63)
+
+
+@torch_backends
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_bfloat16_numpy_bool_converts(backend, make, check):
+    out = anyclip.clip_by_value(make([1.0, 2.0], "bfloat16"), 0.0, np.True_)
+    check(out, [1.0, 1.0], "bfloat16")  # TF 2.21
+
+
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_uint64_negative_int_is_an_overflow_error():
+    with pytest.raises(OverflowError):  # TF 2.21: can't convert negative int to unsigned
+        anyclip.clip_by_value(np.array([1, 2], np.uint64), -1, 5)
+
+
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_complex_list_with_use_norm_is_scaled():
+    out, _ = anyclip.clip_by_global_norm(
+        [np.array([3 + 4j], np.complex64)], 1.0, use_norm=np.array(5.0, np.float32)
+    )
+    np.testing.assert_allclose(out[0], [0.6 + 0.8j], rtol=1e-6)  # TF 2.21
+
+
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_clip_by_average_norm_enlarging_clip_norm_broadcasts():
+    t = np.array([3.0, 4.0], np.float32)
+    out = anyclip.clip_by_average_norm(t, np.array([[1.0], [2.0]], np.float32))
+    assert out.shape == (2, 2)  # TF 2.21 (eager)
+
+
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_float128_is_refused():
+    with pytest.raises(ValueError):  # TF 2.21: unsupported NumPy type NPY_LONGDOUBLE
+        anyclip.norm(np.array([3.0, 4.0], np.longdouble))

@@ -288,6 +288,10 @@ def _complex_call(draw: Any, function: str, dtype: str, *, finite: bool = False)
         order = draw(st.sampled_from(["euclidean", 1, 2, math.inf, 3]))
     if order != "euclidean":
         kw["ord"] = order
+    if order == 2 and "axis" in kw and isinstance(kw["axis"], tuple) and not np.isfinite(x).all():
+        # TF's complex SVD fails on inf or NaN and returns 0 (a declared difference: anyclip
+        # gives NaN, as TF does for real matrices)
+        x = np.where(np.isfinite(x), x, 0)
     return Case("live", function, (A(x, dtype),), tuple(kw.items()))
 
 

@@ -279,3 +279,10 @@ def test_declared_clip_by_average_norm_enlarging_clip_norm_broadcasts():
 def test_declared_float128_is_refused():
     with pytest.raises(ValueError):  # TF 2.21: unsupported NumPy type NPY_LONGDOUBLE
         anyclip.norm(np.array([3.0, 4.0], np.longdouble))
+
+
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_complex_matrix_2_norm_of_inf_is_zero():
+    m = np.zeros((3, 5), np.complex64)
+    m[2, 4] = complex(0.0, np.inf)
+    assert anyclip.norm(m, ord=2, axis=(0, 1)) == 0  # TF 2.21: its SVD fails and gives 0

@@ -171,9 +171,9 @@ def calls(draw: Any, function: str, backend: Any) -> Case:
     else:
         dtype = draw(st.sampled_from(_dtypes(backend)))
     if dtype in COMPLEX:
-        # XLA's complex division by inf + nan j differs from TF's complex128 one (a declared
-        # deviation, conformance/xfails/jax.txt): no infinities for JAX's normalize
-        finite = function == "normalize" and backend.library == "jax"
+        # Dividing by the norm inf + nan j of an infinite part gives 0 or NaN per entry
+        # depending on TF's kernel (a declared difference): no infinities for normalize
+        finite = function == "normalize"
         return _complex_call(draw, function, dtype, finite=finite)
     if function == "clip_by_value" and dtype in INTS:
         info = np.iinfo(dtype)
@@ -191,6 +191,9 @@ def calls(draw: Any, function: str, backend: Any) -> Case:
     # 1.6465e-4: TF 32, one bfloat16 ULP of rsqrt(x**2) ~ 6000; exact 0, torch 0), which differ
     # with every op decomposition. The catalogue keeps fixed half-precision gradient cases.
     grad = backend.has_autodiff and dtype in ("float32", "float64") and draw(st.booleans())
+    # A gradient w.r.t. a scalar (clip_norm) of a long array sums as many cancelling terms;
+    # the gradient budgets are set for the short arrays: long ones check values only.
+    grad = grad and x.size <= 256
     if function == "clip_by_value":
         bounds = []
         for _ in range(2):
@@ -238,7 +241,9 @@ def calls(draw: Any, function: str, backend: Any) -> Case:
         if matrix:
             pair = draw(st.lists(st.integers(0, nd - 1), min_size=2, max_size=2, unique=True))
             kw["axis"] = tuple(pair)
-            order = draw(st.sampled_from(["euclidean", "fro", 1, 2, math.inf]))
+            # the SVD budget is set for the catalogue's small matrices, not the long inputs'
+            orders = ["euclidean", "fro", 1, math.inf] + ([2] if x.size <= 256 else [])
+            order = draw(st.sampled_from(orders))
         else:
             axis = _axes(draw, nd, allow_list=False)
             if axis is not None:

@@ -236,7 +236,7 @@ def test_accumulate_dtype_blocks_give_the_formula(backend, make, check, monkeypa
     check(out[0], x16 / n, "float16", 1)
 
 
-# ------------------------------- declared differences (docs/tf-behaviour.md): TF's behaviour, xfailed
+# ----------------------- declared differences (docs/tf-behaviour.md): TF's behaviour, xfailed
 _DECLARED = "a declared difference from TF (docs/tf-behaviour.md, 'Where anyclip differs from TF')"
 
 

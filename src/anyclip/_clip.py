@@ -9,6 +9,7 @@ kernels; the public function adds the plain-call fast paths in front of it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, cast, overload
 
@@ -37,9 +38,11 @@ from anyclip._policy import (
     as_list,
     as_operand,
     check_broadcastable,
+    check_compatible,
     check_nonfinite,
     dtype_kind,
     floating_list,
+    native_order,
     normalize_axes,
     real_list,
     require_kind,
@@ -179,7 +182,11 @@ def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any) -> Any:
             clip_norm = 0
         return as_operand(clip_norm, xp, t, "clip_norm")
     if is_array(clip_norm):
-        require_kind(xp, clip_norm, "clip_norm", ("bool", "int", "real"), "a real dtype")
+        what = "a real dtype (TF's maximum(clip_norm, 0) refuses bool)"
+        require_kind(xp, clip_norm, "clip_norm", ("int", "real"), what)
+        if xp.isdtype(clip_norm.dtype, "unsigned integer"):
+            # never negative, so TF's maximum(clip_norm, 0) is the identity (torch has none)
+            return as_operand(clip_norm, xp, t, "clip_norm", cast_arrays=True)
         zero = as_operand(0, xp, clip_norm, "clip_norm")
         clipped = _core.nonnegative(xp, clip_norm, zero)
         return as_operand(clipped, xp, t, "clip_norm", cast_arrays=True)
@@ -282,6 +289,12 @@ def _clip_by_norm(
     require_kind(xp, t, "t", ("real",), FLOATS)
     ax = normalize_axes(axes, t.ndim, "axes")
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [t.dtype])
+    if acc is not None and acc != t.dtype and ax is None and _core.can_cast_blocks(xp, [t]):
+        like = _cast_like(xp, [t], acc)  # no cast copy of all of t
+        c = _clip_norm_operand(xp, clip_norm, like)
+        if c.ndim == 0:
+            k = kernels_for(xp, (like,)) if kernels is None else kernels
+            return _core.upcast_clip_by_norm(xp, k, t, c, acc)
     work = t if acc is None or acc == t.dtype else xp.astype(t, acc)
     c = _clip_norm_operand(xp, clip_norm, work)
     check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t")
@@ -384,6 +397,12 @@ def _global_norm(
     return _global_norm_of(kernels, xp, values, accumulate_dtype, groups)[0]
 
 
+def _cast_like(xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
+    """At most one element of ``arrays[0]`` cast to ``acc``: a stand-in for its dtype, device."""
+    first = arrays[0]
+    return xp.astype(xp.reshape(first, (-1,))[: min(1, math.prod(first.shape))], acc)
+
+
 def _global_norm_of(
     kernels: Kernels | None,
     xp: Namespace,
@@ -398,7 +417,10 @@ def _global_norm_of(
     """
     arrays = [v for v in values if v is not None]
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [v.dtype for v in arrays])
-    if acc is not None:
+    if acc is not None and any(v.dtype != acc for v in arrays):
+        if not groups and _core.can_cast_blocks(xp, arrays):  # no cast copy of every array
+            k = kernels if kernels is not None else kernels_for(xp, [_cast_like(xp, arrays, acc)])
+            return _core.upcast_global_norm(xp, k, arrays, acc), k
         arrays = [v if v.dtype == acc else xp.astype(v, acc) for v in arrays]
     if not arrays:
         dtype = xp.float32 if acc is None else acc
@@ -473,7 +495,9 @@ def clip_by_global_norm(
         ``accumulate_dtype``) do not share one dtype, ``use_norm`` is not an array,
         ``clip_norm`` is an array of another dtype, or ``accumulate_dtype`` is not floating.
     ValueError
-        If ``clip_norm`` is None or ``nonfinite`` is not one of the policies.
+        If ``clip_norm`` is None, ``clip_norm`` or ``use_norm`` cannot broadcast against every
+        array (a larger one enlarges the outputs, as in TF), or ``nonfinite`` is not one of
+        the policies.
     FloatingPointError
         With ``nonfinite="raise"``, if the global norm is inf or NaN.
 
@@ -554,6 +578,7 @@ def _clip_by_global_norm(
         raise TypeError(msg)
     else:
         values = real_list(xp, items)
+        use_norm = native_order(use_norm)
         require_kind(xp, use_norm, "use_norm", ("real",), FLOATS)
         present = [v for v in values if v is not None]
         k = kernels if kernels is not None else kernels_for(xp, present or [use_norm])
@@ -561,6 +586,10 @@ def _clip_by_global_norm(
     c = as_operand(clip_norm, xp, norm, "clip_norm")
     if is_array(c):
         c = k.local(xp, c)
+    for i, v in enumerate(values):  # TF multiplies each array by the scale, of any shape
+        if v is not None:
+            check_compatible(tuple(c.shape), tuple(v.shape), "clip_norm", f"t_list[{i}]")
+            check_compatible(tuple(norm.shape), tuple(v.shape), "use_norm", f"t_list[{i}]")
     if policy == "raise":
         with quiet(xp):  # a lazy backend (dask) computes the norm here: no inf/NaN warnings
             finite = bool(xp.all(xp.isfinite(norm)))  # host sync

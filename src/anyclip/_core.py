@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from anyclip import _gradients as g
-from anyclip._compat import library
+from anyclip._compat import device, dtype_name, library
 from anyclip._kernels import Kernels
-from anyclip._numerics import as_array, constant, quiet, reduce_sum, sqrt
+from anyclip._kernels._dist import is_dtensor
+from anyclip._numerics import as_array, complex_from_parts, constant, quiet, reduce_sum, sqrt
 from anyclip._typing import Namespace, Nonfinite
 
 __all__ = [
@@ -39,6 +40,11 @@ __all__ = [
     "norm",
     "norm_from_half_squares",
     "normalize",
+    "can_cast_blocks",
+    "upcast_clip_by_norm",
+    "upcast_global_norm",
+    "upcast_half_squares",
+    "upcast_l2_normalize",
 ]
 
 
@@ -141,6 +147,97 @@ def global_norm(
     return norm_from_half_squares(xp, kernels.total_half_squares(xp, arrays))
 
 
+#: Elements cast at a time by the ``upcast_*`` functions (4 MiB of float32).
+UPCAST_BLOCK = 1 << 20
+
+
+def can_cast_blocks(xp: Namespace, arrays: Sequence[Any]) -> bool:
+    """Whether ``arrays`` may be cast to an accumulation dtype one block at a time.
+
+    NumPy arrays and plain torch tensors on one device: a flat view of them costs nothing. A
+    sharded torch ``DTensor`` (reshaping it gathers it), a list over several devices (the
+    kernels add their partial sums where they live) and the lazy or compiled backends (which
+    fuse the cast into the reduction themselves) are cast whole, as before.
+    """
+    lib = library(xp)
+    if lib == "numpy":
+        return True
+    if lib != "torch" or any(is_dtensor(a) for a in arrays):
+        return False
+    return len({a.device for a in arrays}) == 1
+
+
+def upcast_half_squares(xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any) -> Any:
+    """``kernels.half_squares`` of ``arrays`` cast to ``acc``, without casting them all at once.
+
+    Arrays already of dtype ``acc`` are summed as they are, together; the others are cast one
+    block of ``UPCAST_BLOCK`` elements at a time and each block's half sum taken before the
+    next is cast, so the temporaries stay at one block whatever the sizes (casting every
+    array first kept twice the input alive: float16 to float32). ``kernels`` serve ``acc``.
+    """
+    same = [v for v in arrays if v.dtype == acc]
+    parts = [kernels.half_squares(xp, same)] if same else []
+    for v in arrays:
+        if v.dtype == acc:
+            continue
+        flat = xp.reshape(v, (-1,))
+        n = int(flat.shape[0])
+        for start in range(0, max(n, 1), UPCAST_BLOCK):
+            block = xp.astype(flat[start : min(n, start + UPCAST_BLOCK)], acc)
+            parts.append(kernels.half_squares(xp, [block]))
+            del block
+    if len(parts) == 1:
+        return parts[0]
+    return reduce_sum(xp, xp.stack(parts), None, keepdims=False)
+
+
+def _cast_blocks(xp: Namespace, t: Any, acc: Any, fn: Callable[[Any], Any]) -> Any:
+    """``astype(fn(astype(t, acc)), t.dtype)`` for an elementwise ``fn``, block by block.
+
+    Only one block of ``UPCAST_BLOCK`` elements exists in ``acc`` at a time. NumPy and torch
+    (without autograd) write the blocks into the output; the others join them at the end.
+    """
+    flat = xp.reshape(t, (-1,))
+    n = int(flat.shape[0])
+    if n <= UPCAST_BLOCK:
+        return xp.astype(fn(xp.astype(t, acc)), t.dtype)
+    bounds = [(s, min(n, s + UPCAST_BLOCK)) for s in range(0, n, UPCAST_BLOCK)]
+    if library(xp) in ("numpy", "torch") and not getattr(t, "requires_grad", False):
+        out = xp.empty((n,), dtype=t.dtype, device=device(t))
+        for s, e in bounds:
+            out[s:e] = xp.astype(fn(xp.astype(flat[s:e], acc)), t.dtype)
+    else:
+        out = xp.concat([xp.astype(fn(xp.astype(flat[s:e], acc)), t.dtype) for s, e in bounds])
+    return xp.reshape(out, tuple(t.shape))
+
+
+@_entry
+def upcast_clip_by_norm(xp: Namespace, kernels: Kernels, t: Any, clip_norm: Any, acc: Any) -> Any:
+    """:func:`clip_by_norm` over all axes, in ``acc``, of a 0-d ``clip_norm`` (of ``acc``).
+
+    The same formula, with the sum of squares and the scaling done one block at a time.
+    """
+    l2sum = upcast_half_squares(xp, kernels, [t], acc) * _scalar(xp, 2.0, clip_norm)
+    pred = l2sum > 0
+    l2norm = xp.where(pred, sqrt(xp, xp.where(pred, l2sum, xp.ones_like(l2sum))), l2sum)
+    divisor = g.maximum(xp, l2norm, clip_norm)
+    return _cast_blocks(xp, t, acc, lambda b: (b * clip_norm) / divisor)
+
+
+@_entry
+def upcast_l2_normalize(xp: Namespace, kernels: Kernels, x: Any, epsilon: Any, acc: Any) -> Any:
+    """:func:`l2_normalize` over all axes, in ``acc``, of a 0-d ``epsilon``, block by block."""
+    square_sum = upcast_half_squares(xp, kernels, [x], acc) * _scalar(xp, 2.0, epsilon)
+    x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
+    return _cast_blocks(xp, x, acc, lambda b: b * x_inv_norm)
+
+
+@_entry
+def upcast_global_norm(xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any) -> Any:
+    """:func:`global_norm` of ``arrays`` accumulated in ``acc``, cast block by block."""
+    return norm_from_half_squares(xp, upcast_half_squares(xp, kernels, arrays, acc))
+
+
 def global_scale(xp: Namespace, clip_norm: Any, use_norm: Any, nonfinite: Nonfinite = "tf") -> Any:
     """The factor ``clip_by_global_norm`` multiplies every array by, in ``use_norm``'s dtype.
 
@@ -193,7 +290,14 @@ def norm(
     """``tf.norm`` for validated arguments: ``axis`` is ``None``, an int or a 2-tuple of ints."""
     if ord in ("fro", "euclidean", 2) and not (isinstance(axis, tuple) and ord == 2):
         if xp.isdtype(x.dtype, "complex floating"):
-            r = sqrt(xp, reduce_sum(xp, x * xp.conj(x), axis, keepdims=True))
+            # TF's ``x * conj(x)`` has the real part re*re + im*im and an imaginary part of
+            # exactly 0; summed as a complex product here, it would not be (FMA, rounding).
+            # The imaginary part re * -im + im * re is 0, or NaN where a part is inf or NaN
+            # or a product overflows (TF's norm of inf j is inf + nan j).
+            re, im = xp.real(x), xp.imag(x)
+            r = sqrt(xp, kernels.settle(xp, reduce_sum(xp, re * re + im * im, axis, True)))
+            i = kernels.settle(xp, reduce_sum(xp, re * im - im * re, axis, keepdims=True))
+            r = complex_from_parts(xp, r, i, x.dtype)
         else:
             axes = axis if axis is None or isinstance(axis, tuple) else (axis,)
             r = kernels.norm2(xp, x, axes)
@@ -271,7 +375,8 @@ def l2_normalize(
         re, im = xp.real(x), xp.imag(x)
         square_sum = settle(reduce_sum(xp, re * re + im * im, axis, keepdims=True))
         x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
-        return x * xp.astype(x_inv_norm, x.dtype)
+        # TF scales the parts apart: inf + 0j gives nan + 0j, not nan + nan j
+        return complex_from_parts(xp, re * x_inv_norm, im * x_inv_norm, x.dtype)
     square_sum = settle(reduce_sum(xp, x * x, axis, keepdims=True))
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
     return x * x_inv_norm
@@ -293,6 +398,11 @@ def normalize(
     n = norm(xp, kernels, x, ord, axis, keepdims=True)
     if n.dtype != x.dtype:
         n = xp.astype(n, x.dtype)
+    if dtype_name(x.dtype) == "complex64":
+        # The Euclidean norm of an infinite part is inf + nan j. TF's complex64 division by it
+        # gives 0 for finite entries, as dividing by its real part does; its complex128
+        # division gives NaN, as the plain division does (measured, catalogue imag/ cases).
+        return x / xp.astype(xp.real(n), x.dtype), n
     if xp.isdtype(x.dtype, "integral"):
         bits = _TRUEDIV_FLOAT_BITS[xp.iinfo(x.dtype).bits]
         fdt = xp.float32 if bits == 32 else xp.float64

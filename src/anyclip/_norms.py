@@ -15,8 +15,10 @@ from anyclip import _core
 from anyclip._compat import dtype_name, is_numpy_scalar, namespace
 from anyclip._kernels import Kernels, kernels_for, plain_norm
 from anyclip._policy import (
+    _UNSUPPORTED,
     as_input,
     as_operand,
+    check_compatible,
     dtype_kind,
     normalize_axes,
     require_kind,
@@ -112,6 +114,8 @@ def _check_norm_dtype(xp: Namespace, x: Any, ord: Any, name: str, is_matrix: boo
         f"(signed integers only with ord 1 or inf: TF has no abs for unsigned ones), "
         f"got {dtype_name(x.dtype)}"
     )
+    if kind == "other":
+        msg += _UNSUPPORTED
     raise TypeError(msg)
 
 
@@ -219,6 +223,16 @@ def _norm(
 ) -> Any:
     """:func:`norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
     xp, x, canonical_ord, ax = _prepare_norm(tensor, ord, axis)
+    if accumulate_dtype is not None and ax is None and canonical_ord in ("euclidean", 2):
+        require_kind(
+            xp, x, "tensor", ("real",), "a real floating dtype when `accumulate_dtype` is set"
+        )
+        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+        if acc != x.dtype and _core.can_cast_blocks(xp, [x]):  # no cast copy of all of x
+            like = xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)
+            k = kernels_for(xp, (like,)) if kernels is None else kernels
+            r = xp.astype(_core.upcast_global_norm(xp, k, [x], acc), x.dtype)
+            return xp.reshape(r, (1,) * x.ndim) if keepdims else r
     work = _accumulating(xp, x, accumulate_dtype, "tensor")
     k = kernels_for(xp, (work,)) if kernels is None else kernels
     r = _core.norm(xp, k, work, canonical_ord, ax, bool(keepdims))
@@ -276,7 +290,9 @@ def l2_normalize(
         If ``x`` is not floating or complex, ``epsilon`` is an array of another dtype, or
         ``accumulate_dtype`` is not floating (or is given for complex ``x``).
     ValueError
-        If both ``axis`` and ``dim`` are given, or an axis is repeated or out of range.
+        If both ``axis`` and ``dim`` are given, an axis is repeated or out of range, or an
+        ``epsilon`` array cannot broadcast against ``x`` (a larger one enlarges the result,
+        as in TF).
 
     See Also
     --------
@@ -324,9 +340,17 @@ def _l2_normalize(
     x = as_input(x, xp, "x")
     kind = require_kind(xp, x, "x", ("real", "complex"), "a floating or complex dtype")
     ax = normalize_axes(axis, x.ndim, "axis")
+    if accumulate_dtype is not None and ax is None and kind == "real":
+        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+        like = xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)
+        eps = as_operand(epsilon, xp, like, "epsilon", dtype=acc)
+        if acc != x.dtype and eps.ndim == 0 and _core.can_cast_blocks(xp, [x]):
+            k = kernels_for(xp, (like,)) if kernels is None else kernels
+            return _core.upcast_l2_normalize(xp, k, x, eps, acc)  # no cast copy of all of x
     work = _accumulating(xp, x, accumulate_dtype, "x")
     real_dtype = work.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
     eps = as_operand(epsilon, xp, work, "epsilon", dtype=real_dtype)
+    check_compatible(tuple(eps.shape), tuple(x.shape), "epsilon", "x")
     k = kernels_for(xp, (work,)) if kernels is None else kernels
     out = _core.l2_normalize(xp, work, ax, eps, k)
     return out if work is x else xp.astype(out, x.dtype)

@@ -8,8 +8,8 @@ cannot be converted is refused. anyclip follows it:
 
 * The main input (``t``, ``tensor``, ``x``) is an array of any supported library. A Python scalar
   or (nested) list is converted as TF's ``convert_to_tensor`` does: bool → bool, int → int32,
-  float → float32, complex → complex64, in the namespace of the other array arguments (NumPy when
-  there is none).
+  float → float32, complex → complex128 (a list by its widest element), in the namespace of
+  the other array arguments (NumPy when there is none).
 * A Python scalar argument (a bound, ``clip_norm``, ``epsilon``) is converted to the main input's
   dtype: a float (or complex) on an integer dtype is a ``TypeError``; an integer outside an integer
   dtype's range wraps around, as in TF; a float beyond a floating dtype's range becomes ±inf.
@@ -43,11 +43,13 @@ __all__ = [
     "as_list",
     "as_operand",
     "check_broadcastable",
+    "check_compatible",
     "check_nonfinite",
     "dtype_kind",
     "floating_list",
     "is_sequence_of_arrays",
     "keras_option",
+    "native_order",
     "normalize_axes",
     "real_list",
     "refuse_sparse",
@@ -78,6 +80,15 @@ def dtype_kind(xp: Namespace, dtype: Any) -> str:
 
 
 def _dtype_kind(xp: Namespace, dtype: Any) -> str:
+    if dtype_name(dtype).startswith("float8"):  # torch and ml_dtypes: no arithmetic kernels
+        return "other"
+    try:
+        return _standard_kind(xp, dtype)
+    except TypeError:  # a dtype the library's isdtype does not know (ml_dtypes' on NumPy)
+        return "other"
+
+
+def _standard_kind(xp: Namespace, dtype: Any) -> str:
     if xp.isdtype(dtype, "bool"):
         return "bool"
     if xp.isdtype(dtype, "integral"):
@@ -94,8 +105,16 @@ def require_kind(xp: Namespace, x: Any, name: str, kinds: tuple[str, ...], what:
     kind = dtype_kind(xp, x.dtype)
     if kind not in kinds:
         msg = f"`{name}` must have {what}, got {dtype_name(x.dtype)}"
+        if kind == "other":
+            msg += _UNSUPPORTED
         raise TypeError(msg)
     return kind
+
+
+_UNSUPPORTED = (
+    " (float8 dtypes, and ml_dtypes' bfloat16 in NumPy, have no arithmetic there: cast the"
+    " array to float32, or use torch or JAX for bfloat16)"
+)
 
 
 # ---------------------------------------------------------------- main input
@@ -135,11 +154,22 @@ def refuse_sparse(xp: Namespace, value: Any, name: str) -> None:
         raise TypeError(msg)
 
 
+def native_order(value: Any) -> Any:
+    """A byte-swapped NumPy array (``'>f4'`` here) in native byte order; others unchanged.
+
+    TF converts such arrays to its own (native) dtype; without this, ``'>f4'`` would not
+    compare equal to float32 and would be refused as "float32, got float32".
+    """
+    if getattr(getattr(value, "dtype", None), "isnative", True) is False:
+        return value.astype(value.dtype.newbyteorder("="))
+    return value
+
+
 def as_input(value: Any, xp: Namespace, name: str) -> Any:
     """The main input as an array of ``xp`` (Python data is converted as TF does)."""
     if is_array(value):
         refuse_sparse(xp, value, name)
-        return value
+        return native_order(value)
     if value is None:
         msg = f"`{name}` must be an array, got None"
         raise ValueError(msg)
@@ -164,7 +194,7 @@ def as_input(value: Any, xp: Namespace, name: str) -> Any:
     except TypeError as exc:
         msg = f"`{name}`: {exc}"
         raise TypeError(msg) from None
-    dtype = {"bool": xp.bool, "int": xp.int32, "float": xp.float32, "complex": xp.complex64}[kind]
+    dtype = {"bool": xp.bool, "int": xp.int32, "float": xp.float32, "complex": xp.complex128}[kind]
     return xp.asarray(value, dtype=dtype)
 
 
@@ -259,6 +289,7 @@ def as_operand(
         msg = f"`{name}` must be a number or an array, got None"
         raise ValueError(msg)
     if is_array(value):
+        value = native_order(value)
         if value.dtype != target and is_weak_scalar(value):  # a Python scalar, through jax.jit
             if dtype_kind(xp, value.dtype) == "real" and dtype_kind(xp, target) != "real":
                 msg = (
@@ -292,6 +323,23 @@ def check_broadcastable(
         msg = (
             f"`{name}` of shape {tuple(shape)} must broadcast to the shape {tuple(target)} "
             f"of `{tname}` without enlarging it"
+        )
+        raise ValueError(msg)
+
+
+def check_compatible(
+    shape: tuple[int, ...], target: tuple[int, ...], name: str, tname: str
+) -> None:
+    """Raise ``ValueError`` unless ``shape`` and ``target`` broadcast together (either grows).
+
+    For arguments TF multiplies in without a shape check, so that a larger one enlarges the
+    result, as in TF, and one that cannot broadcast fails here, not inside a backend.
+    """
+    ok = all(s == t or 1 in (s, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
+    if not ok:
+        msg = (
+            f"`{name}` of shape {tuple(shape)} must broadcast against the shape "
+            f"{tuple(target)} of `{tname}`"
         )
         raise ValueError(msg)
 
@@ -384,7 +432,7 @@ def resolve_accumulate_dtype(xp: Namespace, value: Any, dtypes: Sequence[Any]) -
             msg = f"`accumulate_dtype` must name a floating dtype of the library, got {value!r}"
             raise TypeError(msg)
     try:
-        ok = xp.isdtype(dtype, "real floating")
+        ok = xp.isdtype(dtype, "real floating") and not dtype_name(dtype).startswith("float8")
     except Exception:  # noqa: BLE001 - a foreign or bogus dtype object
         ok = False
     if not ok:

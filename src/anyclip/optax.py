@@ -58,6 +58,12 @@ __all__ = [
 class ClipByGlobalNormState(NamedTuple):
     """State of ``clip_by_global_norm(..., norm_in_state=True)``: the last pre-clip norm.
 
+    Its dtype is fixed at ``init`` (a state's dtypes must not change between steps under
+    ``jax.jit`` and ``lax.scan``): float32, or float64 when the parameters' norm dtype is
+    float64. A float16 or bfloat16 norm is held exactly, and a float32 norm too, whatever
+    dtype the parameters had at ``init`` (float16 parameters do not turn a norm of 1e6 into
+    inf).
+
     Examples
     --------
     >>> import jax.numpy as jnp
@@ -131,6 +137,9 @@ def clip_by_global_norm(
     Returns
     -------
     optax.GradientTransformation
+        Its state is ``optax.EmptyState()``, or with ``norm_in_state=True`` a
+        :class:`ClipByGlobalNormState` holding the last pre-clip norm, in float32 (float64
+        for float64 parameters), whatever the updates' dtype.
 
     Raises
     ------
@@ -162,7 +171,9 @@ def clip_by_global_norm(
         return _stateless(lambda u: clip(u)[0])
 
     def init_fn(params: Any) -> ClipByGlobalNormState:
-        return ClipByGlobalNormState(jnp.zeros((), _norm_dtype(params, accumulate_dtype)))
+        # at least float32: the updates may be wider than the parameters seen here
+        dtype = jnp.promote_types(_norm_dtype(params, accumulate_dtype), jnp.float32)
+        return ClipByGlobalNormState(jnp.zeros((), dtype))
 
     def update_fn(
         updates: Any, state: ClipByGlobalNormState, params: Any = None

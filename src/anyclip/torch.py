@@ -289,6 +289,14 @@ def _scale_(
     total_norm = _local(total_norm)  # a Replicate DTensor's value
     xp = namespace(total_norm)
     c = as_operand(_local(max_norm), xp, total_norm, "max_norm")
+    if c.ndim:  # torch's own takes a one-element tensor, whatever its shape
+        if c.numel() != 1:
+            msg = (
+                f"`max_norm` must hold one value, got a tensor of shape {tuple(c.shape)}; "
+                "pass a 0-d tensor or a number"
+            )
+            raise ValueError(msg)
+        c = c.reshape(())
     scale = _core.global_scale(xp, c, total_norm, policy)
     shards = [_local(v) for v in values]  # DTensors scaled shard by shard, in place
     for (device, dtype), grp in _by_device_and_dtype(shards).items():
@@ -455,7 +463,8 @@ def clip_grad_norm_(
         Parameters whose ``.grad`` is clipped; those without a gradient are skipped. Sparse
         gradients are clipped through their values, as TF clips ``IndexedSlices``.
     max_norm : float or Tensor
-        The largest total norm (``clip_norm`` in TF).
+        The largest total norm (``clip_norm`` in TF); a tensor holds one value (any shape,
+        such as ``torch.tensor([1.0])``, as torch's own accepts).
     norm_type : float or 'inf', optional
         The order of the norm, as in torch. 2 (default) is TF's global norm; any other order
         is torch's norm of the per-gradient norms, scaled with TF's factor.
@@ -486,7 +495,8 @@ def clip_grad_norm_(
     ------
     ValueError
         If ``norm_type`` is not a number, ``nonfinite`` is not a policy, or
-        ``error_if_nonfinite=True`` comes with ``nonfinite`` "torch" or "skip".
+        ``error_if_nonfinite=True`` comes with ``nonfinite`` "torch" or "skip", or a
+        ``max_norm`` tensor holds more than one value.
     NonfiniteNormError
         With ``error_if_nonfinite=True`` (or ``nonfinite="raise"``) and a non-finite norm.
     RuntimeError

@@ -49,14 +49,28 @@ def _is_namedtuple(node: Any) -> bool:
     return isinstance(node, tuple) and hasattr(type(node), "_fields")
 
 
-def _structure(node: Any, leaves: list[Any], path: str) -> Rebuild:
-    """Append ``node``'s leaves to ``leaves``; return how to rebuild it from new leaves."""
+def _structure(
+    node: Any, leaves: list[Any], path: str, enclosing: frozenset[int] = frozenset()
+) -> Rebuild:
+    """Append ``node``'s leaves to ``leaves``; return how to rebuild it from new leaves.
+
+    ``enclosing`` holds the ids of the containers ``node`` is inside, to refuse a container
+    that holds itself (Python would recurse until ``RecursionError``).
+    """
     if node is None or is_array(node):
         leaves.append(node)
         return next
+    if isinstance(node, (dict, list, tuple)):
+        if id(node) in enclosing:
+            msg = (
+                f"`tree` must not contain itself: the {type(node).__name__} at tree{path} is "
+                "one of its own ancestors; pass a tree without cycles"
+            )
+            raise ValueError(msg)
+        enclosing = enclosing | {id(node)}
     if isinstance(node, dict):
         keys = list(node)
-        subs = [_structure(node[k], leaves, f"{path}[{k!r}]") for k in keys]
+        subs = [_structure(node[k], leaves, f"{path}[{k!r}]", enclosing) for k in keys]
 
         def rebuild_dict(it: Iterator[Any]) -> Any:
             values = [s(it) for s in subs]
@@ -68,7 +82,7 @@ def _structure(node: Any, leaves: list[Any], path: str) -> Rebuild:
 
         return rebuild_dict
     if isinstance(node, (list, tuple)):
-        subs = [_structure(c, leaves, f"{path}[{i}]") for i, c in enumerate(node)]
+        subs = [_structure(c, leaves, f"{path}[{i}]", enclosing) for i, c in enumerate(node)]
         if _is_namedtuple(node):
             return lambda it: type(node)(*[s(it) for s in subs])
         return lambda it: type(node)([s(it) for s in subs])
@@ -103,6 +117,13 @@ def _jax_structure(node: Any, leaves: list[Any]) -> Rebuild | None:
 
 def flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     """The leaves of ``tree`` (arrays and ``None``) and a function that rebuilds the structure.
+
+    Raises
+    ------
+    TypeError
+        If a leaf is not an array or ``None``.
+    ValueError
+        If a container holds itself (a recursive list or dict).
 
     Examples
     --------

@@ -17,11 +17,15 @@ default. Why these numbers (docs/tf-reference.md §11 measured a faithful float3
   sqrt, and (for the clipped list) a scale ``c * min(1/n, 1/c)``: 3 ulp measured, 4 allowed.
 * ``norm`` / ``normalize``: p-norms go through ``pow`` twice (TF's pow differs from
   NumPy/torch/JAX by up to 2 ulp, section 0.5): 6.
-* float16 and bfloat16: TF accumulates half-precision sums partly in the half type while the
-  backends accumulate in float32 (or pairwise), so the sum of n squares can be off by up to ~n/2
-  half-ulps for the sizes in the catalogue (at most 1000 elements); the rounding of the final
-  result then dominates. 16 ulp (f16) and 8 ulp (bf16, 3 fewer mantissa bits, so a summation
-  error is fewer of its ulps) bound what we observed with a margin.
+* float16: TF accumulates half-precision sums partly in float16 while the backends
+  accumulate in float32 (or pairwise), so the sum of n squares can be off by up to ~n/2
+  half-ulps for the sizes in the catalogue; the rounding of the final result then dominates.
+  16 ulp bounds what we observed with a margin.
+* bfloat16: TF's ``reduce_sum`` sums in float32 and rounds once, its ``l2_loss`` stays within
+  2 ulp of that (docs/index.md, half-precision sums), and anyclip sums bfloat16 in float32 on
+  every backend: 2 ulp measured over the whole catalogue (torch, JAX eager and jit), 3
+  allowed for outputs. (It was 8 while JAX summed in bfloat16, which hid errors of 4 ulp on
+  1,001 elements.) Gradients keep 16.
 * float64: the same op counts as float32; differences are the same few ulps.
 * Gradients are sums of products whose terms cancel (``(c/n)(w - x (x.w)/n^2)`` for
   clip_by_norm), so they are counted in ulps of the largest magnitude in the reference gradient
@@ -41,23 +45,23 @@ BUDGETS: dict[tuple[str, str | None], tuple[float, float]] = {
     ("clip_by_value", None): (0, 0),
     ("clip_by_norm", None): (4, 8),
     ("clip_by_norm", "float16"): (16, 32),
-    ("clip_by_norm", "bfloat16"): (8, 16),
+    ("clip_by_norm", "bfloat16"): (3, 16),
     ("global_norm", None): (4, 8),
     ("global_norm", "float16"): (16, 32),
-    ("global_norm", "bfloat16"): (8, 16),
+    ("global_norm", "bfloat16"): (3, 16),
     ("clip_by_global_norm", None): (4, 8),
     ("clip_by_global_norm", "float16"): (16, 32),
-    ("clip_by_global_norm", "bfloat16"): (8, 16),
+    ("clip_by_global_norm", "bfloat16"): (3, 16),
     ("clip_by_average_norm", None): (4, 8),
     ("norm", None): (6, 8),
     ("norm", "float16"): (16, 32),
-    ("norm", "bfloat16"): (8, 16),
+    ("norm", "bfloat16"): (3, 16),
     ("l2_normalize", None): (4, 8),
     ("l2_normalize", "float16"): (16, 32),
-    ("l2_normalize", "bfloat16"): (8, 16),
+    ("l2_normalize", "bfloat16"): (3, 16),
     ("normalize", None): (6, 8),
     ("normalize", "float16"): (16, 32),
-    ("normalize", "bfloat16"): (8, 16),
+    ("normalize", "bfloat16"): (3, 16),
 }
 
 #: The floor of every budget for a matrix 2-norm (an SVD), outputs and gradients.

@@ -1561,6 +1561,111 @@ def _normalize() -> Iterator[Case]:
     yield Case(f"{f}/py/int_list_ord1", f, (Py([3, 4]),), (("ord", 1),))
 
 
+def _fidelity() -> Iterator[Case]:
+    """Reproductions from differential fuzzing against live TF (issue 14), with neighbours.
+
+    Half-precision sums (TF sums bfloat16 in float32 and rounds once, where a bfloat16 running
+    sum stops growing at 256 times an addend), Python complex input (complex128 in TF) and the
+    complex Euclidean norm (an imaginary part of exactly 0).
+    """
+    for dt, big in (("bfloat16", 256.0), ("bfloat16", 128.0), ("float16", 16.0)):
+        s = SHORT[dt]
+        for n in (1001, 2000, 3000, 10000):
+            x = A([big] + [1.0] * (n - 1), dt)
+            tag = f"acc/{big:g}_and_ones{n}"
+            yield Case(f"norm/{s}/{tag}", "norm", (x,), grad=n == 1001)
+            yield Case(f"normalize/{s}/{tag}", "normalize", (x,))
+            yield Case(f"l2_normalize/{s}/{tag}", "l2_normalize", (x,), grad=n == 1001)
+            yield Case(f"clip_by_norm/{s}/{tag}", "clip_by_norm", (x, 1.0))
+            yield Case(f"global_norm/{s}/{tag}", "global_norm", (Seq((x,)),), grad=n == 1001)
+            yield Case(f"clip_by_global_norm/{s}/{tag}", "clip_by_global_norm", (Seq((x,)), 1.0))
+        rows = A([[big] + [1.0] * 1000] * 3, dt)
+        tag = f"acc/{big:g}_rows_axis1"
+        yield Case(f"norm/{s}/{tag}", "norm", (rows,), (("axis", 1),))
+        yield Case(f"l2_normalize/{s}/{tag}", "l2_normalize", (rows,), (("axis", 1),))
+        yield Case(f"clip_by_norm/{s}/{tag}", "clip_by_norm", (rows, 1.0, 1))
+        for n in (2000, 5000):
+            cid = f"{s}/acc/{big:g}/random{n}"
+            x = A(gen(cid, (n,), scale=3.0), dt)
+            yield Case(f"norm/{cid}", "norm", (x,))
+            yield Case(f"l2_normalize/{cid}", "l2_normalize", (x,))
+            yield Case(f"clip_by_norm/{cid}", "clip_by_norm", (x, 1.0))
+            yield Case(f"global_norm/{cid}", "global_norm", (Seq((x, x)),))
+            yield Case(f"clip_by_global_norm/{cid}", "clip_by_global_norm", (Seq((x, x)), 1.0))
+    # Sums over several axes of same-sign squares (XLA:CPU nests one loop per axis).
+    shape = (7, 2, 2, 5, 3)
+    for dt in ("float32", "float64"):
+        s = SHORT[dt]
+        for i in range(12 if dt == "float32" else 3):
+            cid = f"{s}/several_axes/{i}"
+            x = A(gen(cid, shape, "uniform", lo=0.5, hi=1.5), dt)
+            yield Case(f"norm/{cid}", "norm", (x,))
+            yield Case(f"global_norm/{cid}", "global_norm", (Seq((x,)),))
+            if dt == "float32":
+                yield Case(f"clip_by_average_norm/{cid}", "clip_by_average_norm", (x, 0.01))
+            for axes in (None, (0, 1, 2, 3, 4), (0, 2, 4), (1, 3)):
+                label = _axes_label(axes)
+                yield Case(f"clip_by_norm/{cid}/{label}", "clip_by_norm", (x, 1.0, axes))
+                kw = () if axes is None else (("axis", axes),)
+                yield Case(f"l2_normalize/{cid}/{label}", "l2_normalize", (x,), kw)
+    # Argument shapes and dtypes TF accepts, or refuses, that backends used to get first.
+    x23 = A(gen("f32/shapes/x23", (2, 3)), "float32")
+    for name, eps in (("5", [1.0] * 5), ("3", [1e-12] * 3), ("2x1", [[1e-12], [4.0]])):
+        err = "ValueError" if name == "5" else None
+        yield Case(
+            f"l2_normalize/f32/epsilon_shape/{name}",
+            "l2_normalize",
+            (x23,),
+            (("epsilon", A(eps, "float32")),),
+            error=err,
+        )
+    v3, v2 = A([1.0, 2.0, 2.0], "float32"), A([3.0, 4.0], "float32")
+    shapes = {
+        "clip2_t3": ((Seq((v3,)), A([1.0, 2.0], "float32")), (), "ValueError"),
+        "clip2_t2": ((Seq((v2,)), A([1.0, 2.0], "float32")), (), None),
+        "clip1_t3": ((Seq((v3,)), A([1.0], "float32")), (), None),
+        "use2_t3": ((Seq((v3,)), 1.0), (("use_norm", A([1.0, 2.0], "float32")),), "ValueError"),
+        "use1_t3": ((Seq((v3,)), 1.0), (("use_norm", A([2.0], "float32")),), None),
+    }
+    for name, (args, kw, err) in shapes.items():
+        yield Case(
+            f"clip_by_global_norm/f32/shape/{name}", "clip_by_global_norm", args, kw, error=err
+        )
+    for cdt in ("uint8", "uint16", "uint32", "uint64", "int64", "bool"):
+        err = "TypeError" if cdt == "bool" else None
+        c = A(True if cdt == "bool" else 2, cdt)
+        yield Case(
+            f"clip_by_norm/f32/clip_norm_dtype/{SHORT[cdt]}", "clip_by_norm", (v2, c), error=err
+        )
+    # Python complex data is complex128 in TF (complex64 would underflow these squares).
+    tiny = 2.76e-31 - 7.68e-31j
+    yield Case("normalize/py/complex_scalar", "normalize", (tiny,))
+    yield Case("norm/py/complex_scalar", "norm", (tiny,))
+    yield Case("l2_normalize/py/complex_scalar", "l2_normalize", (tiny,))
+    yield Case("norm/py/complex_list", "norm", (Py([1 + 2j, 3]),))
+    yield Case("normalize/py/complex_list", "normalize", (Py([2j, 1.0]),))
+    yield Case("norm/py/complex_list_ord1", "norm", (Py([3 + 4j, 1j]),), (("ord", 1),))
+    # The complex Euclidean norm: TF's x * conj(x) has an imaginary part of exactly 0.
+    for dt in COMPLEX:
+        s = SHORT[dt]
+        z = -0.8019 - 1.3244j
+        yield Case(f"norm/{s}/imag/scalar", "norm", (A(z, dt),))
+        yield Case(f"norm/{s}/imag/vector_axis0", "norm", (A([z, 2 + 1j], dt),), (("axis", 0),))
+        yield Case(f"normalize/{s}/imag/vector", "normalize", (A([z, 2 + 1j], dt),))
+        for name, vals in (
+            ("inf_imag", [3 + 4j, complex(0.0, INF)]),
+            ("inf_real", [complex(INF, 0.0)]),
+            ("inf_both", [complex(INF, -INF), 1j]),
+            ("nan_real", [complex(NAN, 0.0)]),
+            ("overflow", [complex(1e30, 1e30), 1.0]),
+        ):
+            for fn in ("norm", "normalize", "l2_normalize"):
+                yield Case(f"{fn}/{s}/imag/{name}", fn, (A(vals, dt),))
+        m = A(gen(f"{s}/imag/m", (3, 4), "complex"), dt)
+        yield Case(f"norm/{s}/imag/fro", "norm", (m,), (("ord", "fro"), ("axis", (0, 1))))
+        yield Case(f"normalize/{s}/imag/axis1", "normalize", (m,), (("axis", 1),))
+
+
 def _all() -> tuple[Case, ...]:
     out = tuple(
         itertools.chain(
@@ -1572,6 +1677,7 @@ def _all() -> tuple[Case, ...]:
             _norm(),
             _l2_normalize(),
             _normalize(),
+            _fidelity(),
         )
     )
     seen: set[str] = set()

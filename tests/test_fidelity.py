@@ -1,0 +1,288 @@
+"""Reproductions of the defects differential fuzzing against live TF 2.21 found (issue 14).
+
+Expected values are TF 2.21's own outputs (measured eagerly on CPU, quoted in each test) or
+hand-derived; the conformance catalogue (``anyclip_conformance/cases.py``: its ``acc/``,
+``imag/`` and ``py/complex`` cases) holds their neighbourhoods with TF's data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import anyclip
+
+__all__: list[str] = []
+
+jax_backends = pytest.mark.parametrize("backend", ["jax", "jax-gpu"], indirect=True)
+
+
+def _big_and_ones(n: int, big: float) -> np.ndarray:
+    x = np.ones(n)
+    x[0] = big
+    return x
+
+
+# ------------------------------------------------------------ 1. bfloat16 sums (float32 in TF)
+# ones(1001) with x[0] = 256 in bfloat16: the exact norm is 257.95. TF 2.21 gives 258 for
+# ``norm``, ``global_norm`` and the norm of ``clip_by_global_norm``, and 0.992188 (254/256) for
+# element 0 of ``l2_normalize`` and ``clip_by_norm(x, 1)``; a bfloat16 running sum gives 256 and 1.
+def test_bfloat16_norm_sums_in_float32(backend, make, check):
+    x = make(_big_and_ones(1001, 256.0), "bfloat16")
+    check(anyclip.norm(x), np.float32(258), "bfloat16")
+    check(anyclip.global_norm([x]), np.float32(258), "bfloat16")
+    check(anyclip.clip_by_global_norm([x], 1.0)[1], np.float32(258), "bfloat16")
+    check(anyclip.normalize(x)[1], [258.0], "bfloat16")
+
+
+def test_bfloat16_l2_normalize_sums_in_float32(backend, make, check):
+    x = make(_big_and_ones(1001, 256.0), "bfloat16")
+    out = backend.to_numpy(anyclip.l2_normalize(x))
+    assert out[0] == np.float32(0.9921875), out[0]
+    out = backend.to_numpy(anyclip.clip_by_norm(x, 1.0))
+    assert out[0] == np.float32(0.9921875), out[0]
+
+
+def test_bfloat16_norm_over_an_axis_sums_in_float32(backend, make, check):
+    x = make(np.stack([_big_and_ones(1001, 256.0)] * 2), "bfloat16")
+    check(anyclip.norm(x, axis=1), [258.0, 258.0], "bfloat16")  # TF 2.21
+
+
+@jax_backends
+def test_bfloat16_norm_under_jit(backend, make, check):
+    x = make(_big_and_ones(3000, 256.0), "bfloat16")
+    check(backend.jit(anyclip.norm)(x), np.float32(262), "bfloat16")  # TF 2.21: 262
+
+
+# -------------------------------------------------------- 2. Python complex is complex128 in TF
+def test_python_complex_input_is_complex128():
+    z = 2.76e-31 - 7.68e-31j  # TF: ((0.3382-0.9411j), 8.16e-31+0j), complex128
+    normalized, n = anyclip.normalize(z)
+    assert n.dtype == np.complex128
+    exact = abs(z)
+    np.testing.assert_allclose(np.asarray(n), exact, rtol=1e-15)
+    np.testing.assert_allclose(np.asarray(normalized), z / exact, rtol=1e-15)
+    assert anyclip.norm([1 + 2j, 3]).dtype == np.complex128
+
+
+# ---------------------------------------------- 3. the complex Euclidean norm is exactly real
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_norm_has_no_imaginary_part(backend, make, dtype):
+    z = np.array([-0.8019 - 1.3244j, 0.3 + 2.1j, -1.7 + 0.45j])
+    x = make(z, dtype)
+    for result in (
+        anyclip.norm(x[0]),
+        anyclip.norm(x),
+        anyclip.norm(x, axis=0),
+        anyclip.normalize(x)[1],
+        anyclip.norm(make(z.reshape(1, 3) * np.ones((2, 1)), dtype), ord="fro", axis=(0, 1)),
+    ):
+        got = backend.to_numpy(result)
+        assert got.dtype == np.dtype(dtype)
+        assert np.all(got.imag == 0), got
+        np.testing.assert_allclose(got.real, np.abs(got), rtol=0)
+    exact = np.sqrt(np.sum(np.abs(z.astype(dtype)).astype(np.float64) ** 2))
+    rtol = 2e-7 if dtype == "complex64" else 1e-15
+    np.testing.assert_allclose(backend.to_numpy(anyclip.norm(x)).real, exact, rtol=rtol)
+
+
+# ----------------------------------------------- 4. the optax state keeps a norm it can hold
+@jax_backends
+def test_optax_state_holds_a_wider_update_norm(backend, make):
+    pytest.importorskip("optax")
+    import anyclip.optax as ao
+
+    tx = ao.clip_by_global_norm(1.0, norm_in_state=True)  # the state holds the norm
+    state = tx.init({"w": make([0.0, 0.0], "float16")})
+    updates = {"w": make([6e5, 8e5], "float32")}  # norm 1e6: inf in float16
+    _, state = tx.update(updates, state)
+    norm = backend.to_numpy(state.global_norm)
+    assert norm.dtype == np.float32
+    assert norm == np.float32(1e6)
+
+
+# ------------------------------------------- 6-12. argument errors backends used to raise first
+torch_backends = pytest.mark.parametrize("backend", ["torch", "torch-cuda"], indirect=True)
+
+
+def test_l2_normalize_epsilon_shape(backend, make, check):
+    x = make(np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"`epsilon` of shape \(5,\) must broadcast against"):
+        anyclip.l2_normalize(x, epsilon=make(np.ones(5)))
+    # TF 2.21: an epsilon that broadcasts is used per element, [1/sqrt(6)] * 6 here
+    check(
+        anyclip.l2_normalize(x, epsilon=make([1e-12] * 3)),
+        np.full((2, 3), 0.40824828),
+        "float32",
+        3,
+    )
+
+
+def test_clip_by_global_norm_argument_shapes(backend, make, check):
+    v = make([1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="`clip_norm` of shape \\(2,\\)"):
+        anyclip.clip_by_global_norm([v], make([1.0, 2.0]))
+    with pytest.raises(ValueError, match="`use_norm` of shape \\(2,\\)"):
+        anyclip.clip_by_global_norm([v], 1.0, use_norm=make([1.0, 2.0]))
+    # TF 2.21 accepts shapes that broadcast to every array: [0.57735026] * 3, and [0.5] * 3
+    check(anyclip.clip_by_global_norm([v], make([1.0]))[0][0], [0.57735026] * 3, "float32", 3)
+    out, n = anyclip.clip_by_global_norm([v], 1.0, use_norm=make([2.0]))
+    check(out[0], [0.5] * 3, "float32")
+    check(n, [2.0], "float32")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64", "int64"])
+def test_clip_by_norm_integer_clip_norm_array_is_cast(backend, make, check, dtype):
+    out = anyclip.clip_by_norm(make([3.0, 4.0]), make(2, dtype))
+    check(out, [1.2, 1.6], "float32", 2)  # TF 2.21 casts clip_norm: [1.2, 1.6]
+
+
+def test_clip_by_norm_bool_clip_norm_array_is_refused(backend, make):
+    with pytest.raises(TypeError, match="`clip_norm` must have a real dtype"):
+        anyclip.clip_by_norm(make([3.0, 4.0]), make(True, "bool"))  # TF: TypeError
+
+
+@torch_backends
+def test_torch_float8_is_a_clear_type_error(backend, make):
+    torch = backend.module
+    t = make([1.0, 2.0]).to(torch.float8_e4m3fn)
+    for call in (
+        lambda: anyclip.clip_by_norm(t, 1.0),
+        lambda: anyclip.norm(t),
+        lambda: anyclip.clip_by_value(t, 0.0, 1.0),
+        lambda: anyclip.global_norm([t]),
+    ):
+        with pytest.raises(TypeError, match=r"float8_e4m3fn .*cast the array to float32"):
+            call()
+    with pytest.raises(TypeError, match="`accumulate_dtype`"):
+        anyclip.norm(make([1.0, 2.0]), accumulate_dtype="float8_e4m3fn")
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn"])
+def test_numpy_ml_dtypes_are_a_clear_type_error(name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a = np.ones(3, dtype=getattr(ml_dtypes, name))
+    for arg, call in (
+        ("t", lambda: anyclip.clip_by_norm(a, 1.0)),
+        ("tensor", lambda: anyclip.norm(a)),
+        ("x", lambda: anyclip.l2_normalize(a)),
+        ("t_list\\[0\\]", lambda: anyclip.global_norm([a])),
+    ):
+        with pytest.raises(TypeError, match=f"`{arg}` must have .*got {name}.*float32"):
+            call()
+
+
+@torch_backends
+def test_torch_clip_grad_norm_takes_a_one_element_tensor(backend, make):
+    torch = backend.module
+    import anyclip.torch as at
+
+    ours, theirs = torch.nn.Parameter(make([0.0, 0.0])), torch.nn.Parameter(make([0.0, 0.0]))
+    ours.grad, theirs.grad = make([3.0, 4.0]), make([3.0, 4.0])
+    norm = at.clip_grad_norm_([ours], make([1.0]))
+    ref = torch.nn.utils.clip_grad_norm_([theirs], make([1.0]))
+    assert float(norm) == float(ref) == 5.0
+    np.testing.assert_allclose(
+        backend.to_numpy(ours.grad), backend.to_numpy(theirs.grad), rtol=1e-6
+    )
+    with pytest.raises(ValueError, match="`max_norm` must hold one value"):
+        at.clip_grad_norm_([ours], make([1.0, 2.0]))
+
+
+def test_byte_swapped_numpy_arrays_are_accepted():
+    big, little = np.array([3.0, 4.0], ">f4"), np.array([12.0], "<f4")
+    # TF 2.21: [1.2, 1.6], [0.6, 0.8], 13, 5 (float32 / float64, native order)
+    for out, expected in (
+        (anyclip.clip_by_average_norm(big, 1.0), [1.2, 1.6]),
+        (anyclip.clip_by_norm(big, 1.0), [0.6, 0.8]),
+        (anyclip.global_norm([big, little]), 13.0),
+        (anyclip.norm(np.array([3.0, 4.0], ">f8")), 5.0),
+        (anyclip.clip_by_value(little, np.array(1.0, ">f4"), 2.0), [2.0]),
+    ):
+        assert out.dtype.isnative
+        np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_recursive_tree_is_a_value_error():
+    from anyclip import tree
+
+    looped: list = [np.ones(2, np.float32)]
+    looped.append(looped)
+    with pytest.raises(ValueError, match=r"must not contain itself.*tree\[1\]"):
+        tree.global_norm(looped)
+    shared = [np.ones(2, np.float32)]
+    assert float(tree.global_norm([shared, shared])) == 2.0  # a shared subtree is no cycle
+
+
+# ------------------------------------------ memory: accumulate_dtype casts one block at a time
+@pytest.mark.parametrize("block", [7, 64])
+def test_accumulate_dtype_blocks_give_the_formula(backend, make, check, monkeypatch, block):
+    from anyclip import _core
+
+    monkeypatch.setattr(_core, "UPCAST_BLOCK", block)  # many blocks on a small input
+    rng = np.random.default_rng(3)
+    x64 = rng.standard_normal((5, 41)) * 40.0  # squares of 300 overflow float16 (TF's trap)
+    x64[0, 0] = 300.0
+    x16 = x64.astype(np.float16).astype(np.float64)  # the float16 values, exactly
+    x = make(x16, "float16")
+    n = np.sqrt(np.sum(x16 * x16))  # float64: within float32 rounding of the formula
+    check(anyclip.norm(x, accumulate_dtype="float32"), n, "float16", 1)
+    # global norms are returned in the accumulation dtype
+    check(anyclip.global_norm([x, x], accumulate_dtype="float32"), n * np.sqrt(2), "float32", 4)
+    check(anyclip.clip_by_norm(x, 1.0, accumulate_dtype="float32"), x16 / n, "float16", 1)
+    check(anyclip.l2_normalize(x, accumulate_dtype="float32"), x16 / n, "float16", 1)
+    out, gn = anyclip.clip_by_global_norm([x], 1.0, accumulate_dtype="float32")
+    check(gn, n, "float32", 4)
+    check(out[0], x16 / n, "float16", 1)
+
+
+# ----------------------- declared differences (docs/tf-behaviour.md): TF's behaviour, xfailed
+_DECLARED = "a declared difference from TF (docs/tf-behaviour.md, 'Where anyclip differs from TF')"
+
+
+@torch_backends
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_bfloat16_huge_python_int_is_a_value_error(backend, make):
+    with pytest.raises(ValueError):  # TF 2.21: ValueError (out-of-range integer)
+        anyclip.clip_by_value(make([1.0, 2.0], "bfloat16"), 0, 2**63)
+
+
+@torch_backends
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_bfloat16_numpy_bool_converts(backend, make, check):
+    out = anyclip.clip_by_value(make([1.0, 2.0], "bfloat16"), 0.0, np.True_)
+    check(out, [1.0, 1.0], "bfloat16")  # TF 2.21
+
+
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_uint64_negative_int_is_an_overflow_error():
+    with pytest.raises(OverflowError):  # TF 2.21: can't convert negative int to unsigned
+        anyclip.clip_by_value(np.array([1, 2], np.uint64), -1, 5)
+
+
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_complex_list_with_use_norm_is_scaled():
+    out, _ = anyclip.clip_by_global_norm(
+        [np.array([3 + 4j], np.complex64)], 1.0, use_norm=np.array(5.0, np.float32)
+    )
+    np.testing.assert_allclose(out[0], [0.6 + 0.8j], rtol=1e-6)  # TF 2.21
+
+
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_clip_by_average_norm_enlarging_clip_norm_broadcasts():
+    t = np.array([3.0, 4.0], np.float32)
+    out = anyclip.clip_by_average_norm(t, np.array([[1.0], [2.0]], np.float32))
+    assert out.shape == (2, 2)  # TF 2.21 (eager)
+
+
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_float128_is_refused():
+    with pytest.raises(ValueError):  # TF 2.21: unsupported NumPy type NPY_LONGDOUBLE
+        anyclip.norm(np.array([3.0, 4.0], np.longdouble))
+
+
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_complex_matrix_2_norm_of_inf_is_zero():
+    m = np.zeros((3, 5), np.complex64)
+    m[2, 4] = complex(0.0, np.inf)
+    assert anyclip.norm(m, ord=2, axis=(0, 1)) == 0  # TF 2.21: its SVD fails and gives 0

@@ -26,6 +26,7 @@ __all__ = [
     "is_numpy_scalar",
     "is_weak_scalar",
     "library",
+    "may_be_sharded",
     "namespace",
     "to_device",
 ]
@@ -215,3 +216,26 @@ def dtype_name(dtype: Any) -> str:
 def to_device(x: Any, dev: Any) -> Any:
     """``x`` moved to device ``dev`` (itself when it is already there)."""
     return array_api_compat.to_device(x, dev)
+
+
+def may_be_sharded(a: Any) -> bool:
+    """Whether the JAX array ``a`` may be sharded, so that a reshape of it could gather it.
+
+    True for an array whose sharding is not fully replicated, for a traced array sharded
+    over ``Explicit`` mesh axes, and for any traced array while a mesh of several devices is
+    set (``jax.set_mesh``): under ``Auto`` axes the tracer does not say how it is sharded.
+    """
+    import jax
+
+    if isinstance(a, jax.core.Tracer):
+        try:
+            aval = jax.typeof(a)
+            spec = aval.sharding.spec
+        except AttributeError:  # older JAX: no sharding in types
+            return False
+        if any(s is not None for s in spec):
+            return True
+        mesh = jax.sharding.get_abstract_mesh()
+        return not mesh.empty and mesh.size > 1
+    sharding = getattr(a, "sharding", None)
+    return sharding is not None and not sharding.is_fully_replicated

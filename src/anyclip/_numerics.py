@@ -14,7 +14,7 @@ import math
 import sys
 from typing import Any
 
-from anyclip._compat import device, dtype_name, is_numpy_scalar, library
+from anyclip._compat import device, dtype_name, is_numpy_scalar, library, may_be_sharded
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -96,7 +96,8 @@ def _jax_sum_once(xp: Namespace, x: Any, axis: Any, keepdims: bool, dtype: Any) 
     """
     shape = tuple(x.shape)
     axes = tuple(range(len(shape))) if axis is None else axis
-    if not isinstance(axes, tuple) or len(axes) < 2:
+    # a sharded array keeps XLA's own reduction: merging its axes (a reshape) would gather it
+    if not isinstance(axes, tuple) or len(axes) < 2 or may_be_sharded(x):
         return xp.sum(x, axis=axis, keepdims=keepdims, dtype=dtype)
     rest = tuple(i for i in range(len(shape)) if i not in axes)
     perm = (*rest, *axes)

@@ -46,6 +46,20 @@ TEST_INPUTS = (
 IN_SDIST = (ROOT / "PKG-INFO").is_file()
 
 
+def imported_anyclip(cwd: Path, env: dict[str, str]) -> Path:
+    """The file ``import anyclip`` loads in a fresh interpreter run in ``cwd`` with ``env``."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import anyclip; print(anyclip.__file__)"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return Path(done.stdout.strip())
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     pytest.importorskip("build", reason="the test extra's `build` package")
@@ -143,16 +157,7 @@ def test_installed_wheel_has_license_and_version(dist, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"anyclip {VERSION}"
-    located = subprocess.run(
-        [sys.executable, "-c", "import anyclip; print(anyclip.__file__)"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    assert Path(located.stdout.strip()).is_relative_to(target)
+    assert imported_anyclip(tmp_path, env).is_relative_to(target)
 
 
 def test_unpacked_sdist_passes_its_tests_on_numpy(dist, tmp_path):
@@ -173,16 +178,8 @@ def test_unpacked_sdist_passes_its_tests_on_numpy(dist, tmp_path):
     env.pop("ANYCLIP_REQUIRE_BACKENDS", None)  # one backend on purpose
     # plain `pytest`: the configured testpaths, the docstring examples in src/anyclip and tests/
     # (conformance/ is not in the sdist); about two minutes on two cores
-    located = subprocess.run(
-        [sys.executable, "-c", "import anyclip; print(anyclip.__file__)"],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    assert Path(located.stdout.strip()).is_relative_to(tree / "src"), located.stdout
+    located = imported_anyclip(tree, env)
+    assert located.is_relative_to(tree / "src"), located
     done = subprocess.run(
         [
             sys.executable,

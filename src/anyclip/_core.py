@@ -101,6 +101,8 @@ def _squeeze_reduced(xp: Namespace, r: Any, axis: Any) -> Any:
     """Drop the axes a ``keepdims`` reduction over ``axis`` kept (``None``: all of them)."""
     if axis is None:
         return xp.reshape(r, ())
+    if isinstance(axis, tuple) and axis[0] == axis[1]:  # ord 1 or inf over one axis twice
+        axis = axis[0]
     return xp.squeeze(r, axis=axis)
 
 

@@ -82,9 +82,11 @@ def _canonical_axis(axis: Any, ndim: int) -> int | tuple[int, int] | None:
     if isinstance(axis, (tuple, list)) and len(axis) == 2:
         if not all(isinstance(a, int) for a in axis) or axis[0] == axis[1]:
             raise ValueError(_AXIS_MSG.format(axis))
-        pair = normalize_axes(list(axis), ndim, "axis")
-        assert pair is not None
-        return (pair[0], pair[1])
+        # Each axis on its own: ``(0, -1)`` on 1-D input names axis 0 twice, which TF's
+        # Python check lets through (see :func:`_check_matrix_pair`).
+        (first,) = normalize_axes(axis[0], ndim, "axis") or ()
+        (second,) = normalize_axes(axis[1], ndim, "axis") or ()
+        return (first, second)
     if axis is None:
         return None
     if not isinstance(axis, int):
@@ -125,8 +127,28 @@ def _prepare_norm(tensor: Any, ord: Any, axis: Any) -> tuple[Namespace, Any, Any
     xp = namespace(tensor)
     x = as_input(tensor, xp, "tensor")
     ax = _canonical_axis(axis, x.ndim)
+    if isinstance(ax, tuple):
+        _check_matrix_pair(ax, axis, canonical_ord)
     _check_norm_dtype(xp, x, canonical_ord, "tensor", isinstance(ax, tuple))
     return xp, x, canonical_ord, ax
+
+
+def _check_matrix_pair(pair: tuple[int, int], axis: Any, ord: Any) -> None:
+    """A pair naming one axis twice (``(0, -1)`` on 1-D input): what TF does with it.
+
+    TF refuses only literally equal ints in Python. For ``ord`` 1 and inf its two reductions
+    (a sum, then a max) run over the same axis one after the other, which gives a value
+    (``norm([3, 4], 1, (0, -1))`` is 7), so anyclip computes the same; the Euclidean and
+    Frobenius norms reduce over both axes at once, which TF's kernel refuses.
+    """
+    if pair[0] != pair[1] or ord in (1, math.inf):
+        return
+    msg = (
+        f"Invalid reduction arguments: Axes contains duplicate dimension: {pair[0]} "
+        f"(`axis` {tuple(axis)} names axis {pair[0]} twice; ord={ord!r} needs two different "
+        "axes: pass two distinct axes, or ord 1 or inf, which TF reduces one after the other)"
+    )
+    raise ValueError(msg)
 
 
 def norm(

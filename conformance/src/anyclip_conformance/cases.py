@@ -1115,6 +1115,27 @@ def _norm() -> Iterator[Case]:
                             error=err,
                             bulk=True,
                         )
+        # 2b. a pair naming one axis twice (issue 14): TF's Python check refuses only equal
+        # ints; ord 1 and inf reduce over the axis twice (a value), the others fail in TF's kernel
+        for shape, axis_list in (((5,), ((0, -1), (-1, 0))), ((3, 4), ((0, -2), (1, -1)))):
+            sl = _shape_label(shape)
+            for axis in axis_list:
+                for o in MATRIX_ORDS:
+                    for keep in (False, True):
+                        if keep and o not in (1, INF):
+                            continue
+                        cid = f"{f}/{s}/matrix/ord={_ord_label(o)}/axis={_axes_label(axis)}/{sl}"
+                        cid += "/keepdims" if keep else ""
+                        kw = [("ord", o), ("axis", axis)]
+                        if keep:
+                            kw.append(("keepdims", True))
+                        yield Case(
+                            cid,
+                            f,
+                            (A(gen(cid, shape, scale=2.0), dt),),
+                            tuple(kw),
+                            error=None if o in (1, INF) else "ValueError",
+                        )
         # 3. edge values
         edges = {
             "empty": (np.zeros((0,)), ("euclidean", 1, INF, 3)),
@@ -1495,6 +1516,8 @@ def _normalize() -> Iterator[Case]:
             "m_inf_axis0": ([[3.0, 4.0], [6.0, 8.0]], (("ord", INF), ("axis", 0))),
             "m_matrix2": ([[3.0, 4.0], [6.0, 8.0]], (("ord", 2), ("axis", (0, 1)))),
             "m_fro_list": ([[3.0, 4.0], [6.0, 8.0]], (("ord", "fro"), ("axis", [0, 1]))),
+            "m_ord1_axis_twice": ([[3.0, -4.0], [6.0, 8.0]], (("ord", 1), ("axis", (0, -2)))),
+            "v_inf_axis_twice": ([3.0, -4.0, 1.0], (("ord", INF), ("axis", (-1, 0)))),
         }
         for name, (xs, kw) in edges.items():
             err = "TypeError" if name == "m_matrix2" and dt in NO_SVD else None

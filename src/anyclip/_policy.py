@@ -233,7 +233,10 @@ def _scalar_for(xp: Namespace, value: Any, dtype: Any, kind: str, name: str) -> 
     if kind == "complex":
         return complex(value)
     if isinstance(value, bool) and dtype_name(dtype) == "bfloat16":
-        msg = f"`{name}` must be a number for a bfloat16 input (TF does not convert a bool to it)"
+        msg = (
+            f"`{name}` must be a number for a bfloat16 input (TF does not convert a Python "
+            f"bool to it), got {value!r}; pass {float(value)!r} (a NumPy bool converts)"
+        )
         raise TypeError(msg)
     # real floating
     try:
@@ -248,6 +251,10 @@ def _scalar_for(xp: Namespace, value: Any, dtype: Any, kind: str, name: str) -> 
 def _numpy_scalar_for(value: Any, kind: str) -> Any:
     """A NumPy scalar cast the way TF casts NumPy values (truncation on integer dtypes)."""
     item = value.item()
+    if isinstance(item, bool) and kind not in ("bool", "int"):
+        # NumPy casts its bools to any float dtype, and TF takes NumPy's cast: bfloat16 too,
+        # where TF refuses a Python bool.
+        return float(item)
     if kind == "int":
         if isinstance(item, complex):
             item = item.real

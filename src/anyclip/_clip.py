@@ -514,9 +514,9 @@ def clip_by_global_norm(
         ``accumulate_dtype``) do not share one dtype, ``use_norm`` is not an array,
         ``clip_norm`` is an array of another dtype, or ``accumulate_dtype`` is not floating.
     ValueError
-        If ``clip_norm`` is None, ``clip_norm`` or ``use_norm`` cannot broadcast against every
-        array (a larger one enlarges the outputs, as in TF), or ``nonfinite`` is not one of
-        the policies.
+        If ``clip_norm`` is None, ``clip_norm`` or ``use_norm`` cannot broadcast against each
+        other or against every array (a larger one enlarges the outputs, as in TF), or
+        ``nonfinite`` is not one of the policies.
     FloatingPointError
         With ``nonfinite="raise"``, if the global norm is inf or NaN.
 
@@ -637,19 +637,16 @@ def _check_scale_shapes(values: list[Any], c: tuple[int, ...], n: tuple[int, ...
             f"reshape one of them (a size-1 axis broadcasts){tf_words(tf_incompatible(n, c))}"
         )
         raise ValueError(msg)
+    if not scale:  # the usual 0-d scale multiplies anything
+        return
     for i, v in enumerate(values):
-        if v is not None:
-            words = tf_incompatible(tuple(v.shape), scale)
-            shape = tuple(v.shape)
-            check_compatible(c, shape, "clip_norm", f"t_list[{i}]", tf=words)
-            check_compatible(n, shape, "use_norm", f"t_list[{i}]", tf=words)
-            if tf_broadcast(shape, scale) is None:  # each fits alone, not both together
-                msg = (
-                    f"`clip_norm` of shape {c} and `use_norm` of shape {n} together must "
-                    f"broadcast against the shape {shape} of `t_list[{i}]`; reshape them"
-                    f"{tf_words(words)}"
-                )
-                raise ValueError(msg)
+        if v is None or tf_broadcast(tuple(v.shape), scale) is not None:
+            continue
+        shape = tuple(v.shape)
+        words = tf_incompatible(shape, scale)
+        # One of them cannot broadcast against the array (if both could, so could the scale).
+        check_compatible(c, shape, "clip_norm", f"t_list[{i}]", tf=words)
+        check_compatible(n, shape, "use_norm", f"t_list[{i}]", tf=words)
 
 
 def clip_by_average_norm(t: ArrayT, clip_norm: Operand, name: str | None = None) -> ArrayT:

@@ -33,6 +33,7 @@ from anyclip._kernels._dist import GroupKernels, check_group, group_namespace, z
 from anyclip._numerics import quiet
 from anyclip._policy import (
     FLOATS,
+    TF_NONE,
     ListNames,
     as_input,
     as_list,
@@ -47,6 +48,13 @@ from anyclip._policy import (
     real_list,
     require_kind,
     resolve_accumulate_dtype,
+    tf_attr,
+    tf_broadcast,
+    tf_cannot_convert,
+    tf_expected,
+    tf_incompatible,
+    tf_same_dtype,
+    tf_words,
 )
 from anyclip._typing import (
     Array,
@@ -158,11 +166,12 @@ def _clip_by_value(
     """:func:`clip_by_value` without the plain-call fast path (no kernel step to choose)."""
     xp = namespace(t, clip_value_min, clip_value_max, names=_BOUNDS)
     t = as_input(t, xp, "t")
-    require_kind(xp, t, "t", ("int", "real"), "a real dtype (floating or integer)")
-    lo = as_operand(clip_value_min, xp, t, "clip_value_min")
-    hi = as_operand(clip_value_max, xp, t, "clip_value_max")
-    check_broadcastable(tuple(lo.shape), tuple(t.shape), "clip_value_min", "t")
+    require_kind(xp, t, "t", ("int", "real"), "a real dtype (floating or integer)", tf_attr)
+    # In TF's order: minimum(t, clip_value_max) first, then maximum(.., clip_value_min).
+    hi = as_operand(clip_value_max, xp, t, "clip_value_max", tf=tf_expected)
     check_broadcastable(tuple(hi.shape), tuple(t.shape), "clip_value_max", "t")
+    lo = as_operand(clip_value_min, xp, t, "clip_value_min", tf=tf_expected)
+    check_broadcastable(tuple(lo.shape), tuple(t.shape), "clip_value_min", "t")
     widened = comparable_dtype(xp, t.dtype)
     if widened is not None:  # a backend without min/max for this dtype: exact in a wider one
         out = _core.clip_by_value(
@@ -175,7 +184,7 @@ def _clip_by_value(
 def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any) -> Any:
     """``clip_norm`` as ``tf.clip_by_norm`` converts it (negative becomes 0)."""
     if clip_norm is None:
-        msg = "`clip_norm` must be a number or an array, got None"
+        msg = f"`clip_norm` must be a number or an array, got None{tf_words(TF_NONE)}"
         raise ValueError(msg)
     if isinstance(clip_norm, (bool, int, float)) or is_numpy_scalar(clip_norm):
         if clip_norm < 0:  # a Python comparison, as in TF; NaN passes through
@@ -183,7 +192,7 @@ def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any) -> Any:
         return as_operand(clip_norm, xp, t, "clip_norm")
     if is_array(clip_norm):
         what = "a real dtype (TF's maximum(clip_norm, 0) refuses bool)"
-        require_kind(xp, clip_norm, "clip_norm", ("int", "real"), what)
+        require_kind(xp, clip_norm, "clip_norm", ("int", "real"), what, _tf_clip_norm_kind)
         if xp.isdtype(clip_norm.dtype, "unsigned integer"):
             # never negative, so TF's maximum(clip_norm, 0) is the identity (torch has none)
             return as_operand(clip_norm, xp, t, "clip_norm", cast_arrays=True)
@@ -194,7 +203,17 @@ def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any) -> Any:
         c = as_operand(clip_norm, xp, t, "clip_norm")
         return _core.nonnegative(xp, c, as_operand(0, xp, t, "clip_norm"))
     msg = f"`clip_norm` must be a number or an array, got {type(clip_norm).__name__}"
+    if isinstance(clip_norm, (str, complex)):  # TF compares it with 0 in Python
+        words = f"'<' not supported between instances of '{type(clip_norm).__name__}' and 'int'"
+        msg += tf_words(words)
     raise TypeError(msg)
+
+
+def _tf_clip_norm_kind(dtype: Any) -> str:
+    """TF's words for a ``clip_norm`` array of a refused dtype (``maximum(clip_norm, 0)``)."""
+    if dtype_name(dtype) == "bool":
+        return tf_cannot_convert(0, dtype)
+    return tf_attr(dtype)
 
 
 def clip_by_norm(
@@ -286,7 +305,7 @@ def _clip_by_norm(
     """:func:`clip_by_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
     xp = namespace(t, clip_norm, names=("t", "clip_norm"))
     t = as_input(t, xp, "t")
-    require_kind(xp, t, "t", ("real",), FLOATS)
+    require_kind(xp, t, "t", ("real",), FLOATS, tf_attr)
     ax = normalize_axes(axes, t.ndim, "axes")
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [t.dtype])
     if acc is not None and acc != t.dtype and ax is None and _core.can_cast_blocks(xp, [t]):
@@ -495,9 +514,9 @@ def clip_by_global_norm(
         ``accumulate_dtype``) do not share one dtype, ``use_norm`` is not an array,
         ``clip_norm`` is an array of another dtype, or ``accumulate_dtype`` is not floating.
     ValueError
-        If ``clip_norm`` is None, ``clip_norm`` or ``use_norm`` cannot broadcast against every
-        array (a larger one enlarges the outputs, as in TF), or ``nonfinite`` is not one of
-        the policies.
+        If ``clip_norm`` is None, ``clip_norm`` or ``use_norm`` cannot broadcast against each
+        other or against every array (a larger one enlarges the outputs, as in TF), or
+        ``nonfinite`` is not one of the policies.
     FloatingPointError
         With ``nonfinite="raise"``, if the global norm is inf or NaN.
 
@@ -571,25 +590,24 @@ def _clip_by_global_norm(
         values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
         use_norm, k = _global_norm_of(kernels, xp, values, accumulate_dtype, groups)
     elif not is_array(use_norm):
+        kind = type(use_norm).__name__
         msg = (
             "`use_norm` must be a 0-d floating array (the precomputed global norm), "
-            f"got {type(use_norm).__name__}"
+            f"got {kind}; wrap it in an array of the lists' dtype"
+            f"{tf_words(f'{kind!r} object has no attribute ' + repr('dtype'))}"  # TF's
         )
         raise TypeError(msg)
     else:
         values = real_list(xp, items)
         use_norm = native_order(use_norm)
-        require_kind(xp, use_norm, "use_norm", ("real",), FLOATS)
+        require_kind(xp, use_norm, "use_norm", ("real",), FLOATS, _tf_use_norm_kind)
         present = [v for v in values if v is not None]
         k = kernels if kernels is not None else kernels_for(xp, present or [use_norm])
     norm = k.local(xp, use_norm)  # a replicated DTensor's value on this rank
-    c = as_operand(clip_norm, xp, norm, "clip_norm")
+    c = as_operand(clip_norm, xp, norm, "clip_norm", tf=tf_same_dtype)
     if is_array(c):
         c = k.local(xp, c)
-    for i, v in enumerate(values):  # TF multiplies each array by the scale, of any shape
-        if v is not None:
-            check_compatible(tuple(c.shape), tuple(v.shape), "clip_norm", f"t_list[{i}]")
-            check_compatible(tuple(norm.shape), tuple(v.shape), "use_norm", f"t_list[{i}]")
+    _check_scale_shapes(values, tuple(c.shape), tuple(norm.shape))
     if policy == "raise":
         with quiet(xp):  # a lazy backend (dask) computes the norm here: no inf/NaN warnings
             finite = bool(xp.all(xp.isfinite(norm)))  # host sync
@@ -598,6 +616,37 @@ def _clip_by_global_norm(
             msg = f"the global norm is not finite ({shown}); `nonfinite` is 'raise'"
             raise FloatingPointError(msg)
     return _core.clip_by_global_norm(xp, k, values, c, norm, policy), use_norm
+
+
+def _tf_use_norm_kind(dtype: Any) -> str | None:
+    """TF's words for a ``use_norm`` array of a refused dtype (TF computes ``1.0 / use_norm``)."""
+    return tf_cannot_convert(1.0, dtype) if "int" in dtype_name(dtype) else None
+
+
+def _check_scale_shapes(values: list[Any], c: tuple[int, ...], n: tuple[int, ...]) -> None:
+    """``ValueError`` unless TF's scale ``c * minimum(1 / n, 1 / c)`` can multiply each array.
+
+    TF multiplies each array by the scale, of any shape (a larger one enlarges the outputs);
+    what cannot broadcast fails here, with TF's words for the op that meets it: ``Minimum``
+    (``use_norm`` against ``clip_norm``), then ``Mul`` (each array against the scale).
+    """
+    scale = tf_broadcast(n, c)
+    if scale is None:
+        msg = (
+            f"`clip_norm` of shape {c} must broadcast against the shape {n} of `use_norm`; "
+            f"reshape one of them (a size-1 axis broadcasts){tf_words(tf_incompatible(n, c))}"
+        )
+        raise ValueError(msg)
+    if not scale:  # the usual 0-d scale multiplies anything
+        return
+    for i, v in enumerate(values):
+        if v is None or tf_broadcast(tuple(v.shape), scale) is not None:
+            continue
+        shape = tuple(v.shape)
+        words = tf_incompatible(shape, scale)
+        # One of them cannot broadcast against the array (if both could, so could the scale).
+        check_compatible(c, shape, "clip_norm", f"t_list[{i}]", tf=words)
+        check_compatible(n, shape, "use_norm", f"t_list[{i}]", tf=words)
 
 
 def clip_by_average_norm(t: ArrayT, clip_norm: Operand, name: str | None = None) -> ArrayT:
@@ -654,9 +703,18 @@ def _clip_by_average_norm(
     """:func:`clip_by_average_norm` (its formula has no kernel step)."""
     xp = namespace(t, clip_norm, names=("t", "clip_norm"))
     t = as_input(t, xp, "t")
-    if dtype_kind(xp, t.dtype) != "real" or t.dtype != xp.float32:
-        msg = f"`t` must have dtype float32 (the only one TF accepts), got {dtype_name(t.dtype)}"
+    kind = dtype_kind(xp, t.dtype)
+    if kind != "real" or t.dtype != xp.float32:
+        msg = (
+            f"`t` must have dtype float32 (the only one TF accepts), got {dtype_name(t.dtype)}; "
+            f"cast it to float32, or use clip_by_norm(t, clip_norm * size(t))"
+        )
+        if kind in ("real", "complex"):  # TF multiplies t by its float32 element count
+            msg += tf_words(tf_expected(t.dtype, "float32"))
+        elif kind in ("int", "bool"):  # TF's Rsqrt (Sum for bool) has no such kernel
+            msg += tf_words(tf_attr(t.dtype))
         raise TypeError(msg)
-    c = as_operand(clip_norm, xp, t, "clip_norm")
-    check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t")
+    c = as_operand(clip_norm, xp, t, "clip_norm", tf=tf_expected)
+    # TF multiplies without a shape check: only a clip_norm that cannot broadcast fails there.
+    check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t", tf_static=False)
     return _core.clip_by_average_norm(xp, t, c)

@@ -210,6 +210,8 @@ def dtype_name(dtype: Any) -> str:
     name = getattr(dtype, "name", None)
     if isinstance(name, str):
         return name
+    if isinstance(dtype, type):  # NumPy's scalar types, which its namespace calls dtypes
+        return dtype.__name__
     return str(dtype).rsplit(".", 1)[-1]
 
 

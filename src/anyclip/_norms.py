@@ -23,6 +23,12 @@ from anyclip._policy import (
     normalize_axes,
     require_kind,
     resolve_accumulate_dtype,
+    tf_attr,
+    tf_broadcast,
+    tf_cannot_convert,
+    tf_expected,
+    tf_incompatible,
+    tf_words,
 )
 from anyclip._typing import ArrayT, Axes, DTypeLike, Namespace, NormOrd, Operand
 
@@ -99,13 +105,53 @@ def _canonical_axis(axis: Any, ndim: int) -> int | tuple[int, int] | None:
 _SVD_DTYPES = ("float32", "float64", "complex64", "complex128")
 
 
-def _check_norm_dtype(xp: Namespace, x: Any, ord: Any, name: str, is_matrix: bool) -> None:
+#: TF 2.21's words for the matrix 2-norm of a float16 matrix: its CPU ``Svd`` has no kernel.
+_TF_SVD_HALF = (
+    "Could not find device for node: {{node Svd}} = Svd[T=DT_HALF, compute_uv=false, "
+    "full_matrices=false]"
+)
+
+
+def _tf_norm_words(
+    xp: Namespace, dtype: Any, kind: str, ord: Any, raw: Any, is_matrix: bool
+) -> Any:
+    """TF's words when ``tf.norm`` refuses ``dtype`` for this ``ord`` (None where unmeasured).
+
+    The op that fails first decides: ``Svd`` (matrix 2-norm), the Euclidean path's
+    ``conj``/``Sqrt``, ``Abs`` (every other ord), or, for a signed integer p-norm, the
+    conversion of ``p`` (a Python float) or ``1 / p`` (a Python int) to the integer dtype.
+    """
+    if is_matrix and ord == 2:
+        return _TF_SVD_HALF if dtype_name(dtype) == "float16" else tf_attr(dtype)
+    euclidean = ord in ("euclidean", "fro") or (ord == 2 and not is_matrix)
+    if kind == "bool":
+        return (
+            "Expected numeric or variant tensor, got dtype tf.bool."
+            if euclidean
+            else tf_attr(dtype)
+        )
+    if kind != "int":
+        return None
+    if euclidean or not xp.isdtype(dtype, "signed integer"):
+        return tf_attr(dtype)  # Sqrt, or Abs for unsigned integers
+    if isinstance(raw, float):
+        return tf_cannot_convert(raw, dtype)
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return tf_cannot_convert(1 / raw, dtype)
+    return None
+
+
+def _check_norm_dtype(
+    xp: Namespace, x: Any, ord: Any, name: str, is_matrix: bool, raw_ord: Any = None
+) -> None:
     kind = dtype_kind(xp, x.dtype)
     if is_matrix and ord == 2 and dtype_name(x.dtype) not in _SVD_DTYPES:
         msg = (
             f"`{name}` must have dtype float32, float64, complex64 or complex128 for the matrix "
-            f"2-norm (TF has no SVD for others), got {dtype_name(x.dtype)}"
+            f"2-norm (TF has no SVD for others), got {dtype_name(x.dtype)}; cast it to float32"
         )
+        if kind != "other":
+            msg += tf_words(_tf_norm_words(xp, x.dtype, kind, ord, raw_ord, is_matrix))
         raise TypeError(msg)
     if kind in ("real", "complex"):
         return
@@ -118,6 +164,9 @@ def _check_norm_dtype(xp: Namespace, x: Any, ord: Any, name: str, is_matrix: boo
     )
     if kind == "other":
         msg += _UNSUPPORTED
+    else:
+        msg += "; cast it to a floating dtype"
+        msg += tf_words(_tf_norm_words(xp, x.dtype, kind, ord, raw_ord, is_matrix))
     raise TypeError(msg)
 
 
@@ -129,7 +178,7 @@ def _prepare_norm(tensor: Any, ord: Any, axis: Any) -> tuple[Namespace, Any, Any
     ax = _canonical_axis(axis, x.ndim)
     if isinstance(ax, tuple):
         _check_matrix_pair(ax, axis, canonical_ord)
-    _check_norm_dtype(xp, x, canonical_ord, "tensor", isinstance(ax, tuple))
+    _check_norm_dtype(xp, x, canonical_ord, "tensor", isinstance(ax, tuple), ord)
     return xp, x, canonical_ord, ax
 
 
@@ -354,28 +403,54 @@ def _l2_normalize(
 ) -> Any:
     """:func:`l2_normalize`; the kernels only settle a sharded sum (:meth:`Kernels.settle`)."""
     if axis is not None and dim is not None:
-        msg = "`axis` and `dim` must not both be given (`dim` is the deprecated name of `axis`)"
+        msg = (
+            "`axis` and `dim` must not both be given (`dim` is the deprecated name of `axis`); "
+            "pass `axis` only (TF: Cannot specify both 'dim' and 'axis'.)"
+        )
         raise ValueError(msg)
     if axis is None:
         axis = dim
     xp = namespace(x, epsilon, names=("x", "epsilon"))
     x = as_input(x, xp, "x")
-    kind = require_kind(xp, x, "x", ("real", "complex"), "a floating or complex dtype")
+    kind = require_kind(
+        xp, x, "x", ("real", "complex"), "a floating or complex dtype", _tf_l2_words(epsilon)
+    )
     ax = normalize_axes(axis, x.ndim, "axis")
     if accumulate_dtype is not None and ax is None and kind == "real":
         acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
         like = xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)
-        eps = as_operand(epsilon, xp, like, "epsilon", dtype=acc)
+        eps = as_operand(epsilon, xp, like, "epsilon", dtype=acc, tf=tf_expected)
         if acc != x.dtype and eps.ndim == 0 and _core.can_cast_blocks(xp, [x]):
             k = kernels_for(xp, (like,)) if kernels is None else kernels
             return _core.upcast_l2_normalize(xp, k, x, eps, acc)  # no cast copy of all of x
     work = _accumulating(xp, x, accumulate_dtype, "x")
     real_dtype = work.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
-    eps = as_operand(epsilon, xp, work, "epsilon", dtype=real_dtype)
-    check_compatible(tuple(eps.shape), tuple(x.shape), "epsilon", "x")
+    eps = as_operand(epsilon, xp, work, "epsilon", dtype=real_dtype, tf=tf_expected)
+    if eps.ndim:
+        words = _tf_epsilon_shape(tuple(x.shape), ax, tuple(eps.shape))
+        check_compatible(tuple(eps.shape), tuple(x.shape), "epsilon", "x", tf=words)
     k = kernels_for(xp, (work,)) if kernels is None else kernels
     out = _core.l2_normalize(xp, work, ax, eps, k)
     return out if work is x else xp.astype(out, x.dtype)
+
+
+def _tf_l2_words(epsilon: Any) -> Any:
+    """TF's words when ``l2_normalize`` refuses a dtype: the first op that fails."""
+
+    def words(dtype: Any) -> str:
+        name = dtype_name(dtype)
+        if "int" in name and isinstance(epsilon, float):  # maximum(sum, epsilon) converts it
+            return tf_cannot_convert(epsilon, dtype)
+        return tf_attr(dtype)  # Square (bool), Rsqrt (integers)
+
+    return words
+
+
+def _tf_epsilon_shape(x: tuple[int, ...], ax: tuple[int, ...] | None, eps: tuple[int, ...]) -> str:
+    """TF's words for an ``epsilon`` that cannot broadcast: ``Maximum`` meets the sum first."""
+    summed = tuple(1 if ax is None or i in ax else d for i, d in enumerate(x))
+    both = tf_broadcast(summed, eps)
+    return tf_incompatible(summed, eps) if both is None else tf_incompatible(x, both)
 
 
 def normalize(

@@ -22,13 +22,20 @@ cannot be converted is refused. anyclip follows it:
 * ``t_list`` is a list or tuple (not a lone array, a generator or a dict) of arrays or ``None``;
   its arrays share one floating dtype unless an ``accumulate_dtype`` is given.
 * ``nonfinite`` is one of :data:`NONFINITE_POLICIES`.
+
+Where TF refuses the same call, the message ends with TF's own wording in parentheses,
+``(TF: Incompatible shapes: [2,3] vs. [5])``, spelled as TF 2.21's eager mode spells it for
+these arguments (its dtype names: ``float``, ``double``, ``half``; its shapes: ``[2,3]``), so that
+a ported ``assertRaisesRegex`` still matches. The ``tf_*`` helpers below build those words; the
+exception class stays anyclip's (``TypeError`` for a dtype, ``ValueError`` for a shape or axis,
+the class TF raises in graph mode).
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
 
 from anyclip._compat import dtype_name, is_array, is_numpy_scalar, is_weak_scalar, library
@@ -38,6 +45,7 @@ from anyclip._typing import Namespace, Nonfinite
 __all__ = [
     "FLOATS",
     "NONFINITE_POLICIES",
+    "TF_NONE",
     "ListNames",
     "as_input",
     "as_list",
@@ -55,11 +63,97 @@ __all__ = [
     "refuse_sparse",
     "require_kind",
     "resolve_accumulate_dtype",
+    "tf_attr",
+    "tf_broadcast",
+    "tf_cannot_convert",
+    "tf_expected",
+    "tf_incompatible",
+    "tf_same_dtype",
+    "tf_shape_words",
+    "tf_type",
+    "tf_words",
     "widest_float",
 ]
 
 #: How the error messages name the floating dtypes TF's clipping functions accept.
 FLOATS = "a floating dtype (float16, bfloat16, float32 or float64)"
+
+
+# ------------------------------------------------------------- TF's wording
+#: TF's message for None where it expects a tensor (``convert_to_tensor``).
+TF_NONE = (
+    "Attempt to convert a value (None) with an unsupported type (<class 'NoneType'>) to a Tensor."
+)
+
+#: TF's own names (``DataTypeString``) where they differ from the array API's.
+_TF_TYPES = {"float32": "float", "float64": "double", "float16": "half"}
+
+
+def tf_type(dtype: Any) -> str:
+    """TF's name of ``dtype`` (or a dtype name) in kernel messages: ``float``, ``double``..."""
+    name = dtype if isinstance(dtype, str) else dtype_name(dtype)
+    return _TF_TYPES.get(name, name)
+
+
+def tf_words(text: str | None) -> str:
+    """The suffix that quotes TF's own message (empty for None)."""
+    return "" if text is None else f" (TF: {text})"
+
+
+def tf_attr(dtype: Any) -> str:
+    """TF's words for an op kernel that has no ``dtype`` (eager ``InvalidArgumentError``)."""
+    return f"Value for attr 'T' of {tf_type(dtype)} is not in the list of allowed values"
+
+
+def tf_expected(want: Any, got: Any) -> str:
+    """TF's words for a tensor of dtype ``got`` where an op wants ``want`` (eager IAE)."""
+    return f"expected to be a {tf_type(want)} tensor but is a {tf_type(got)} tensor"
+
+
+def tf_same_dtype(want: Any, got: Any) -> str:
+    """TF's words when Python's ``/`` meets tensors of two dtypes (``TypeError``)."""
+    return (
+        f"`x` and `y` must have the same dtype, got tf.{dtype_name(want)} != tf.{dtype_name(got)}."
+    )
+
+
+def tf_cannot_convert(value: Any, dtype: Any) -> str:
+    """TF's words for a Python value it cannot convert to ``dtype`` (``TypeError``)."""
+    return f"Cannot convert {value!r} to EagerTensor of dtype {tf_type(dtype)}"
+
+
+def _tf_dims(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+
+
+def tf_incompatible(a: Sequence[int], b: Sequence[int]) -> str:
+    """TF's words for shapes a binary op cannot broadcast (eager ``InvalidArgumentError``)."""
+    return f"Incompatible shapes: {_tf_dims(a)} vs. {_tf_dims(b)}"
+
+
+def tf_broadcast(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
+    """The broadcast shape of ``a`` and ``b``, or None when they cannot broadcast."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = int(a[-i]) if i <= len(a) else 1
+        y = int(b[-i]) if i <= len(b) else 1
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(y if x == 1 else x)
+    return tuple(reversed(out))
+
+
+def tf_shape_words(target: Sequence[int], shape: Sequence[int]) -> str:
+    """TF's words when an op meets ``target`` (the input) and ``shape`` (an argument).
+
+    ``Incompatible shapes: [2,3] vs. [5]`` when they cannot broadcast (the op's kernel), else
+    ``Shapes (2, 3) and (1, 2, 3) are incompatible`` (the static check clip_ops makes after
+    the op, when the result is larger than the input).
+    """
+    both = tf_broadcast(target, shape)
+    if both is None:
+        return tf_incompatible(target, shape)
+    return f"Shapes {tuple(int(d) for d in target)} and {both} are incompatible"
 
 
 #: dtype_kind's answers, by (namespace name, dtype): string keys, which torch.compile can hash.
@@ -100,13 +194,26 @@ def _standard_kind(xp: Namespace, dtype: Any) -> str:
     return "other"
 
 
-def require_kind(xp: Namespace, x: Any, name: str, kinds: tuple[str, ...], what: str) -> str:
-    """Raise ``TypeError`` unless ``x``'s dtype is of one of ``kinds``; return its kind."""
+def require_kind(
+    xp: Namespace,
+    x: Any,
+    name: str,
+    kinds: tuple[str, ...],
+    what: str,
+    tf: Callable[[Any], str | None] | None = None,
+) -> str:
+    """Raise ``TypeError`` unless ``x``'s dtype is of one of ``kinds``; return its kind.
+
+    ``tf(dtype)`` gives TF's own words for the refusal (quoted at the end of the message), or
+    None where TF does not refuse it or has no such dtype.
+    """
     kind = dtype_kind(xp, x.dtype)
     if kind not in kinds:
         msg = f"`{name}` must have {what}, got {dtype_name(x.dtype)}"
         if kind == "other":
             msg += _UNSUPPORTED
+        elif tf is not None:
+            msg += tf_words(tf(x.dtype))
         raise TypeError(msg)
     return kind
 
@@ -171,7 +278,7 @@ def as_input(value: Any, xp: Namespace, name: str) -> Any:
         refuse_sparse(xp, value, name)
         return native_order(value)
     if value is None:
-        msg = f"`{name}` must be an array, got None"
+        msg = f"`{name}` must be an array, got None{tf_words(TF_NONE)}"
         raise ValueError(msg)
     if is_numpy_scalar(value):
         import numpy as np
@@ -202,7 +309,10 @@ def as_input(value: Any, xp: Namespace, name: str) -> Any:
 def _scalar_for(xp: Namespace, value: Any, dtype: Any, kind: str, name: str) -> Any:
     """A Python scalar converted to a Python value that ``dtype`` holds, as TF converts it."""
     if isinstance(value, complex) and kind != "complex":
-        msg = f"`{name}` must be real for a {dtype_name(dtype)} input, got {value!r}"
+        msg = (
+            f"`{name}` must be real for a {dtype_name(dtype)} input, got {value!r}"
+            f"{tf_words(tf_cannot_convert(value, dtype))}"
+        )
         raise TypeError(msg)
     if kind == "int":
         info = xp.iinfo(dtype)
@@ -214,6 +324,7 @@ def _scalar_for(xp: Namespace, value: Any, dtype: Any, kind: str, name: str) -> 
             msg = (
                 f"`{name}` must be an integer for an input of dtype {dtype_name(dtype)} "
                 f"(TF does not convert a Python {type(value).__name__} to it), got {value!r}"
+                f"{tf_words(tf_cannot_convert(value, dtype))}"
             )
             raise TypeError(msg)
         value = int(value)
@@ -221,9 +332,17 @@ def _scalar_for(xp: Namespace, value: Any, dtype: Any, kind: str, name: str) -> 
         # conversion fails, inside it the value wraps to narrower dtypes.
         lo, hi = (0, 2**64 - 1) if int(info.min) == 0 and info.bits == 64 else (-(2**63), 2**63 - 1)
         if not lo <= value <= hi:
+            if hi != 2**64 - 1:
+                words = "Can't convert Python sequence with out-of-range integer to Tensor."
+            else:  # uint64: Python's OverflowError
+                words = (
+                    "can't convert negative int to unsigned"
+                    if value < 0
+                    else "int too big to convert"
+                )
             msg = (
                 f"`{name}` is out of the range TF converts for dtype {dtype_name(dtype)} "
-                f"([{lo}, {hi}]), got {value}"
+                f"([{lo}, {hi}]), got {value}{tf_words(words)}"
             )
             raise ValueError(msg)
         span = 1 << info.bits
@@ -236,6 +355,7 @@ def _scalar_for(xp: Namespace, value: Any, dtype: Any, kind: str, name: str) -> 
         msg = (
             f"`{name}` must be a number for a bfloat16 input (TF does not convert a Python "
             f"bool to it), got {value!r}; pass {float(value)!r} (a NumPy bool converts)"
+            f"{tf_words(tf_cannot_convert(value, dtype))}"
         )
         raise TypeError(msg)
     # real floating
@@ -268,7 +388,10 @@ def _convert_nested(xp: Namespace, value: Any, dtype: Any, kind: str, name: str)
     if is_numpy_scalar(value):
         value = _numpy_scalar_for(value, kind)
     if not isinstance(value, (bool, int, float, complex)):
-        msg = f"`{name}` must be a number, a list of numbers or an array, got {value!r}"
+        msg = (
+            f"`{name}` must be a number, a list of numbers or an array, got {value!r}"
+            f"{tf_words(tf_cannot_convert(value, dtype))}"
+        )
         raise TypeError(msg)
     return _scalar_for(xp, value, dtype, kind, name)
 
@@ -281,11 +404,14 @@ def as_operand(
     *,
     dtype: Any = None,
     cast_arrays: bool = False,
+    tf: Callable[[Any, Any], str] | None = None,
 ) -> Any:
     """Convert argument ``value`` to an array of ``dtype`` (default ``like.dtype``).
 
     Python data and NumPy scalars are converted as TF converts them. Arrays must already have
-    ``dtype``, unless ``cast_arrays`` (then they are cast with ``astype``).
+    ``dtype``, unless ``cast_arrays`` (then they are cast with ``astype``). ``tf(dtype,
+    got)`` gives TF's words for an array of another dtype (:func:`tf_expected` where an op
+    kernel meets it, :func:`tf_same_dtype` where Python's ``/`` does).
     """
     target = like.dtype if dtype is None else dtype
     if type(value) is float and dtype_kind(xp, target) == "real":  # the common case, directly
@@ -293,7 +419,7 @@ def as_operand(
             value = math.copysign(math.inf, value)
         return constant(xp, value, target, like)
     if value is None:
-        msg = f"`{name}` must be a number or an array, got None"
+        msg = f"`{name}` must be a number or an array, got None{tf_words(TF_NONE)}"
         raise ValueError(msg)
     if is_array(value):
         value = native_order(value)
@@ -310,7 +436,9 @@ def as_operand(
                 return xp.astype(value, target)
             msg = (
                 f"`{name}` must have the dtype {dtype_name(target)} of the input "
-                f"(anyclip never promotes), got an array of dtype {dtype_name(value.dtype)}"
+                f"(anyclip never promotes), got an array of dtype {dtype_name(value.dtype)}; "
+                f"cast it to {dtype_name(target)} first"
+                f"{tf_words(None if tf is None else tf(target, value.dtype))}"
             )
             raise TypeError(msg)
         return value
@@ -320,33 +448,55 @@ def as_operand(
 
 
 def check_broadcastable(
-    shape: tuple[int, ...], target: tuple[int, ...], name: str, tname: str
+    shape: tuple[int, ...],
+    target: tuple[int, ...],
+    name: str,
+    tname: str,
+    *,
+    tf_static: bool = True,
 ) -> None:
-    """Raise ``ValueError`` unless ``shape`` broadcasts to ``target`` without enlarging it."""
+    """Raise ``ValueError`` unless ``shape`` broadcasts to ``target`` without enlarging it.
+
+    The message quotes TF's words: the op's ``Incompatible shapes`` when the two cannot
+    broadcast, else (``tf_static``: TF checks the result's shape, as clip_ops does) its
+    ``Shapes ... are incompatible``. Without ``tf_static`` an enlarging argument is anyclip's
+    own refusal (TF would enlarge the result) and quotes nothing.
+    """
     ok = len(shape) <= len(target) and all(
         s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False)
     )
     if not ok:
+        fits = tf_broadcast(target, shape) is not None
+        words = tf_shape_words(target, shape) if tf_static or not fits else None
         msg = (
             f"`{name}` of shape {tuple(shape)} must broadcast to the shape {tuple(target)} "
-            f"of `{tname}` without enlarging it"
+            f"of `{tname}` without enlarging it; reshape it (a size-1 axis broadcasts)"
+            f"{tf_words(words)}"
         )
         raise ValueError(msg)
 
 
 def check_compatible(
-    shape: tuple[int, ...], target: tuple[int, ...], name: str, tname: str
+    shape: tuple[int, ...],
+    target: tuple[int, ...],
+    name: str,
+    tname: str,
+    *,
+    tf: str | None = None,
 ) -> None:
     """Raise ``ValueError`` unless ``shape`` and ``target`` broadcast together (either grows).
 
     For arguments TF multiplies in without a shape check, so that a larger one enlarges the
-    result, as in TF, and one that cannot broadcast fails here, not inside a backend.
+    result, as in TF, and one that cannot broadcast fails here, not inside a backend. ``tf``
+    is TF's words for it (default: ``Incompatible shapes: [target] vs. [shape]``, the op
+    ``target * shape``); the caller passes the operands TF's op really meets.
     """
     ok = all(s == t or 1 in (s, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
     if not ok:
         msg = (
             f"`{name}` of shape {tuple(shape)} must broadcast against the shape "
-            f"{tuple(target)} of `{tname}`"
+            f"{tuple(target)} of `{tname}`; reshape it (a size-1 axis broadcasts)"
+            f"{tf_words(tf or tf_incompatible(target, shape))}"
         )
         raise ValueError(msg)
 
@@ -365,6 +515,8 @@ def _flatten_axes(axes: Any, name: str) -> list[int]:
         return out
     if isinstance(axes, float) or (is_numpy_scalar(axes) and not hasattr(axes, "__index__")):
         msg = f"`{name}` must contain integers, got {axes!r}"
+        if isinstance(axes, float):  # TF converts axes to int32
+            msg += tf_words(f"Cannot convert {axes!r} to EagerTensor of dtype int32")
         raise TypeError(msg)
     try:
         return [operator.index(axes)]
@@ -378,15 +530,24 @@ def normalize_axes(axes: Any, ndim: int, name: str) -> tuple[int, ...] | None:
     if axes is None:
         return None
     flat = _flatten_axes(axes, name)
-    out = []
-    for a in flat:
+    out: list[int] = []
+    for a in flat:  # in order, as TF's reduction checks them
         if not -ndim <= a < ndim:
-            msg = f"`{name}` contains {a}, which is out of range for an input with {ndim} dims"
+            words = f"Invalid reduction dimension ({a} for input with {ndim} dimension(s)"
+            valid = f"valid: {-ndim} to {ndim - 1}" if ndim else "a 0-d input has no axes"
+            msg = (
+                f"`{name}` contains {a}, which is out of range for an input with {ndim} dims "
+                f"({valid}){tf_words(words)}"
+            )
+            raise ValueError(msg)
+        if a % ndim in out:
+            words = f"Invalid reduction arguments: Axes contains duplicate dimension: {a % ndim}"
+            msg = (
+                f"`{name}` must not repeat an axis, got {flat} (axis {a % ndim} twice)"
+                f"{tf_words(words)}"
+            )
             raise ValueError(msg)
         out.append(a % ndim)
-    if len(set(out)) != len(out):
-        msg = f"`{name}` must not repeat an axis, got {flat}"
-        raise ValueError(msg)
     return tuple(out)
 
 
@@ -530,13 +691,15 @@ def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -
             out.append(None)
             continue
         v = as_input(v, xp, f"t_list[{i}]")
-        require_kind(xp, v, f"t_list[{i}]", ("real",), FLOATS)
+        require_kind(xp, v, f"t_list[{i}]", ("real",), FLOATS, tf_attr)  # TF's L2Loss
         if first is None:
             first = v
         elif v.dtype != first.dtype and not mixed_ok:
             msg = (
                 "`t_list` must hold arrays of one dtype (TF does not promote), got "
-                f"{dtype_name(first.dtype)} and {dtype_name(v.dtype)} at t_list[{i}]"
+                f"{dtype_name(first.dtype)} and {dtype_name(v.dtype)} at t_list[{i}]; cast "
+                "them to one dtype, or pass accumulate_dtype='widest'"
+                f"{tf_words(tf_expected(first.dtype, v.dtype))}"  # TF's Pack of the sums
             )
             raise TypeError(msg)
         out.append(v)

@@ -313,3 +313,10 @@ def test_declared_complex_matrix_2_norm_of_inf_is_zero():
     m = np.zeros((3, 5), np.complex64)
     m[2, 4] = complex(0.0, np.inf)
     assert anyclip.norm(m, ord=2, axis=(0, 1)) == 0  # TF 2.21: its SVD fails and gives 0
+
+
+@pytest.mark.xfail(strict=True, reason=_DECLARED)
+def test_declared_integer_p_norm_with_a_numpy_ord_is_one():
+    # TF 2.21: 1 (p and 1/p cast to int32: sum(|x| ** 3) ** 0); anyclip: TypeError
+    out = anyclip.norm(np.array([3, -4, 1], np.int32), ord=np.float64(3.0))
+    assert out == 1

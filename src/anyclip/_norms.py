@@ -134,9 +134,11 @@ def _tf_norm_words(
         return None
     if euclidean or not xp.isdtype(dtype, "signed integer"):
         return tf_attr(dtype)  # Sqrt, or Abs for unsigned integers
-    if isinstance(raw, float):
+    # Python numbers only: TF casts a NumPy scalar ``p`` (or ``1 / p``) to the integer dtype
+    # without a word, and returns a meaningless norm (a declared difference).
+    if type(raw) is float:
         return tf_cannot_convert(raw, dtype)
-    if isinstance(raw, int) and not isinstance(raw, bool):
+    if type(raw) is int:
         return tf_cannot_convert(1 / raw, dtype)
     return None
 

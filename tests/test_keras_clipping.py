@@ -11,10 +11,11 @@ comparison would catch a missing or wrong clip).
 from __future__ import annotations
 
 import importlib.util
+import runpy
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -33,15 +34,8 @@ ATOL = {"sgd": 2e-7, "adam": 1e-5}
 MOVED = 1e-3
 
 
-def _load_generator() -> Any:
-    spec = importlib.util.spec_from_file_location("make_keras_clipping", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+#: The script's functions (``tests/data`` is not a package), as attributes.
+gen = SimpleNamespace(**runpy.run_path(str(SCRIPT)))
 
 
 @pytest.fixture(scope="module")

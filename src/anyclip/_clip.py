@@ -42,6 +42,7 @@ from anyclip._policy import (
     check_compatible,
     check_nonfinite,
     dtype_kind,
+    finite_number,
     floating_list,
     native_order,
     normalize_axes,
@@ -576,8 +577,13 @@ def _clip_by_global_norm(
     accumulate_dtype: Any = None,
     nonfinite: Any = "tf",
     group: Any = None,
+    unclipped_at_inf: bool = False,
 ) -> tuple[list[Any], Any]:
-    """:func:`clip_by_global_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
+    """:func:`clip_by_global_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses).
+
+    ``unclipped_at_inf``: a ``clip_norm`` of ``+inf`` leaves the arrays unchanged (the optax
+    drop-in; see :func:`anyclip._core.global_scale`).
+    """
     policy = check_nonfinite(nonfinite)
     items = as_list(t_list)
     xp = namespace(
@@ -615,7 +621,10 @@ def _clip_by_global_norm(
         if not finite:
             msg = f"the global norm is not finite ({shown}); `nonfinite` is 'raise'"
             raise FloatingPointError(msg)
-    return _core.clip_by_global_norm(xp, k, values, c, norm, policy), use_norm
+    # a Python number that converts to a finite value needs no `where` (checked here, no sync)
+    at_inf = unclipped_at_inf and not finite_number(clip_norm, xp, norm.dtype)
+    clipped = _core.clip_by_global_norm(xp, k, values, c, norm, policy, unclipped_at_inf=at_inf)
+    return clipped, use_norm
 
 
 def _tf_use_norm_kind(dtype: Any) -> str | None:

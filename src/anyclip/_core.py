@@ -240,20 +240,37 @@ def upcast_global_norm(xp: Namespace, kernels: Kernels, arrays: Sequence[Any], a
     return norm_from_half_squares(xp, upcast_half_squares(xp, kernels, arrays, acc))
 
 
-def global_scale(xp: Namespace, clip_norm: Any, use_norm: Any, nonfinite: Nonfinite = "tf") -> Any:
+def global_scale(
+    xp: Namespace,
+    clip_norm: Any,
+    use_norm: Any,
+    nonfinite: Nonfinite = "tf",
+    *,
+    unclipped_at_inf: bool = False,
+) -> Any:
     """The factor ``clip_by_global_norm`` multiplies every array by, in ``use_norm``'s dtype.
 
     ``c * minimum(1 / use_norm, 1 / c)``, plus ``use_norm - use_norm`` (NaN for a non-finite
     norm) under the ``"tf"`` and ``"raise"`` policies; ``"torch"`` keeps the bare factor and
     ``"skip"`` replaces it by 1 where the norm is not finite.
+
+    ``unclipped_at_inf`` (the torch and optax drop-ins): where ``c`` is ``+inf`` the factor is
+    1 (NaN for a non-finite norm, except under ``"skip"``), as torch's and optax's, instead of
+    TF's ``inf * 0 = NaN``; selected with ``where``, so a finite ``c`` gives TF's factor bit
+    for bit and an array ``c`` is never read on the host.
     """
     one = _scalar(xp, 1.0, use_norm)
     scale_for_finite = clip_norm * g.minimum(xp, one / use_norm, one / clip_norm)
     if nonfinite == "torch":
-        return scale_for_finite
-    if nonfinite == "skip":
-        return xp.where(xp.isfinite(use_norm), scale_for_finite, one)
-    return scale_for_finite + (use_norm - use_norm)
+        scale = scale_for_finite
+    elif nonfinite == "skip":
+        scale = xp.where(xp.isfinite(use_norm), scale_for_finite, one)
+    else:
+        scale = scale_for_finite + (use_norm - use_norm)
+    if not unclipped_at_inf:
+        return scale
+    unclipped = one if nonfinite == "skip" else one + (use_norm - use_norm)
+    return xp.where(clip_norm == _scalar(xp, math.inf, use_norm), unclipped, scale)
 
 
 @_entry
@@ -264,9 +281,12 @@ def clip_by_global_norm(
     clip_norm: Any,
     use_norm: Any,
     nonfinite: Nonfinite = "tf",
+    *,
+    unclipped_at_inf: bool = False,
 ) -> list[Any]:
     """Multiply every array by :func:`global_scale`, cast to the array's dtype."""
-    return kernels.scale(xp, t_list, global_scale(xp, clip_norm, use_norm, nonfinite))
+    scale = global_scale(xp, clip_norm, use_norm, nonfinite, unclipped_at_inf=unclipped_at_inf)
+    return kernels.scale(xp, t_list, scale)
 
 
 @_entry

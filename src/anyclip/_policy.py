@@ -54,6 +54,7 @@ __all__ = [
     "check_compatible",
     "check_nonfinite",
     "dtype_kind",
+    "finite_number",
     "floating_list",
     "is_sequence_of_arrays",
     "keras_option",
@@ -445,6 +446,17 @@ def as_operand(
     kind = dtype_kind(xp, target)
     converted = _convert_nested(xp, value, target, kind, name)
     return constant(xp, converted, target, like)
+
+
+def finite_number(value: Any, xp: Namespace, dtype: Any) -> bool:
+    """Whether ``value`` is a Python number that :func:`as_operand` makes a finite ``dtype`` value.
+
+    Read in Python, with no array and no host sync: a caller may then skip work that only an
+    infinite operand needs. False for arrays (their values are not read) and for NaN.
+    """
+    if type(value) not in (int, float, bool):
+        return False
+    return bool(abs(value) < float_overflow_threshold(xp, dtype))
 
 
 def check_broadcastable(

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from anyclip import tree
+from anyclip import _clip, tree
 from anyclip._compat import namespace
 from anyclip._policy import check_nonfinite, keras_option, resolve_accumulate_dtype
 from anyclip._typing import DTypeLike, Nonfinite
@@ -109,13 +109,17 @@ def clip_by_global_norm(
     """Clip the updates by their global norm with TF's formula; optax's signature and state.
 
     Every update is multiplied by ``max_norm * minimum(1 / norm, 1 / max_norm)``
-    (:func:`anyclip.tree.clip_by_global_norm`).
+    (:func:`anyclip.tree.clip_by_global_norm`), except for ``max_norm=inf``: then the updates
+    are returned unchanged, bit for bit, as optax's (TF's formula gives ``inf * 0 = NaN``),
+    whether ``max_norm`` is a Python float or an array, under ``jax.jit`` too (a ``where``, no
+    Python ``if`` on the array). A non-finite global norm still gives NaN, as optax's, unless
+    ``nonfinite="skip"``.
 
     Parameters
     ----------
     max_norm : float or array
         The largest global norm (optax's name, first positional as in
-        ``optax.clip_by_global_norm``).
+        ``optax.clip_by_global_norm``). ``inf`` leaves the updates unchanged, as optax's.
     clip_norm : float or array, optional
         TF's name for ``max_norm``; pass one of the two.
     accumulate_dtype : dtype, str, "widest" or None, optional
@@ -163,9 +167,17 @@ def clip_by_global_norm(
     policy = check_nonfinite(nonfinite)
 
     def clip(updates: Any) -> tuple[Any, Any]:
-        return tree.clip_by_global_norm(
-            updates, c, accumulate_dtype=accumulate_dtype, nonfinite=policy, group=group
+        leaves, unflatten = tree.flatten(updates)
+        clipped, norm = _clip._clip_by_global_norm(
+            None,
+            leaves,
+            c,
+            accumulate_dtype=accumulate_dtype,
+            nonfinite=policy,
+            group=group,
+            unclipped_at_inf=True,  # max_norm=inf: unchanged, as optax's
         )
+        return unflatten(clipped), norm
 
     if not norm_in_state:
         return _stateless(lambda u: clip(u)[0])
@@ -260,7 +272,9 @@ def keras_clipping(
     ----------
     clipnorm, clipvalue, global_clipnorm : float, optional
         Keras's options, with its meaning: at most one may be set, and one that is 0 or
-        negative clips nothing.
+        negative clips nothing. ``clipnorm=inf`` or ``global_clipnorm=inf`` makes every
+        update NaN, as Keras 3 (TF 2.21) does (TF's factor ``inf * 0``), unlike
+        :func:`clip_by_global_norm` with ``max_norm=inf``, which follows optax.
 
     Returns
     -------

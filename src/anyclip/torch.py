@@ -8,7 +8,10 @@ defaults) and TF's numbers: change the import and nothing else. They work on ``p
 place, skip parameters without a gradient, take a lone tensor or any iterable (a generator such
 as ``model.parameters()`` included), honour ``foreach`` as torch does, and return the norm as a
 tensor (no ``.item()``, so no host sync). Sparse gradients (``nn.Embedding(sparse=True)``) are
-clipped through their values, as TF clips an ``IndexedSlices``.
+clipped through their values, as TF clips an ``IndexedSlices``. Arguments are read as torch
+reads them (``float(max_norm)``, the truth value of ``foreach``, ``norm_type=nan``), with
+torch's exception classes, and ``max_norm=inf`` leaves the gradients unchanged, as torch's
+(TF's factor would make them NaN); a finite ``max_norm`` scales by TF's factor.
 
 Two functions torch lacks give TF's other clippers on gradients: :func:`clip_grad_by_norm_`
 (``tf.clip_by_norm`` on each gradient) and :func:`clip_grad_by_value_` (``tf.clip_by_value``
@@ -30,6 +33,7 @@ tensor([0.6000, 0.8000])
 from __future__ import annotations
 
 import math
+import numbers
 import types
 import warnings
 from collections.abc import Iterable
@@ -45,6 +49,7 @@ from anyclip._kernels._torch import TorchKernels
 from anyclip._policy import (
     as_operand,
     check_nonfinite,
+    finite_number,
     keras_option,
     resolve_accumulate_dtype,
 )
@@ -127,13 +132,63 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _check_foreach(foreach: Any) -> None:
-    if foreach is not None and not isinstance(foreach, bool):
+def _foreach(foreach: Any) -> bool | None:
+    """``foreach`` read as torch reads it: ``None``, or its truth value.
+
+    torch tests it with ``if``, so ``"x"`` or ``1`` mean True, and a tensor of several values
+    raises torch's own ``RuntimeError``.
+    """
+    return None if foreach is None else bool(foreach)
+
+
+def _describe(value: Any) -> str:
+    """``value`` for an error message: a tensor by its shape and dtype, anything else by repr."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return repr(value)
+
+
+def _as_float(value: Any, name: str, example: str) -> float:
+    """``float(value)``, as torch converts its number arguments, with an error naming ``name``.
+
+    torch's error classes are kept: ``TypeError`` (None, a list, a complex number),
+    ``ValueError`` (a string that is no number, a tensor of several values), ``RuntimeError``
+    (a complex tensor).
+    """
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        cls: type[Exception] = RuntimeError
+        if isinstance(exc, TypeError):
+            cls = TypeError
+        elif isinstance(exc, ValueError):
+            cls = ValueError
         msg = (
-            f"`foreach` must be True, False or None (as in torch), got {foreach!r}; for two "
-            "bounds (TF's clip_by_value) use anyclip.torch.clip_grad_by_value_"
+            f"`{name}` must be a real number or a one-element real tensor (torch converts it "
+            f"with float()), got {_describe(value)}; pass e.g. {name}={example}"
         )
-        raise TypeError(msg)
+        raise cls(msg) from None
+
+
+def _max_norm(max_norm: Any) -> float | torch.Tensor:
+    """``max_norm`` as torch takes it: a number, or a one-element real tensor of any dtype.
+
+    A number goes through ``float()`` (strings such as ``'inf'`` too); a tensor is kept on its
+    device (no host sync).
+    """
+    local = _local(max_norm)
+    if not isinstance(local, torch.Tensor):
+        return _as_float(max_norm, "max_norm", "1.0")
+    if local.numel() != 1:  # torch's float() raises ValueError
+        msg = (
+            f"`max_norm` must hold one value, got a tensor of shape {tuple(local.shape)}; "
+            "pass a 0-d tensor or a number"
+        )
+        raise ValueError(msg)
+    if local.is_complex():  # torch's float() raises RuntimeError
+        msg = f"`max_norm` must be real, got a tensor of dtype {local.dtype}; pass its real part"
+        raise RuntimeError(msg)
+    return local.reshape(())
 
 
 def _use_foreach(foreach: bool | None, group: list[torch.Tensor], device: torch.device) -> bool:
@@ -170,15 +225,8 @@ def _check_devices(tensors: list[torch.Tensor], name: str) -> None:
 
 
 def _norm_type(norm_type: Any) -> float:
-    try:
-        p = float(norm_type)
-    except (TypeError, ValueError):
-        msg = f"`norm_type` must be a number or 'inf' (as in torch), got {norm_type!r}"
-        raise ValueError(msg) from None
-    if math.isnan(p):
-        msg = "`norm_type` must be a number or 'inf' (as in torch), got nan"
-        raise ValueError(msg)
-    return p
+    """``float(norm_type)``, as torch: any number, ``'inf'``, and NaN (a NaN norm)."""
+    return _as_float(norm_type, "norm_type", "2.0 (or 'inf')")
 
 
 def _policy(error_if_nonfinite: bool, nonfinite: Any) -> Nonfinite:
@@ -198,14 +246,30 @@ def _total_norm(
     foreach: bool | None,
     accumulate_dtype: Any,
     group: Any = None,
+    name: str = "parameters",
 ) -> torch.Tensor:
     """The norm of ``values`` (dense, at least one) as one vector.
 
     With ``group``: the 2-norm is :func:`anyclip.global_norm`'s (one all-reduce of the
     partial sum); another order all-reduces this rank's ``norm ** p`` (``max`` for inf).
-    DTensors of another order: torch's own DTensor norms, made ``Replicate``.
+    DTensors of another order: torch's own DTensor norms, made ``Replicate``. ``name`` is the
+    caller's argument, for the error messages.
     """
-    _check_devices(values, "parameters")
+    _check_devices(values, name)
+    dtypes = list(dict.fromkeys(v.dtype for v in values))
+    for dtype in dtypes:
+        if not dtype.is_floating_point:
+            msg = (
+                f"`{name}` must hold real floating tensors (float16, bfloat16, float32 or "
+                f"float64), got one of dtype {dtype}; convert it (e.g. with `.float()`)"
+            )
+            raise TypeError(msg)
+    if accumulate_dtype is None and len(dtypes) > 1:
+        msg = (
+            f"`{name}` must hold tensors of one dtype with `accumulate_dtype=None` (TF does "
+            f"not promote), got {dtypes[0]} and {dtypes[1]}; pass accumulate_dtype='widest'"
+        )
+        raise TypeError(msg)
     if norm_type == 2.0:
         for (device, _), grp in _by_device_and_dtype(values).items():
             _use_foreach(foreach, grp, device)  # torch's foreach=True error, nothing else
@@ -229,18 +293,8 @@ def _p_norm(
 ) -> torch.Tensor:
     """The norm of the per-tensor norms of order ``norm_type`` (not 2), as torch's."""
     xp = namespace(values[0])
-    dtypes = list(dict.fromkeys(v.dtype for v in values))
-    for v in values:
-        if not v.is_floating_point():
-            msg = f"`parameters` must hold floating gradients, got {v.dtype}"
-            raise TypeError(msg)
+    dtypes = list(dict.fromkeys(v.dtype for v in values))  # floating, one unless `acc`
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, dtypes)
-    if acc is None and len(dtypes) > 1:
-        msg = (
-            "`parameters` must hold gradients of one dtype with `accumulate_dtype=None` (TF "
-            f"does not promote), got {dtypes[0]} and {dtypes[1]}; pass accumulate_dtype='widest'"
-        )
-        raise TypeError(msg)
     home = values[0].device
     norms: list[torch.Tensor] = []
     for (device, dtype), grp in _by_device_and_dtype(values).items():
@@ -283,21 +337,24 @@ def _raise_nonfinite(norm: torch.Tensor, norm_type: float) -> None:
 
 
 def _scale_(
-    values: list[torch.Tensor], max_norm: Any, total_norm: torch.Tensor, foreach: Any, policy: Any
+    values: list[torch.Tensor],
+    max_norm: float | torch.Tensor,
+    total_norm: torch.Tensor,
+    foreach: bool | None,
+    policy: Any,
+    unclipped_at_inf: bool = True,
 ) -> None:
-    """Multiply every tensor of ``values`` in place by TF's factor ``c * min(1/norm, 1/c)``."""
+    """Multiply every tensor of ``values`` in place by TF's factor ``c * min(1/norm, 1/c)``.
+
+    ``max_norm`` comes from :func:`_max_norm`. ``unclipped_at_inf`` (the drop-ins): a
+    ``max_norm`` of ``+inf`` gives the factor 1 (NaN for a non-finite norm), as torch's
+    clamped coefficient, instead of TF's ``inf * 0 = NaN``; ``False`` (Keras) keeps TF's.
+    """
     total_norm = _local(total_norm)  # a Replicate DTensor's value
     xp = namespace(total_norm)
-    c = as_operand(_local(max_norm), xp, total_norm, "max_norm")
-    if c.ndim:  # torch's own takes a one-element tensor, whatever its shape
-        if c.numel() != 1:
-            msg = (
-                f"`max_norm` must hold one value, got a tensor of shape {tuple(c.shape)}; "
-                "pass a 0-d tensor or a number"
-            )
-            raise ValueError(msg)
-        c = c.reshape(())
-    scale = _core.global_scale(xp, c, total_norm, policy)
+    at_inf = unclipped_at_inf and not finite_number(max_norm, xp, total_norm.dtype)
+    c = as_operand(max_norm, xp, total_norm, "max_norm", cast_arrays=True)
+    scale = _core.global_scale(xp, c, total_norm, policy, unclipped_at_inf=at_inf)
     shards = [_local(v) for v in values]  # DTensors scaled shard by shard, in place
     for (device, dtype), grp in _by_device_and_dtype(shards).items():
         s = scale.to(device=device, dtype=dtype, non_blocking=True)
@@ -328,12 +385,14 @@ def get_total_norm(
     tensors : Tensor or iterable of Tensor
         The tensors (usually gradients); sparse ones count through their stored values.
     norm_type : float or 'inf', optional
-        The order of the norm, as in torch (``2.0``, ``1``, ``math.inf``, ``'inf'``...).
+        The order of the norm, converted with ``float`` as in torch (``2.0``, ``1``,
+        ``math.inf``, ``'inf'``...; NaN gives a NaN norm, as torch's).
     error_if_nonfinite : bool, optional
         Raise :class:`NonfiniteNormError` if the norm is inf or NaN.
     foreach : bool, optional
         torch's switch: ``None`` uses the foreach kernels where supported, ``True`` requires
-        them (``RuntimeError`` on a device without them), ``False`` avoids them.
+        them (``RuntimeError`` on a device without them), ``False`` avoids them. Another value
+        counts by its truth value, as in torch.
     accumulate_dtype : dtype, str, "widest" or None, optional
         The dtype the norm is accumulated in (default: the widest dtype). ``None``: TF's rule,
         one dtype only.
@@ -353,8 +412,13 @@ def get_total_norm(
     ------
     NonfiniteNormError
         With ``error_if_nonfinite=True`` and an inf or NaN norm.
+    TypeError
+        If ``norm_type`` is None, a list or complex (torch's class), or ``tensors`` holds
+        something else than real floating tensors of one dtype (one dtype with
+        ``accumulate_dtype=None`` only).
     ValueError
-        If ``norm_type`` is not a number, or ``meta`` tensors are mixed with others.
+        If ``norm_type`` is a string that is no number or a tensor of several values (torch's
+        class), or ``meta`` tensors are mixed with others.
     RuntimeError
         With ``foreach=True`` on a device without foreach kernels (torch's error).
 
@@ -367,14 +431,14 @@ def get_total_norm(
     >>> get_total_norm([torch.tensor([3.0, -4.0])], norm_type="inf")
     tensor(4.)
     """
-    _check_foreach(foreach)
+    each = _foreach(foreach)
     p = _norm_type(norm_type)
     values = [_dense(t) for t in _tensors(tensors, "tensors")]
     if not values and group is not None:  # still joins its group's all-reduce
         return _join_group(p, accumulate_dtype, group)
     if not values:
         return torch.tensor(0.0)
-    norm = _total_norm(values, p, foreach, accumulate_dtype, group)
+    norm = _total_norm(values, p, each, accumulate_dtype, group, name="tensors")
     if error_if_nonfinite:
         _raise_nonfinite(norm, p)
     return norm
@@ -393,16 +457,20 @@ def clip_grads_with_norm_(
 
     ``torch.nn.utils.clip_grads_with_norm_`` with TF's factor
     ``max_norm * minimum(1 / total_norm, 1 / max_norm)`` instead of
-    ``min(max_norm / (total_norm + 1e-6), 1)``.
+    ``min(max_norm / (total_norm + 1e-6), 1)``. ``max_norm=inf`` leaves the gradients
+    unchanged, as torch's (NaN for a non-finite ``total_norm``, as torch's).
 
     Parameters
     ----------
     parameters : Tensor or iterable of Tensor
         Parameters whose ``.grad`` is scaled; those without a gradient are skipped.
     max_norm : float or Tensor
-        The largest norm.
+        The largest norm: a number (converted with ``float``, as torch: ``'inf'`` works) or
+        a one-element real tensor of any dtype (cast to the norm's dtype on its device, with
+        no host sync).
     total_norm : Tensor
-        The norm to clip by (usually from :func:`get_total_norm`), a 0-d floating tensor.
+        The norm to clip by (usually from :func:`get_total_norm`), a 0-d real tensor (an
+        integer one is cast to torch's default dtype, as torch's arithmetic does).
     foreach : bool, optional
         As in :func:`get_total_norm`.
     nonfinite : {"tf", "torch", "skip", "raise"}, optional
@@ -411,7 +479,13 @@ def clip_grads_with_norm_(
     Raises
     ------
     TypeError
-        If ``total_norm`` is not a tensor.
+        If ``total_norm`` is not a tensor, or ``max_norm`` is None, a list or complex.
+    ValueError
+        If ``max_norm`` is a string that is no number or a tensor of several values.
+    RuntimeError
+        If ``total_norm`` is not 0-d or ``max_norm`` is a complex tensor (torch's classes).
+    NotImplementedError
+        If ``total_norm`` is complex (torch's class).
 
     Examples
     --------
@@ -423,20 +497,42 @@ def clip_grads_with_norm_(
     >>> p.grad
     tensor([0.6000, 0.8000])
     """
-    _check_foreach(foreach)
+    each = _foreach(foreach)
     policy = check_nonfinite(nonfinite)
+    values = [_dense(g) for g in _grads(parameters)]
+    c = _max_norm(max_norm)  # torch converts it before looking at the gradients, too
+    norm = _total_norm_arg(total_norm)
+    if not values:
+        return
+    if policy == "raise":
+        _raise_nonfinite(norm, 2.0)
+    _scale_(values, c, norm, each, policy)
+
+
+def _total_norm_arg(total_norm: Any) -> torch.Tensor:
+    """``clip_grads_with_norm_``'s ``total_norm``: a 0-d real tensor, with torch's error classes.
+
+    An integer one is cast to torch's default dtype, as torch's ``total_norm + 1e-6`` does.
+    """
     if not isinstance(total_norm, torch.Tensor):
-        msg = (  # type: ignore[unreachable]  # reached by untyped callers
+        msg = (
             "`total_norm` must be a 0-d tensor (from anyclip.torch.get_total_norm), got "
             f"{type(total_norm).__name__}; wrap a number with torch.tensor(...)"
         )
         raise TypeError(msg)
-    values = [_dense(g) for g in _grads(parameters)]
-    if not values:
-        return
-    if policy == "raise":
-        _raise_nonfinite(total_norm, 2.0)
-    _scale_(values, max_norm, total_norm, foreach, policy)
+    local = _local(total_norm)
+    if local.ndim != 0:  # torch's scaling raises RuntimeError
+        msg = (
+            "`total_norm` must be a 0-d tensor (from anyclip.torch.get_total_norm), got "
+            f"{_describe(local)}; pass the norm itself, e.g. `total_norm.reshape(())`"
+        )
+        raise RuntimeError(msg)
+    if local.is_complex():  # torch's clamp raises NotImplementedError
+        msg = f"`total_norm` must be real, got a tensor of dtype {local.dtype}; pass its `.abs()`"
+        raise NotImplementedError(msg)
+    if not local.is_floating_point():
+        return total_norm.to(torch.get_default_dtype())
+    return total_norm
 
 
 @torch.no_grad()
@@ -456,6 +552,8 @@ def clip_grad_norm_(
     torch's signature, TF's numbers: every ``p.grad`` is multiplied by
     ``max_norm * minimum(1 / norm, 1 / max_norm)`` (:func:`anyclip.clip_by_global_norm`'s
     factor), with no shortcut when nothing needs clipping and no ``1e-6`` in the divisor.
+    One exception, torch's: ``max_norm=inf`` (torch's idiom for reading the norm alone)
+    leaves the gradients unchanged, bit for bit, where TF's factor ``inf * 0`` is NaN.
 
     Parameters
     ----------
@@ -463,17 +561,22 @@ def clip_grad_norm_(
         Parameters whose ``.grad`` is clipped; those without a gradient are skipped. Sparse
         gradients are clipped through their values, as TF clips ``IndexedSlices``.
     max_norm : float or Tensor
-        The largest total norm (``clip_norm`` in TF); a tensor holds one value (any shape,
-        such as ``torch.tensor([1.0])``, as torch's own accepts).
+        The largest total norm (``clip_norm`` in TF): a number (converted with ``float``, as
+        torch: ``'inf'`` works) or a tensor holding one real value (any shape and dtype, such
+        as ``torch.tensor([1.0])``, as torch's own accepts; cast on its device, no host
+        sync). ``inf`` (number or tensor) leaves the gradients unchanged, as torch's; a
+        non-finite norm still makes them NaN, as torch's (and TF's).
     norm_type : float or 'inf', optional
-        The order of the norm, as in torch. 2 (default) is TF's global norm; any other order
-        is torch's norm of the per-gradient norms, scaled with TF's factor.
+        The order of the norm, converted with ``float`` as in torch. 2 (default) is TF's
+        global norm; any other order is torch's norm of the per-gradient norms, scaled with
+        TF's factor (NaN gives a NaN norm and NaN gradients, as torch's).
     error_if_nonfinite : bool, optional
         torch's flag: raise :class:`NonfiniteNormError` (a ``RuntimeError``, with torch's
         message) on an inf or NaN norm; the same as ``nonfinite="raise"``.
     foreach : bool, optional
         torch's switch, honoured: ``None`` uses the foreach kernels where supported, ``True``
-        requires them, ``False`` avoids them.
+        requires them, ``False`` avoids them; another value counts by its truth value, as in
+        torch.
     accumulate_dtype : dtype, str, "widest" or None, optional
         The dtype the norm is accumulated in (default: the widest gradient dtype). ``None``:
         TF's rule, one dtype only.
@@ -493,14 +596,19 @@ def clip_grad_norm_(
 
     Raises
     ------
+    TypeError
+        If ``max_norm`` or ``norm_type`` is None, a list or complex (torch's class), or the
+        gradients are not real floating tensors of one dtype (one dtype with
+        ``accumulate_dtype=None`` only).
     ValueError
-        If ``norm_type`` is not a number, ``nonfinite`` is not a policy, or
-        ``error_if_nonfinite=True`` comes with ``nonfinite`` "torch" or "skip", or a
-        ``max_norm`` tensor holds more than one value.
+        If ``max_norm`` or ``norm_type`` is a string that is no number or a tensor of several
+        values (torch's class), ``nonfinite`` is not a policy, or ``error_if_nonfinite=True``
+        comes with ``nonfinite`` "torch" or "skip".
     NonfiniteNormError
         With ``error_if_nonfinite=True`` (or ``nonfinite="raise"``) and a non-finite norm.
     RuntimeError
-        With ``foreach=True`` on a device without foreach kernels (torch's error).
+        With ``foreach=True`` on a device without foreach kernels (torch's error), or a
+        complex tensor as ``max_norm`` or ``norm_type`` (torch's class).
 
     Notes
     -----
@@ -521,21 +629,75 @@ def clip_grad_norm_(
     tensor(13.)
     >>> model.weight.grad, model.bias.grad
     (tensor([[1.5000, 2.0000]]), tensor([6.]))
+
+    ``max_norm=inf`` reads the norm and leaves the gradients as they are, as torch's:
+
+    >>> clip_grad_norm_(model.parameters(), max_norm=float("inf"))
+    tensor(6.5000)
+    >>> model.weight.grad, model.bias.grad
+    (tensor([[1.5000, 2.0000]]), tensor([6.]))
     """
-    _check_foreach(foreach)
+    return _clip_grad_norm(
+        parameters,
+        max_norm,
+        norm_type,
+        error_if_nonfinite,
+        foreach,
+        accumulate_dtype=accumulate_dtype,
+        nonfinite=nonfinite,
+        group=group,
+        unclipped_at_inf=True,
+    )
+
+
+@torch.no_grad()
+def _clip_grad_norm(
+    parameters: Any,
+    max_norm: Any,
+    norm_type: Any,
+    error_if_nonfinite: Any,
+    foreach: Any,
+    *,
+    accumulate_dtype: Any,
+    nonfinite: Any,
+    group: Any,
+    unclipped_at_inf: bool,
+) -> torch.Tensor:
+    """:func:`clip_grad_norm_`, with the choice for an infinite ``max_norm``.
+
+    ``unclipped_at_inf=False`` keeps TF's NaN (:func:`keras_clipping`, as Keras).
+    """
+    each = _foreach(foreach)
     p = _norm_type(norm_type)
     policy = _policy(error_if_nonfinite, nonfinite)
     params = _tensors(parameters, "parameters")
+    c = _max_norm(max_norm)
     values = [_dense(q.grad) for q in params if q.grad is not None]
     if not values and group is not None:  # this stage has no gradient: still joins the group
         return _join_group(p, accumulate_dtype, group)
     if not values:  # torch returns 0 too; on the parameters' device
         return torch.zeros((), device=params[0].device if params else None)
-    norm = _total_norm(values, p, foreach, accumulate_dtype, group)
+    norm = _total_norm(values, p, each, accumulate_dtype, group, name="parameters")
     if policy == "raise":
         _raise_nonfinite(norm, p)
-    _scale_(values, max_norm, norm, foreach, policy)
+    _scale_(values, c, norm, each, policy, unclipped_at_inf)
     return norm
+
+
+def _refuse_second_bound(foreach: Any) -> None:
+    """``TypeError`` for a number or tensor as ``clip_grad_value_``'s ``foreach``.
+
+    It is usually TF's second bound (``clip_by_value(t, lo, hi)`` ported as
+    ``clip_grad_value_(params, lo, hi)``), which torch would read as ``foreach=True`` and
+    clip to ``[-lo, lo]``.
+    """
+    if isinstance(foreach, bool) or not isinstance(foreach, (numbers.Real, torch.Tensor)):
+        return
+    msg = (
+        f"`foreach` must be True, False or None (as in torch), got {_describe(foreach)}; "
+        "for two bounds (TF's clip_by_value) use anyclip.torch.clip_grad_by_value_"
+    )
+    raise TypeError(msg)
 
 
 @torch.no_grad()
@@ -558,13 +720,18 @@ def clip_grad_value_(
     clip_value : float or Tensor
         The largest magnitude (converted with ``float``, as torch does).
     foreach : bool, optional
-        torch's switch, honoured as in :func:`clip_grad_norm_`.
+        torch's switch, honoured as in :func:`clip_grad_norm_`; a number or a tensor is
+        refused (torch would take it as ``True``): it is usually a second bound, which goes to
+        :func:`clip_grad_by_value_`.
 
     Raises
     ------
     TypeError
-        If ``foreach`` is not a bool or None (a second bound goes to
-        :func:`clip_grad_by_value_`).
+        If ``foreach`` is a number or a tensor, or ``clip_value`` is None, a list or complex
+        (torch's class).
+    ValueError
+        If ``clip_value`` is a string that is no number or a tensor of several values
+        (torch's class).
 
     Examples
     --------
@@ -576,11 +743,12 @@ def clip_grad_value_(
     >>> p.grad
     tensor([-0.5000,  0.2500,  0.5000])
     """
-    _check_foreach(foreach)
-    v = float(clip_value)
+    _refuse_second_bound(foreach)
+    each = _foreach(foreach)
+    v = _as_float(clip_value, "clip_value", "1.0")
     values = [_dense(g) for g in _grads(parameters)]
     for (device, _), group in _by_device_and_dtype(values).items():
-        if _use_foreach(foreach, group, device):
+        if _use_foreach(each, group, device):
             torch._foreach_clamp_max_(group, v)  # minimum(g, v) first, as TF
             torch._foreach_clamp_min_(group, -v)
         else:
@@ -683,7 +851,9 @@ def keras_clipping(
         Any torch optimizer (SGD, Adam, AdamW...).
     clipnorm, clipvalue, global_clipnorm : float, optional
         Keras's options, with its meaning: at most one may be set, and one that is 0 or
-        negative clips nothing.
+        negative clips nothing. ``clipnorm=inf`` or ``global_clipnorm=inf`` makes every
+        gradient NaN, as Keras 3 (TF 2.21) does (TF's factor ``inf * 0``), unlike
+        :func:`clip_grad_norm_` with ``max_norm=inf``, which follows torch.
 
     Returns
     -------
@@ -726,8 +896,18 @@ def keras_clipping(
         params = [p for group in opt.param_groups for p in group["params"]]
         if name == "clipnorm":
             clip_grad_by_norm_(params, value)
-        elif name == "global_clipnorm":
-            clip_grad_norm_(params, value)
+        elif name == "global_clipnorm":  # Keras's NaN for an inf value: TF's factor throughout
+            _clip_grad_norm(
+                params,
+                value,
+                2.0,
+                False,
+                None,
+                accumulate_dtype="widest",
+                nonfinite="tf",
+                group=None,
+                unclipped_at_inf=False,
+            )
         else:
             clip_grad_by_value_(params, -value, value)
 

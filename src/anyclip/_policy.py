@@ -22,6 +22,9 @@ cannot be converted is refused. anyclip follows it:
 * ``t_list`` is a list or tuple (not a lone array, a generator or a dict) of arrays or ``None``;
   its arrays share one floating dtype unless an ``accumulate_dtype`` is given.
 * ``nonfinite`` is one of :data:`NONFINITE_POLICIES`.
+
+Sparse arrays never reach these checks: :mod:`anyclip._sparse` replaces them by their stored
+values (or by a dense array) first, as TF treats ``IndexedSlices``.
 """
 
 from __future__ import annotations
@@ -52,7 +55,6 @@ __all__ = [
     "native_order",
     "normalize_axes",
     "real_list",
-    "refuse_sparse",
     "require_kind",
     "resolve_accumulate_dtype",
     "widest_float",
@@ -138,22 +140,6 @@ def _python_kind(value: Any) -> str:
     raise TypeError(msg)
 
 
-def refuse_sparse(xp: Namespace, value: Any, name: str) -> None:
-    """``TypeError`` for a sparse torch tensor, with the fix (the adapters take them)."""
-    if library(xp) != "torch":
-        return
-    import torch
-
-    if value.layout != torch.strided:
-        msg = (
-            f"`{name}` must be a dense tensor, got a sparse one ({value.layout}); the in-place "
-            "anyclip.torch adapters clip sparse gradients through their values as TF clips "
-            "IndexedSlices (pass the parameters), or pass `t.values()` (`t._values()` for COO) "
-            "or `t.to_dense()` here"
-        )
-        raise TypeError(msg)
-
-
 def native_order(value: Any) -> Any:
     """A byte-swapped NumPy array (``'>f4'`` here) in native byte order; others unchanged.
 
@@ -168,7 +154,6 @@ def native_order(value: Any) -> Any:
 def as_input(value: Any, xp: Namespace, name: str) -> Any:
     """The main input as an array of ``xp`` (Python data is converted as TF does)."""
     if is_array(value):
-        refuse_sparse(xp, value, name)
         return native_order(value)
     if value is None:
         msg = f"`{name}` must be an array, got None"
@@ -504,10 +489,6 @@ def as_list(t_list: Any) -> list[Any]:
 def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -> list[Any]:
     """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype."""
     present = [v for v in t_list if v is not None]
-    if library(xp) == "torch":
-        for i, v in enumerate(t_list):
-            if v is not None and is_array(v):
-                refuse_sparse(xp, v, f"t_list[{i}]")
     if all(is_array(v) for v in present):  # the common case: one check per distinct dtype
         dtypes = {v.dtype for v in present}
         if len(dtypes) <= 1 or mixed_ok:

@@ -48,6 +48,7 @@ from anyclip._policy import (
     keras_option,
     resolve_accumulate_dtype,
 )
+from anyclip._sparse import values_of
 from anyclip._typing import DTypeLike, Nonfinite
 
 __all__ = [
@@ -62,8 +63,6 @@ __all__ = [
 ]
 
 Parameters = torch.Tensor | Iterable[torch.Tensor]
-
-_SPARSE_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
 
 
 class NonfiniteNormError(RuntimeError, FloatingPointError):
@@ -112,19 +111,6 @@ def _grads(parameters: Any) -> list[torch.Tensor]:
 def _local(x: Any) -> Any:
     """A DTensor's local tensor (its shard, sharing storage); anything else unchanged."""
     return x.to_local() if is_dtensor(x) else x
-
-
-def _dense(t: torch.Tensor) -> torch.Tensor:
-    """The tensor whose elements are clipped: a sparse tensor's values (a view), else itself.
-
-    TF clips an ``IndexedSlices`` through its values, every stored value counted once (an
-    uncoalesced COO tensor's repeated indices included) and the indices untouched.
-    """
-    if t.layout == torch.sparse_coo:
-        return t._values()
-    if t.layout in _SPARSE_COMPRESSED:
-        return t.values()
-    return t
 
 
 def _check_foreach(foreach: Any) -> None:
@@ -369,7 +355,7 @@ def get_total_norm(
     """
     _check_foreach(foreach)
     p = _norm_type(norm_type)
-    values = [_dense(t) for t in _tensors(tensors, "tensors")]
+    values = [values_of(t) for t in _tensors(tensors, "tensors")]
     if not values and group is not None:  # still joins its group's all-reduce
         return _join_group(p, accumulate_dtype, group)
     if not values:
@@ -431,7 +417,7 @@ def clip_grads_with_norm_(
             f"{type(total_norm).__name__}; wrap a number with torch.tensor(...)"
         )
         raise TypeError(msg)
-    values = [_dense(g) for g in _grads(parameters)]
+    values = [values_of(g) for g in _grads(parameters)]
     if not values:
         return
     if policy == "raise":
@@ -526,7 +512,7 @@ def clip_grad_norm_(
     p = _norm_type(norm_type)
     policy = _policy(error_if_nonfinite, nonfinite)
     params = _tensors(parameters, "parameters")
-    values = [_dense(q.grad) for q in params if q.grad is not None]
+    values = [values_of(q.grad) for q in params if q.grad is not None]
     if not values and group is not None:  # this stage has no gradient: still joins the group
         return _join_group(p, accumulate_dtype, group)
     if not values:  # torch returns 0 too; on the parameters' device
@@ -578,7 +564,7 @@ def clip_grad_value_(
     """
     _check_foreach(foreach)
     v = float(clip_value)
-    values = [_dense(g) for g in _grads(parameters)]
+    values = [values_of(g) for g in _grads(parameters)]
     for (device, _), group in _by_device_and_dtype(values).items():
         if _use_foreach(foreach, group, device):
             torch._foreach_clamp_max_(group, v)  # minimum(g, v) first, as TF
@@ -617,7 +603,7 @@ def clip_grad_by_value_(
     tensor([-1.0000,  0.2500,  0.5000])
     """
     for g in _grads(parameters):
-        v = _dense(g)
+        v = values_of(g)
         v.copy_(_clip.clip_by_value(v, clip_value_min, clip_value_max))
 
 
@@ -656,7 +642,7 @@ def clip_grad_by_norm_(
     tensor([0.6000, 0.8000])
     """
     for g in _grads(parameters):
-        v = _dense(g)
+        v = values_of(g)
         v.copy_(_clip.clip_by_norm(v, clip_norm, axes, accumulate_dtype=accumulate_dtype))
 
 

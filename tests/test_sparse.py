@@ -281,6 +281,18 @@ def test_uncoalesced_values_with_grad_are_refused(backend, call, name):
 
 
 @torch_backends
+def test_clip_by_global_norm_with_use_norm(backend):
+    # TF (§14): use_norm=4 scales the values by 2 / 4, exactly
+    t = build(backend, "coo-hybrid", tensor(backend, REF["rows/values"]))
+    clipped, used = anyclip.clip_by_global_norm([t, None], 2.0, use_norm=tensor(backend, 4.0))
+    assert clipped[1] is None
+    assert_sparse_like(backend, clipped[0], t)
+    expected = [[1.5, 2.0], [0.5, 1.0], [0.25, -0.5]]
+    assert_array(values_of(backend, clipped[0]), expected, backend=backend, dtype="float32")
+    assert_array(used, 4.0, backend=backend, dtype="float32")
+
+
+@torch_backends
 def test_shapes_refer_to_the_stored_values(backend):
     # TF broadcasts bounds against the values ((3, 2) here), not dense_shape ((4, 2))
     t = build(backend, "coo-hybrid", tensor(backend, REF["rows/values"]))
@@ -382,18 +394,27 @@ def test_jax_bcoo(backend):
     assert isinstance(clipped_tree["emb"], sparse.BCOO) and clipped_tree["b"] is None
     got = clipped_tree["emb"].data
     assert_array(got, expected, backend=backend, dtype="float32", ulp=ULP_GLOBAL)
+    bcsr = sparse.BCSR.fromdense(jnp.eye(2, dtype=jnp.float32))  # not BCOO: refused, with the fix
+    with pytest.raises(TypeError, match=r"`t_list\[0\]` must be an array or a BCOO.*to_bcoo"):
+        anyclip.global_norm([bcsr])
 
 
-def test_scipy_sparse_is_refused():
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda m: anyclip.clip_by_norm(m, 1.0), "t"),
+        (lambda m: anyclip.clip_by_value(m, 0.0, 1.0), "t"),
+        (lambda m: anyclip.global_norm([None, m]), r"t_list\[1\]"),
+        (lambda m: anyclip.clip_by_global_norm([m], 1.0), r"t_list\[0\]"),
+        (lambda m: anyclip.norm(m), "tensor"),
+        (lambda m: anyclip.l2_normalize(m), "x"),
+    ],
+)
+def test_scipy_sparse_is_refused(call, name):
     scipy_sparse = pytest.importorskip("scipy.sparse")
     m = scipy_sparse.coo_matrix(np.array([[3.0, 4.0]], dtype=np.float32))
-    for call, name in [
-        (lambda: anyclip.clip_by_norm(m, 1.0), "t"),
-        (lambda: anyclip.global_norm([m]), r"t_list\[0\]"),
-        (lambda: anyclip.norm(m), "tensor"),
-    ]:
-        with pytest.raises(TypeError, match=rf"`{name}` must be an array.*SciPy sparse.*toarray"):
-            call()
+    with pytest.raises(TypeError, match=rf"`{name}` must be an array.*SciPy sparse.*toarray"):
+        call(m)
 
 
 @pytest.mark.live_tf

@@ -27,6 +27,7 @@ __all__ = [
     "densified",
     "is_sparse",
     "refuse_foreign",
+    "sparse_or_refuse",
     "through_values",
     "values_list",
     "values_of",
@@ -52,6 +53,29 @@ def is_sparse(value: Any) -> bool:
     return _torch_sparse(value) or _is_bcoo(value)
 
 
+#: Where the sparse types anyclip knows of (or refuses) are defined.
+_SPARSE_MODULES = ("scipy.sparse", "jax.experimental.sparse")
+
+
+def sparse_or_refuse(value: Any, name: str, index: int | None = None) -> bool:
+    """Whether ``value`` is a sparse array anyclip takes; ``TypeError`` for a foreign one.
+
+    ``name`` (``name[index]`` with an ``index``) is the argument the message names.
+
+    The check every call makes, so it is cheap for a dense array: one ``isinstance`` and a
+    layout comparison for a torch tensor, one module-name test for anything else.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return bool(value.layout != torch.strided)
+    if not type(value).__module__.startswith(_SPARSE_MODULES):
+        return False
+    if _is_bcoo(value):
+        return True
+    refuse_foreign(value, name if index is None else f"{name}[{index}]")
+    return False
+
+
 def refuse_foreign(value: Any, name: str) -> None:
     """``TypeError`` for a sparse object that is not an array of the array API (SciPy's)."""
     module = type(value).__module__
@@ -66,8 +90,7 @@ def refuse_foreign(value: Any, name: str) -> None:
     if module.startswith("jax.experimental.sparse"):
         msg = (
             f"`{name}` must be an array or a BCOO array, got a JAX {type(value).__name__}; "
-            f"convert it with `jax.experimental.sparse.BCOO.from_bcsr({name})` or pass "
-            f"`{name}.todense()`"
+            f"convert it with `{name}.to_bcoo()` (a BCSR array) or pass `{name}.todense()`"
         )
         raise TypeError(msg)
 
@@ -149,8 +172,7 @@ def through_values(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(kernels: Any, t: Any, *args: Any, **kwargs: Any) -> Any:
-        if not is_sparse(t):
-            refuse_foreign(t, "t")
+        if not sparse_or_refuse(t, "t"):
             return fn(kernels, t, *args, **kwargs)
         values = values_of(t, "t")
         try:
@@ -172,10 +194,8 @@ def densified(name: str) -> Callable[[F], F]:
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(kernels: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
-            if is_sparse(x):
+            if sparse_or_refuse(x, name):
                 x = _dense(x)
-            else:
-                refuse_foreign(x, name)
             return fn(kernels, x, *args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
@@ -189,10 +209,7 @@ def values_list(items: list[Any]) -> tuple[list[Any], Callable[[list[Any]], list
     The second item turns a list of results (one per entry) back into sparse arrays where the
     entry was sparse; it is the identity when no entry is.
     """
-    sparse = [i for i, v in enumerate(items) if v is not None and is_sparse(v)]
-    for i, v in enumerate(items):
-        if v is not None and i not in sparse:
-            refuse_foreign(v, f"t_list[{i}]")
+    sparse = [i for i, v in enumerate(items) if v is not None and sparse_or_refuse(v, "t_list", i)]
     if not sparse:
         return items, _same
     values = list(items)

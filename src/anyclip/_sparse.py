@@ -178,6 +178,8 @@ def through_values(fn: F) -> F:
         try:
             out = fn(kernels, values, *args, **kwargs)
         except ValueError as exc:
+            if "shape" not in str(exc) and "`axes`" not in str(exc):
+                raise
             raise _shape_note(exc, values) from None
         return with_values(t, out)
 

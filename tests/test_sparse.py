@@ -399,6 +399,24 @@ def test_jax_bcoo(backend):
         anyclip.global_norm([bcsr])
 
 
+@pytest.mark.parametrize("backend", ["jax"], indirect=True)
+def test_optax_transformation_takes_bcoo(backend):
+    # anyclip.optax goes through anyclip.tree: a BCOO update is one leaf, clipped as TF's slices
+    sparse = pytest.importorskip("jax.experimental.sparse")
+    anyclip_optax = pytest.importorskip("anyclip.optax")
+    jnp = backend.xp
+    indices = jnp.asarray(REF["rows/indices"][:, None].astype(np.int32))
+    t = sparse.BCOO((jnp.asarray(REF["rows/values"]), indices), shape=(4, 2))
+    updates = {"emb": t, "w": jnp.asarray(REF["other"])}
+    tx = anyclip_optax.clip_by_global_norm(2.0)
+    out, _ = tx.update(updates, tx.init(updates))
+    assert isinstance(out["emb"], sparse.BCOO) and out["emb"].indices is indices
+    expected = REF["rows/clip_by_global_norm"]
+    assert_array(out["emb"].data, expected, backend=backend, dtype="float32", ulp=ULP_GLOBAL)
+    expected = REF["rows/clip_by_global_norm_other"]
+    assert_array(out["w"], expected, backend=backend, dtype="float32", ulp=ULP_GLOBAL)
+
+
 @pytest.mark.parametrize(
     ("call", "name"),
     [

@@ -38,6 +38,7 @@ TEST_INPUTS = (
     "mkdocs.yml",
     "tests/conftest.py",
     "tests/data/keras_clipping.npz",
+    "tests/data/sparse.npz",
     "docs/porting.md",
     "examples/torch_tf1_style.py",
     "benchmarks/workloads.py",

@@ -484,27 +484,35 @@ def test_torch_without_numpy(tmp_path):
 
 @torch_backends
 @pytest.mark.parametrize(
-    ("call", "name"),
+    ("functional", "in_place"),
     [
-        (lambda g: anyclip.global_norm([None, g]), r"t_list\[1\]"),
-        (lambda g: anyclip.clip_by_global_norm([g], 1.0), r"t_list\[0\]"),
-        (lambda g: anyclip.clip_by_norm(g, 1.0), "t"),
-        (lambda g: anyclip.clip_by_value(g, 0.0, 1.0), "t"),
-        (lambda g: anyclip.norm(g), "tensor"),
+        (lambda g: anyclip.clip_by_norm(g, 1.0), lambda at, p: at.clip_grad_by_norm_(p, 1.0)),
+        (
+            lambda g: anyclip.clip_by_value(g, 0.0, 3.5),
+            lambda at, p: at.clip_grad_by_value_(p, 0.0, 3.5),
+        ),
+        (
+            lambda g: anyclip.clip_by_global_norm([g], 1.0)[0][0],
+            lambda at, p: at.clip_grad_norm_(p, 1.0),
+        ),
     ],
 )
-def test_sparse_in_the_functional_api_is_a_clear_error(backend, call, name):
-    # the functions return new arrays; the in-place adapters are where sparse gradients go
+def test_sparse_functional_api_matches_the_adapters(backend, at, functional, in_place):
+    # one rule (TF's IndexedSlices: the stored values, indices untouched) in both APIs; the
+    # functions return a new sparse tensor, the adapters write into p.grad
     torch = backend.module
-    g = torch.sparse_coo_tensor(
-        torch.tensor([[0, 2]]),
-        torch.tensor([3.0, 4.0]),
-        (3,),
-        device=backend.device,
-        check_invariants=True,
-    )
-    with pytest.raises(TypeError, match=rf"`{name}` must be a dense tensor.*anyclip.torch"):
-        call(g)
+    indices = torch.tensor([[0, 2, 0]], device=backend.device)
+    values = torch.tensor([3.0, 4.0, 1.0], device=backend.device)
+    g = torch.sparse_coo_tensor(indices, values, (3,), check_invariants=True)
+    out = functional(g)
+    assert out.layout == torch.sparse_coo and not out.is_coalesced()
+    assert torch.equal(out._indices(), indices)
+    p = torch.nn.Parameter(torch.zeros(3, device=backend.device))
+    p.grad = g.clone()
+    in_place(at, [p])
+    assert torch.equal(p.grad._indices(), indices)
+    assert torch.equal(out._values(), p.grad._values())
+    assert not torch.equal(out._values(), values)  # each call clips
 
 
 @torch_backends

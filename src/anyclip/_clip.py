@@ -57,6 +57,7 @@ from anyclip._policy import (
     tf_same_dtype,
     tf_words,
 )
+from anyclip._sparse import densified, through_values, values_list
 from anyclip._typing import (
     Array,
     ArrayT,
@@ -103,7 +104,9 @@ def clip_by_value(
     ----------
     t : array
         Input of a real dtype (floating or integer). Python numbers and lists are converted as
-        TF converts them (ints to int32, floats to float32).
+        TF converts them (ints to int32, floats to float32). A sparse torch tensor (COO, CSR,
+        CSC, BSR, BSC) or JAX ``BCOO`` array is clipped through its stored values, as TF clips
+        an ``IndexedSlices``; the bounds then broadcast against those values.
     clip_value_min, clip_value_max : number or array
         The bounds. Python numbers are converted to ``t``'s dtype; arrays must have ``t``'s
         dtype and broadcast to ``t``'s shape without enlarging it.
@@ -113,7 +116,8 @@ def clip_by_value(
     Returns
     -------
     array
-        Same type, dtype, shape and device as ``t``.
+        Same type, dtype, shape and device as ``t``; for a sparse ``t``, the same layout and
+        index arrays (an uncoalesced COO tensor stays uncoalesced) with the clipped values.
 
     Raises
     ------
@@ -157,6 +161,7 @@ def clip_by_value(
     return cast(Array, _clip_by_value(None, t, clip_value_min, clip_value_max))
 
 
+@through_values
 def _clip_by_value(
     kernels: Kernels | None,
     t: Any,
@@ -232,7 +237,10 @@ def clip_by_norm(
     Parameters
     ----------
     t : array
-        Input of a real floating dtype.
+        Input of a real floating dtype. A sparse torch tensor (COO, CSR, CSC, BSR, BSC) or JAX
+        ``BCOO`` array is clipped through its stored values, as TF clips an ``IndexedSlices``:
+        the norm counts every stored value (a repeated index too) and ``axes`` are axes of the
+        values array (``t.values()``, ``t._values()`` for COO, ``t.data`` for BCOO).
     clip_norm : number or array
         The largest norm. A negative number is replaced by 0. An array may have any real dtype
         (it is clamped at 0 in its own dtype, then cast to ``t``'s, as TF does) and may
@@ -250,13 +258,16 @@ def clip_by_norm(
     Returns
     -------
     array
-        Same type, dtype, shape and device as ``t``.
+        Same type, dtype, shape and device as ``t``; for a sparse ``t``, the same layout and
+        index arrays (an uncoalesced COO tensor stays uncoalesced) with the clipped values.
 
     Raises
     ------
     TypeError
         If ``t`` is not a real floating array, ``clip_norm`` has an unusable type, or
-        ``accumulate_dtype`` is not a floating dtype.
+        ``accumulate_dtype`` is not a floating dtype; if ``t`` is an uncoalesced COO tensor
+        that requires grad while gradients are recorded (torch's autograd does not follow its
+        values), or a SciPy sparse matrix.
     ValueError
         If ``clip_norm`` is None or would enlarge ``t``, or an axis is repeated or out of range.
 
@@ -286,6 +297,15 @@ def clip_by_norm(
     >>> anyclip.clip_by_norm(m, 1.0, axes=1)  # one norm per row
     array([[0.6, 0.8],
            [0.3, 0.4]], dtype=float32)
+
+    A sparse gradient (index 0 stored twice, as ``nn.Embedding(sparse=True)`` gives them) is
+    clipped by the norm of its stored values, 13, not of its dense form:
+
+    >>> import torch
+    >>> g = torch.sparse_coo_tensor([[0, 2, 0]], [3.0, 4.0, 12.0], (3,), check_invariants=True)
+    >>> out = anyclip.clip_by_norm(g, 6.5)
+    >>> out.layout, out._indices(), out._values()
+    (torch.sparse_coo, tensor([[0, 2, 0]]), tensor([1.5000, 2.0000, 6.0000]))
     """
     if axes is None and accumulate_dtype is None:
         plain = plain_clip_by_norm(t, clip_norm)
@@ -294,6 +314,7 @@ def clip_by_norm(
     return cast(ArrayT, _clip_by_norm(None, t, clip_norm, axes, accumulate_dtype=accumulate_dtype))
 
 
+@through_values
 def _clip_by_norm(
     kernels: Kernels | None,
     t: Any,
@@ -340,7 +361,9 @@ def global_norm(
     Parameters
     ----------
     t_list : list or tuple of arrays
-        Arrays of one real floating dtype; ``None`` entries are skipped.
+        Arrays of one real floating dtype; ``None`` entries are skipped. A sparse torch tensor
+        or JAX ``BCOO`` array counts through its stored values (a repeated index once per
+        copy), as TF counts an ``IndexedSlices``.
     name : str, optional
         Accepted for compatibility with TF and ignored.
     accumulate_dtype : dtype, str or "widest", optional
@@ -408,7 +431,7 @@ def _global_norm(
     group: Any = None,
 ) -> Any:
     """:func:`global_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
-    items = as_list(t_list)
+    items, _ = values_list(as_list(t_list))
     xp = namespace(*items, names=ListNames(len(items)))
     if group is not None and all(v is None for v in items):  # joins its group's all-reduce
         xp = group_namespace(group) or xp
@@ -477,7 +500,9 @@ def clip_by_global_norm(
     Parameters
     ----------
     t_list : list or tuple of arrays
-        Arrays of one real floating dtype; ``None`` entries are kept as ``None``.
+        Arrays of one real floating dtype; ``None`` entries are kept as ``None``. A sparse
+        torch tensor or JAX ``BCOO`` array counts and is scaled through its stored values, as
+        TF treats an ``IndexedSlices``, and keeps its layout and index arrays.
     clip_norm : number or array
         The largest global norm. An array must have ``use_norm``'s dtype.
     use_norm : array, optional
@@ -585,7 +610,7 @@ def _clip_by_global_norm(
     drop-in; see :func:`anyclip._core.global_scale`).
     """
     policy = check_nonfinite(nonfinite)
-    items = as_list(t_list)
+    items, back = values_list(as_list(t_list))
     xp = namespace(
         *items, clip_norm, use_norm, names=ListNames(len(items), ("clip_norm", "use_norm"))
     )
@@ -624,7 +649,7 @@ def _clip_by_global_norm(
     # a Python number that converts to a finite value needs no `where` (checked here, no sync)
     at_inf = unclipped_at_inf and not finite_number(clip_norm, xp, norm.dtype)
     clipped = _core.clip_by_global_norm(xp, k, values, c, norm, policy, unclipped_at_inf=at_inf)
-    return clipped, use_norm
+    return back(clipped), use_norm
 
 
 def _tf_use_norm_kind(dtype: Any) -> str | None:
@@ -667,7 +692,9 @@ def clip_by_average_norm(t: ArrayT, clip_norm: Operand, name: str | None = None)
     Parameters
     ----------
     t : array
-        A float32 array (TF accepts no other dtype).
+        A float32 array (TF accepts no other dtype). A sparse torch tensor or JAX ``BCOO``
+        array is made dense first (repeated indices summed), as TF converts an
+        ``IndexedSlices``; the result is dense.
     clip_norm : number or array
         The largest average norm: a Python number or a float32 array broadcastable to ``t``.
     name : str, optional
@@ -706,6 +733,7 @@ def clip_by_average_norm(t: ArrayT, clip_norm: Operand, name: str | None = None)
     return cast(ArrayT, _clip_by_average_norm(None, t, clip_norm))
 
 
+@densified("t")
 def _clip_by_average_norm(
     kernels: Kernels | None, t: Any, clip_norm: Any, name: str | None = None
 ) -> Any:

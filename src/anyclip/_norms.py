@@ -30,6 +30,7 @@ from anyclip._policy import (
     tf_incompatible,
     tf_words,
 )
+from anyclip._sparse import densified
 from anyclip._typing import ArrayT, Axes, DTypeLike, Namespace, NormOrd, Operand
 
 __all__ = ["l2_normalize", "norm", "normalize"]
@@ -217,6 +218,8 @@ def norm(
     ----------
     tensor : array
         Input of a floating or complex dtype (or integer, with ``ord`` 1 or inf).
+        A sparse torch tensor or JAX ``BCOO`` array is made dense first (repeated indices
+        summed), as TF converts an ``IndexedSlices``; the result is dense.
     ord : {'euclidean', 'fro', 1, 2, inf} or float, optional
         Vector norms (``axis`` None or an int): ``'euclidean'`` (default), 1, 2, inf or any
         ``p > 0``. Matrix norms (``axis`` a pair): ``'euclidean'``/``'fro'`` (Frobenius), 1
@@ -284,6 +287,7 @@ def norm(
     return cast(ArrayT, _norm(None, tensor, ord, axis, keepdims, accumulate_dtype=accumulate_dtype))
 
 
+@densified("tensor")
 def _norm(
     kernels: Kernels | None,
     tensor: Any,
@@ -338,6 +342,8 @@ def l2_normalize(
     ----------
     x : array
         Input of a floating or complex dtype.
+        A sparse torch tensor or JAX ``BCOO`` array is made dense first (repeated indices
+        summed), as TF converts an ``IndexedSlices``; the result is dense.
     axis : int or sequence of int, optional
         Axes of the norm; ``None`` (default) normalizes over **all** elements.
     epsilon : number or array, optional
@@ -393,6 +399,7 @@ def l2_normalize(
     )
 
 
+@densified("x")
 def _l2_normalize(
     kernels: Kernels | None,
     x: Any,
@@ -467,6 +474,8 @@ def normalize(
     ----------
     tensor : array
         Input of a floating or complex dtype (or integer, with ``ord`` 1 or inf).
+        A sparse torch tensor or JAX ``BCOO`` array is made dense first (repeated indices
+        summed), as TF converts an ``IndexedSlices``; the result is dense.
     ord, axis
         As in :func:`norm`.
     name : str, optional
@@ -505,6 +514,7 @@ def normalize(
     return cast("tuple[ArrayT, ArrayT]", _normalize(None, tensor, ord, axis))
 
 
+@densified("tensor")
 def _normalize(
     kernels: Kernels | None,
     tensor: Any,

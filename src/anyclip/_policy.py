@@ -29,6 +29,9 @@ these arguments (its dtype names: ``float``, ``double``, ``half``; its shapes: `
 a ported ``assertRaisesRegex`` still matches. The ``tf_*`` helpers below build those words; the
 exception class stays anyclip's (``TypeError`` for a dtype, ``ValueError`` for a shape or axis,
 the class TF raises in graph mode).
+
+Sparse arrays never reach these checks: :mod:`anyclip._sparse` replaces them by their stored
+values (or by a dense array) first, as TF treats ``IndexedSlices``.
 """
 
 from __future__ import annotations
@@ -61,7 +64,6 @@ __all__ = [
     "native_order",
     "normalize_axes",
     "real_list",
-    "refuse_sparse",
     "require_kind",
     "resolve_accumulate_dtype",
     "tf_attr",
@@ -246,22 +248,6 @@ def _python_kind(value: Any) -> str:
     raise TypeError(msg)
 
 
-def refuse_sparse(xp: Namespace, value: Any, name: str) -> None:
-    """``TypeError`` for a sparse torch tensor, with the fix (the adapters take them)."""
-    if library(xp) != "torch":
-        return
-    import torch
-
-    if value.layout != torch.strided:
-        msg = (
-            f"`{name}` must be a dense tensor, got a sparse one ({value.layout}); the in-place "
-            "anyclip.torch adapters clip sparse gradients through their values as TF clips "
-            "IndexedSlices (pass the parameters), or pass `t.values()` (`t._values()` for COO) "
-            "or `t.to_dense()` here"
-        )
-        raise TypeError(msg)
-
-
 def native_order(value: Any) -> Any:
     """A byte-swapped NumPy array (``'>f4'`` here) in native byte order; others unchanged.
 
@@ -276,7 +262,6 @@ def native_order(value: Any) -> Any:
 def as_input(value: Any, xp: Namespace, name: str) -> Any:
     """The main input as an array of ``xp`` (Python data is converted as TF does)."""
     if is_array(value):
-        refuse_sparse(xp, value, name)
         return native_order(value)
     if value is None:
         msg = f"`{name}` must be an array, got None{tf_words(TF_NONE)}"
@@ -684,10 +669,6 @@ def as_list(t_list: Any) -> list[Any]:
 def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -> list[Any]:
     """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype."""
     present = [v for v in t_list if v is not None]
-    if library(xp) == "torch":
-        for i, v in enumerate(t_list):
-            if v is not None and is_array(v):
-                refuse_sparse(xp, v, f"t_list[{i}]")
     if all(is_array(v) for v in present):  # the common case: one check per distinct dtype
         dtypes = {v.dtype for v in present}
         if len(dtypes) <= 1 or mixed_ok:

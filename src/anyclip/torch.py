@@ -53,6 +53,7 @@ from anyclip._policy import (
     keras_option,
     resolve_accumulate_dtype,
 )
+from anyclip._sparse import values_of
 from anyclip._typing import DTypeLike, Nonfinite
 
 __all__ = [
@@ -67,8 +68,6 @@ __all__ = [
 ]
 
 Parameters = torch.Tensor | Iterable[torch.Tensor]
-
-_SPARSE_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
 
 
 class NonfiniteNormError(RuntimeError, FloatingPointError):
@@ -117,19 +116,6 @@ def _grads(parameters: Any) -> list[torch.Tensor]:
 def _local(x: Any) -> Any:
     """A DTensor's local tensor (its shard, sharing storage); anything else unchanged."""
     return x.to_local() if is_dtensor(x) else x
-
-
-def _dense(t: torch.Tensor) -> torch.Tensor:
-    """The tensor whose elements are clipped: a sparse tensor's values (a view), else itself.
-
-    TF clips an ``IndexedSlices`` through its values, every stored value counted once (an
-    uncoalesced COO tensor's repeated indices included) and the indices untouched.
-    """
-    if t.layout == torch.sparse_coo:
-        return t._values()
-    if t.layout in _SPARSE_COMPRESSED:
-        return t.values()
-    return t
 
 
 def _foreach(foreach: Any) -> bool | None:
@@ -433,7 +419,7 @@ def get_total_norm(
     """
     each = _foreach(foreach)
     p = _norm_type(norm_type)
-    values = [_dense(t) for t in _tensors(tensors, "tensors")]
+    values = [values_of(t) for t in _tensors(tensors, "tensors")]
     if not values and group is not None:  # still joins its group's all-reduce
         return _join_group(p, accumulate_dtype, group)
     if not values:
@@ -499,7 +485,7 @@ def clip_grads_with_norm_(
     """
     each = _foreach(foreach)
     policy = check_nonfinite(nonfinite)
-    values = [_dense(g) for g in _grads(parameters)]
+    values = [values_of(g) for g in _grads(parameters)]
     c = _max_norm(max_norm)  # torch converts it before looking at the gradients, too
     norm = _total_norm_arg(total_norm)
     if not values:
@@ -672,7 +658,7 @@ def _clip_grad_norm(
     policy = _policy(error_if_nonfinite, nonfinite)
     params = _tensors(parameters, "parameters")
     c = _max_norm(max_norm)
-    values = [_dense(q.grad) for q in params if q.grad is not None]
+    values = [values_of(q.grad) for q in params if q.grad is not None]
     if not values and group is not None:  # this stage has no gradient: still joins the group
         return _join_group(p, accumulate_dtype, group)
     if not values:  # torch returns 0 too; on the parameters' device
@@ -746,7 +732,7 @@ def clip_grad_value_(
     _refuse_second_bound(foreach)
     each = _foreach(foreach)
     v = _as_float(clip_value, "clip_value", "1.0")
-    values = [_dense(g) for g in _grads(parameters)]
+    values = [values_of(g) for g in _grads(parameters)]
     for (device, _), group in _by_device_and_dtype(values).items():
         if _use_foreach(each, group, device):
             torch._foreach_clamp_max_(group, v)  # minimum(g, v) first, as TF
@@ -785,7 +771,7 @@ def clip_grad_by_value_(
     tensor([-1.0000,  0.2500,  0.5000])
     """
     for g in _grads(parameters):
-        v = _dense(g)
+        v = values_of(g)
         v.copy_(_clip.clip_by_value(v, clip_value_min, clip_value_max))
 
 
@@ -824,7 +810,7 @@ def clip_grad_by_norm_(
     tensor([0.6000, 0.8000])
     """
     for g in _grads(parameters):
-        v = _dense(g)
+        v = values_of(g)
         v.copy_(_clip.clip_by_norm(v, clip_norm, axes, accumulate_dtype=accumulate_dtype))
 
 

@@ -11,7 +11,8 @@ Each function applies the top-level function of the same name: per leaf for ``cl
 ``clip_by_global_norm``. The formulas are the top-level ones, not a copy. Unlike TF, the leaves
 may have different floating dtypes: the global norm is accumulated in ``accumulate_dtype``
 (default ``"widest"``, the widest leaf dtype) and every leaf keeps its own dtype. With
-``accumulate_dtype=None`` and one dtype, results are TF's bit for bit.
+``accumulate_dtype=None`` and one dtype, results are TF's bit for bit. A sparse array (a torch
+sparse tensor, a JAX ``BCOO``) is one leaf, handled as the top-level functions handle it.
 
 >>> import numpy as np
 >>> from anyclip import tree
@@ -29,6 +30,7 @@ from typing import Any, TypeVar, cast
 
 from anyclip import _clip
 from anyclip._compat import is_array
+from anyclip._sparse import is_sparse
 from anyclip._typing import Nonfinite
 
 __all__ = [
@@ -57,7 +59,7 @@ def _structure(
     ``enclosing`` holds the ids of the containers ``node`` is inside, to refuse a container
     that holds itself (Python would recurse until ``RecursionError``).
     """
-    if node is None or is_array(node):
+    if node is None or is_array(node) or is_sparse(node):  # a sparse array is one leaf
         leaves.append(node)
         return next
     if isinstance(node, (dict, list, tuple)):
@@ -103,11 +105,15 @@ def _jax_structure(node: Any, leaves: list[Any]) -> Rebuild | None:
     import jax
 
     sub_leaves, treedef = jax.tree_util.tree_flatten(
-        node, is_leaf=lambda x: x is None or is_array(x)
+        node, is_leaf=lambda x: x is None or is_array(x) or is_sparse(x)
     )
     if jax.tree_util.treedef_is_leaf(treedef):  # not a registered container
         return None
-    bad = [type(leaf).__name__ for leaf in sub_leaves if not (leaf is None or is_array(leaf))]
+    bad = [
+        type(leaf).__name__
+        for leaf in sub_leaves
+        if not (leaf is None or is_array(leaf) or is_sparse(leaf))
+    ]
     if bad:
         return None
     leaves.extend(sub_leaves)

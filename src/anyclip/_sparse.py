@@ -1,0 +1,231 @@
+"""Sparse inputs, written down once: TF's ``IndexedSlices`` rule for sparse arrays.
+
+Layer: the public layer's checks, beside :mod:`anyclip._policy`. TF 2.21 (measured,
+``docs/tf-reference.md`` §14) takes an ``IndexedSlices`` in two ways:
+
+* ``clip_by_value``, ``clip_by_norm``, ``global_norm`` and ``clip_by_global_norm`` work on its
+  stored values only (every stored value counted once, repeated indices included; ``axes`` and
+  the bounds apply to the values' shape) and return an ``IndexedSlices`` with the same indices;
+* ``clip_by_average_norm``, ``norm``, ``l2_normalize`` and ``normalize`` convert it to a dense
+  tensor first (repeated indices summed) and return dense results.
+
+anyclip applies the same two rules to sparse torch tensors (COO, CSR, CSC, BSR, BSC) and JAX
+``BCOO`` arrays: :func:`through_values` and :func:`densified` wrap the public layer's private
+functions, :func:`values_list` does it for ``t_list``. A result has the input's layout, its very
+index arrays (an uncoalesced COO tensor stays uncoalesced) and the new values. SciPy sparse
+matrices are refused: they are not arrays of the array API. Nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = [
+    "densified",
+    "is_sparse",
+    "refuse_foreign",
+    "sparse_or_refuse",
+    "through_values",
+    "values_list",
+    "values_of",
+    "with_values",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _torch_sparse(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor) and value.layout != torch.strided
+
+
+def _is_bcoo(value: Any) -> bool:
+    return type(value).__name__ == "BCOO" and type(value).__module__.startswith(
+        "jax.experimental.sparse"
+    )
+
+
+def is_sparse(value: Any) -> bool:
+    """Whether ``value`` is a sparse array anyclip takes (torch sparse layouts, JAX BCOO)."""
+    return _torch_sparse(value) or _is_bcoo(value)
+
+
+#: Where the sparse types anyclip knows of (or refuses) are defined.
+_SPARSE_MODULES = ("scipy.sparse", "jax.experimental.sparse")
+
+
+def sparse_or_refuse(value: Any, name: str, index: int | None = None) -> bool:
+    """Whether ``value`` is a sparse array anyclip takes; ``TypeError`` for a foreign one.
+
+    ``name`` (``name[index]`` with an ``index``) is the argument the message names.
+
+    The check every call makes, so it is cheap for a dense array: one ``isinstance`` and a
+    layout comparison for a torch tensor, one module-name test for anything else.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return bool(value.layout != torch.strided)
+    if not type(value).__module__.startswith(_SPARSE_MODULES):
+        return False
+    if _is_bcoo(value):
+        return True
+    refuse_foreign(value, name if index is None else f"{name}[{index}]")
+    return False
+
+
+def refuse_foreign(value: Any, name: str) -> None:
+    """``TypeError`` for a sparse object that is not an array of the array API (SciPy's)."""
+    module = type(value).__module__
+    if module.startswith("scipy.sparse"):
+        msg = (
+            f"`{name}` must be an array of the array API, got a SciPy sparse "
+            f"{type(value).__name__}; pass `{name}.toarray()` for TF's dense behaviour, or "
+            "its stored values `.data` (TF's IndexedSlices behaviour) and put the result back "
+            "in a copy"
+        )
+        raise TypeError(msg)
+    if module.startswith("jax.experimental.sparse"):
+        msg = (
+            f"`{name}` must be an array or a BCOO array, got a JAX {type(value).__name__}; "
+            f"convert it with `{name}.to_bcoo()` (a BCSR array) or pass `{name}.todense()`"
+        )
+        raise TypeError(msg)
+
+
+def values_of(t: Any, name: str = "t") -> Any:
+    """The stored values of a sparse ``t`` (a view where the library gives one).
+
+    A coalesced torch COO tensor gives ``t.values()``, which autograd follows; an uncoalesced
+    one gives ``t._values()``, which it does not, so an uncoalesced ``t`` that requires grad is
+    refused while gradients are recorded. A dense ``t`` is returned unchanged.
+    """
+    if _is_bcoo(t):
+        return t.data
+    if not _torch_sparse(t):
+        return t
+    import torch
+
+    if t.layout != torch.sparse_coo:
+        return t.values()
+    if t.is_coalesced():
+        return t.values()
+    if t.requires_grad and torch.is_grad_enabled():
+        msg = (
+            f"`{name}` is an uncoalesced sparse COO tensor that requires grad, and torch's "
+            f"autograd does not follow the values of an uncoalesced tensor; pass "
+            f"`{name}.detach()` (no gradient), or build it with `is_coalesced=True` from unique, "
+            f"sorted indices (`{name}.coalesce()` sums repeated indices, which TF does not)"
+        )
+        raise TypeError(msg)
+    return t._values()
+
+
+def with_values(t: Any, values: Any) -> Any:
+    """A sparse array of ``t``'s layout and shape, with ``t``'s indices and ``values``."""
+    if _is_bcoo(t):
+        return type(t)(
+            (values, t.indices),
+            shape=t.shape,
+            indices_sorted=t.indices_sorted,
+            unique_indices=t.unique_indices,
+        )
+    import torch
+
+    if t.layout == torch.sparse_coo:
+        return torch.sparse_coo_tensor(
+            t._indices(),
+            values,
+            t.shape,
+            is_coalesced=t.is_coalesced(),
+            check_invariants=False,  # the indices are t's own
+        )
+    if t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        compressed, plain = t.crow_indices(), t.col_indices()
+    else:
+        compressed, plain = t.ccol_indices(), t.row_indices()
+    return torch.sparse_compressed_tensor(
+        compressed, plain, values, t.shape, layout=t.layout, check_invariants=False
+    )
+
+
+def _dense(t: Any) -> Any:
+    return t.todense() if _is_bcoo(t) else t.to_dense()
+
+
+def _shape_note(exc: Exception, values: Any) -> Exception:
+    note = (
+        f" (for a sparse `t`, TF's IndexedSlices rule applies: `axes` and the bounds refer to "
+        f"its stored values, of shape {tuple(values.shape)})"
+    )
+    return type(exc)(f"{exc}{note}")
+
+
+def through_values(fn: F) -> F:
+    """Wrap ``fn(kernels, t, ...)``: a sparse ``t`` is computed through its values.
+
+    The result has ``t``'s layout and indices. A ``ValueError`` about shapes (an axis, a
+    bound) says that they refer to the stored values, as TF's ``IndexedSlices`` rule does.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(kernels: Any, t: Any, *args: Any, **kwargs: Any) -> Any:
+        if not sparse_or_refuse(t, "t"):
+            return fn(kernels, t, *args, **kwargs)
+        values = values_of(t, "t")
+        try:
+            out = fn(kernels, values, *args, **kwargs)
+        except ValueError as exc:
+            if "shape" not in str(exc) and "`axes`" not in str(exc):
+                raise
+            raise _shape_note(exc, values) from None
+        return with_values(t, out)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def densified(name: str) -> Callable[[F], F]:
+    """Wrap ``fn(kernels, <name>, ...)``: a sparse argument is made dense first, as TF does.
+
+    TF's ``convert_to_tensor`` sums the values of repeated indices; torch's ``to_dense`` and
+    BCOO's ``todense`` do the same (and autograd follows them).
+    """
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(kernels: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+            if sparse_or_refuse(x, name):
+                x = _dense(x)
+            return fn(kernels, x, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def values_list(items: list[Any]) -> tuple[list[Any], Callable[[list[Any]], list[Any]]]:
+    """``t_list``'s entries with sparse ones replaced by their values, and the way back.
+
+    The second item turns a list of results (one per entry) back into sparse arrays where the
+    entry was sparse; it is the identity when no entry is.
+    """
+    sparse = [i for i, v in enumerate(items) if v is not None and sparse_or_refuse(v, "t_list", i)]
+    if not sparse:
+        return items, _same
+    values = list(items)
+    for i in sparse:
+        values[i] = values_of(items[i], f"t_list[{i}]")
+
+    def back(outs: list[Any]) -> list[Any]:
+        outs = list(outs)
+        for i in sparse:
+            outs[i] = with_values(items[i], outs[i])
+        return outs
+
+    return values, back
+
+
+def _same(outs: list[Any]) -> list[Any]:
+    return outs

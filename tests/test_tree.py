@@ -490,3 +490,23 @@ def test_average_norm_float32_only(backend, make):
     # docs/tf-reference.md §5 / B17: clip_by_average_norm accepts float32 only
     with pytest.raises(TypeError, match="float32"):
         tree.clip_by_average_norm({"a": make(A, "float64")}, 1.0)
+
+
+def test_numpy_matrix_leaves_are_arrays():
+    # TF converts an np.matrix to a 2-D tensor; the list functions accept it, so does the tree.
+    # [[3, 4]] and [12]: global norm 13, scale 1/13 (hand-derived).
+    clipped, norm = tree.clip_by_global_norm(
+        {"a": np.matrix([[3.0, 4.0]]), "b": [np.array([12.0])]}, 1.0
+    )
+    assert type(clipped["a"]) is np.ndarray
+    assert clipped["a"].shape == (1, 2)
+    np.testing.assert_array_equal(clipped["a"], np.array([[3.0, 4.0]]) * (1 / 13))
+    assert norm == 13.0
+    out = tree.clip_by_norm({"a": np.matrix([[3.0, 4.0]])}, 1.0)["a"]
+    assert type(out) is np.ndarray
+    np.testing.assert_array_equal(out, [[0.6, 0.8]])
+
+
+def test_masked_array_leaf_is_refused_with_its_path():
+    with pytest.raises(TypeError, match=r"masked array at tree\['g'\]\[1\].*filled"):
+        tree.global_norm({"g": [np.ones(2), np.ma.array([3.0, 4.0], mask=[0, 1])]})

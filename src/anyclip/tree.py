@@ -62,6 +62,17 @@ def _structure(
     if node is None or is_array(node) or is_sparse(node):  # a sparse array is one leaf
         leaves.append(node)
         return next
+    module = type(node).__module__
+    if module.startswith("numpy.ma"):
+        msg = (
+            f"`tree` leaves must be arrays without a mask, got a NumPy masked array at "
+            f"tree{path}: TF drops masks and would count the masked values; pass `x.filled(0)` "
+            "to clip with them as zeros"
+        )
+        raise TypeError(msg)
+    if module.startswith("numpy") and type(node).__name__ == "matrix":
+        leaves.append(node)  # converted to a plain 2-D array by the functions, as TF does
+        return next
     if isinstance(node, (dict, list, tuple)):
         if id(node) in enclosing:
             msg = (

@@ -492,6 +492,9 @@ def test_average_norm_float32_only(backend, make):
         tree.clip_by_average_norm({"a": make(A, "float64")}, 1.0)
 
 
+@pytest.mark.filterwarnings(
+    "ignore:the matrix subclass is not the recommended:PendingDeprecationWarning"
+)
 def test_numpy_matrix_leaves_are_arrays():
     # TF converts an np.matrix to a 2-D tensor; the list functions accept it, so does the tree.
     # [[3, 4]] and [12]: global norm 13, scale 1/13 (hand-derived).

@@ -232,6 +232,21 @@ def test_long_equal_magnitude_sums_stay_close_to_exact(backend, make, check, dty
     check(anyclip.global_norm([x]), exact, dtype, budget)
 
 
+# float16 gradients of about 1e-4 (item 5): TF's L2Loss halves each square in float16 before
+# the sum, so a square of one smallest subnormal (2**-24) halves to 0 (a tie, to even). For
+# 2e-4 every halved square is 0: TF 2.21's global norm is 0.0 where the exact one is 6.3e-3.
+# For 3e-4 each square is two subnormal units and its half one: 1000 of them give 0.01092.
+def test_float16_global_norm_halves_each_square_first(backend, make, check):
+    tiny = make(np.full(1000, 2e-4), "float16")
+    small = make(np.full(1000, 3e-4), "float16")
+    check(anyclip.global_norm([tiny]), 0.0, "float16")  # TF 2.21: 0.0
+    check(anyclip.global_norm([tiny, small]), 0.01092, "float16")  # TF 2.21
+    clipped, norm = anyclip.clip_by_global_norm([small, tiny], 1e-3)
+    check(norm, 0.01092, "float16")  # TF 2.21
+    check(clipped[0], np.full(1000, 2.75e-05), "float16")  # TF 2.21
+    check(clipped[1], np.full(1000, 1.836e-05), "float16")  # TF 2.21
+
+
 # ------------------------------------------- 6-12, continued: NumPy bools convert to bfloat16
 @torch_backends
 def test_bfloat16_numpy_bool_converts(backend, make, check):

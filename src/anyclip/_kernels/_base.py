@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from anyclip._compat import dtype_name
 from anyclip._numerics import constant, reduce_sum, sqrt
 from anyclip._typing import Namespace
 
@@ -80,10 +81,7 @@ class Kernels:
         The arrays (at least one) share one dtype and one device; the sum is over ``stack``,
         in list order, as TF's.
         """
-        half = [
-            reduce_sum(xp, v * v, None, keepdims=False) * constant(xp, 0.5, v.dtype, v)
-            for v in arrays
-        ]
+        half = [_half_square_sum(xp, v) for v in arrays]
         return reduce_sum(xp, xp.stack(half), None, keepdims=False)
 
     def total_half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
@@ -131,6 +129,25 @@ class Kernels:
             s = scale if scale.dtype == v.dtype else xp.astype(scale, v.dtype)
             out.append(v * s)
         return out
+
+
+#: Dtypes whose squares are halved before the sum, as TF's ``L2Loss`` kernel does.
+_HALVED_FIRST = ("float16", "bfloat16")
+
+
+def _half_square_sum(xp: Namespace, v: Any) -> Any:
+    """TF's ``l2_loss(v)``: ``sum(v * v * 0.5)``, squares and halves rounded to ``v``'s dtype.
+
+    Halving each square first matters in half precision only: a float16 square below twice
+    the smallest subnormal (``|v|`` under about 3.5e-4) halves to 0, so TF's ``global_norm`` of
+    small float16 gradients is smaller than the norm of their sum of squares (0 for gradients
+    of about 1e-4). In float32 and float64 ``sum(v * v) * 0.5`` is the same value (TF's CPU
+    kernels flush the subnormal halves that would differ) and one step fewer.
+    """
+    half = constant(xp, 0.5, v.dtype, v)
+    if dtype_name(v.dtype) in _HALVED_FIRST:
+        return reduce_sum(xp, v * v * half, None, keepdims=False)
+    return reduce_sum(xp, v * v, None, keepdims=False) * half
 
 
 def groups(arrays: Sequence[Any], count: Callable[[Any], int]) -> list[list[Any]]:

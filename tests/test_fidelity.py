@@ -7,6 +7,8 @@ hand-derived; the conformance catalogue (``anyclip_conformance/cases.py``: its `
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -217,9 +219,9 @@ def test_recursive_tree_is_a_value_error():
 # ------------------------------------------ memory: accumulate_dtype casts one block at a time
 @pytest.mark.parametrize("block", [7, 64])
 def test_accumulate_dtype_blocks_give_the_formula(backend, make, check, monkeypatch, block):
-    from anyclip import _core
+    from anyclip._kernels import _base
 
-    monkeypatch.setattr(_core, "UPCAST_BLOCK", block)  # many blocks on a small input
+    monkeypatch.setattr(_base, "UPCAST_BLOCK", block)  # many blocks on a small input
     rng = np.random.default_rng(3)
     x64 = rng.standard_normal((5, 41)) * 40.0  # squares of 300 overflow float16 (TF's trap)
     x64[0, 0] = 300.0
@@ -234,6 +236,13 @@ def test_accumulate_dtype_blocks_give_the_formula(backend, make, check, monkeypa
     out, gn = anyclip.clip_by_global_norm([x], 1.0, accumulate_dtype="float32")
     check(gn, n, "float32", 4)
     check(out[0], x16 / n, "float16", 1)
+    # the vector p-norms over every axis, block by block, with and without accumulate_dtype
+    a = np.abs(x16)
+    for ord_, want in ((1, np.sum(a)), (math.inf, np.max(a)), (3, np.sum(a**3) ** (1 / 3))):
+        check(anyclip.norm(x, ord=ord_, accumulate_dtype="float32"), want, "float16", 1)
+    x32 = make(x16, "float32")
+    for ord_, want in ((1, np.sum(a)), (math.inf, np.max(a)), (3, np.sum(a**3) ** (1 / 3))):
+        check(anyclip.norm(x32, ord=ord_), want, "float32", 4)
 
 
 # ----------------------- declared differences (docs/tf-behaviour.md): TF's behaviour, xfailed

@@ -135,21 +135,20 @@ class Kernels:
         same = [v for v in arrays if acc is None or v.dtype == acc]
         if len(same) == len(arrays):
             return self.half_squares(xp, arrays)
-        parts = [self.half_squares(xp, same)] if same else []
+        steps: list[Callable[[], Any]] = [lambda: self.half_squares(xp, same)] if same else []
         for v in arrays:
             if v.dtype == acc:
                 continue
             pieces = self.blocks(xp, v)
             if pieces is None:
-                parts.append(self.half_squares(xp, [xp.astype(v, acc)]))
-                continue
-            if not pieces:  # an empty array
+                pieces = [v]
+            elif not pieces:  # an empty array
                 pieces = [xp.reshape(v, (-1,))]
-            for piece in pieces:
-                parts.append(self.half_squares(xp, [xp.astype(piece, acc)]))
-        if len(parts) == 1:
-            return parts[0]
-        return reduce_sum(xp, xp.stack(parts), None, keepdims=False)
+            steps += [self._cast_half_step(xp, b, acc) for b in pieces]
+        return reduce_sum(xp, _partials(xp, steps, acc, arrays), None, keepdims=False)
+
+    def _cast_half_step(self, xp: Namespace, b: Any, acc: Any) -> Callable[[], Any]:
+        return lambda: self.half_squares(xp, [xp.astype(b, acc)])
 
     def cast_reduce(
         self,
@@ -173,8 +172,11 @@ class Kernels:
         pieces = self.blocks(xp, x)
         if pieces is None or len(pieces) <= 1:
             return None
-        parts = [fn(xp, b if b.dtype == acc else xp.astype(b, acc), *operands) for b in pieces]
-        stacked = xp.stack(parts)
+        steps = [
+            lambda b=b: fn(xp, b if b.dtype == acc else xp.astype(b, acc), *operands)
+            for b in pieces
+        ]
+        stacked = _partials(xp, steps, acc, [x])
         if combine == "max":
             return xp.max(stacked)
         return reduce_sum(xp, stacked, None, keepdims=False)
@@ -237,6 +239,25 @@ class Kernels:
             s = scale if scale.dtype == v.dtype else xp.astype(scale, v.dtype)
             out.append(v * s)
         return out
+
+
+def _partials(
+    xp: Namespace, steps: Sequence[Callable[[], Any]], dtype: Any, arrays: Sequence[Any]
+) -> Any:
+    """The 0-d results of ``steps`` (of ``dtype``), run in order, as one 1-D array.
+
+    On NumPy and torch without autograd each result is written into an array made before the
+    first step: a 0-d result kept alive after its block's temporaries would sit above them in
+    the C heap, which then could not reuse their memory for the next block (glibc's resident
+    memory grew by a block per block, measured with torch). Elsewhere, ``stack``.
+    """
+    recorded = any(getattr(a, "requires_grad", False) for a in arrays)
+    if library(xp) not in ("numpy", "torch") or recorded:
+        return xp.stack([step() for step in steps])
+    out = xp.empty((len(steps),), dtype=dtype, device=device(arrays[0]))
+    for i, step in enumerate(steps):
+        out[i] = step()
+    return out
 
 
 def groups(arrays: Sequence[Any], count: Callable[[Any], int]) -> list[list[Any]]:

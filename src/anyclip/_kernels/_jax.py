@@ -10,13 +10,16 @@ shard and all-reduces a scalar), and only arrays that cannot be sharded are join
 of an array sharded over ``Explicit`` mesh axes is a ``ShardingTypeError``; over ``Auto`` axes
 it makes XLA gather it). See :func:`anyclip._compat.may_be_sharded`.
 
-Casts to an accumulation dtype (``accumulate_dtype``): under ``jit`` XLA fuses the convert
-into the reduction or the elementwise step, so no cast of a whole array exists. An eager JAX
-call would run each operation alone and keep the whole cast (twice the input from float16 to
-float32): :meth:`JaxKernels.cast_half_squares` and :meth:`JaxKernels.cast_map` run their step
-through one ``jax.jit`` per step and accumulation dtype (compiled once per shape, cached by
-JAX), which XLA fuses the same way. Traced arrays (the caller's ``jit``, ``grad``,
-``shard_map``) take the step as it is: it is fused where the caller compiles.
+Casts to an accumulation dtype (``accumulate_dtype``) of a large eager array: XLA runs each
+eager operation alone, and XLA:CPU does not fuse a convert into a reduction even under ``jit``
+(``memory_analysis``: a float32 temporary of the whole input), so
+:meth:`JaxKernels.cast_half_squares`, :meth:`JaxKernels.cast_reduce` and
+:meth:`JaxKernels.cast_map` run their step as one compiled loop over blocks of
+``UPCAST_BLOCK`` elements (``lax.fori_loop`` over ``dynamic_slice``; the elementwise step
+writes each block into the output with ``dynamic_update_slice``), compiled once per step,
+accumulation dtype and shape. Only one block exists in the accumulation dtype at a time.
+Traced arrays (the caller's ``jit``, ``grad``, ``shard_map``) and sharded arrays (a flat
+view of them would gather them) take the step as it is, for XLA to compile with the rest.
 """
 
 from __future__ import annotations
@@ -32,36 +35,62 @@ from anyclip._typing import Namespace
 
 __all__ = ["JaxKernels"]
 
-#: The compiled cast steps, by (step, function, namespace name, accumulation dtype name).
-_FUSED: dict[tuple[str, Any, str, str], Callable[..., Any]] = {}
+#: The compiled block loops, by (step, function, namespace, accumulation dtype, block size).
+_LOOPS: dict[tuple[str, Any, str, str, int], Callable[..., Any]] = {}
 
 
-def _eager_large(arrays: Sequence[Any]) -> bool:
-    """Whether an eager step on ``arrays`` should be compiled: no tracer, and large.
+def _loop_ok(arrays: Sequence[Any]) -> bool:
+    """Whether a cast step on ``arrays`` runs as a compiled block loop.
 
-    Large: more elements than one block (:data:`~anyclip._kernels._base.UPCAST_BLOCK`), as
-    where the eager libraries cut blocks; a smaller cast costs less than a compilation.
+    Eager (no tracer), not sharded, and more than one block
+    (:data:`~anyclip._kernels._base.UPCAST_BLOCK`) in some array: a smaller cast costs less
+    than a compilation.
     """
     import jax
 
-    if any(isinstance(a, jax.core.Tracer) for a in arrays):
+    if any(isinstance(a, jax.core.Tracer) or may_be_sharded(a) for a in arrays):
         return False
-    return sum(int(a.size) for a in arrays) > _base.UPCAST_BLOCK
+    return any(int(a.size) > _base.UPCAST_BLOCK for a in arrays)
 
 
-def _fused(
-    step: str, fn: Any, xp: Namespace, acc: Any, build: Callable[[], Callable[..., Any]]
+def _compiled(
+    step: str, fn: Any, xp: Namespace, acc: Any, build: Callable[[int], Callable[..., Any]]
 ) -> Any:
-    """The ``jax.jit`` of ``build()``, made once per (``step``, ``fn``, ``xp``, ``acc``)."""
-    key = (step, fn, xp.__name__, dtype_name(acc))
+    """The ``jax.jit`` of ``build(block)``, made once per step, ``fn``, ``xp``, ``acc``, block."""
+    block = _base.UPCAST_BLOCK
+    key = (step, fn, xp.__name__, dtype_name(acc), block)
     try:
-        return _FUSED[key]
+        return _LOOPS[key]
     except KeyError:
         import jax
 
-        jitted: Callable[..., Any] = jax.jit(build())
-        _FUSED[key] = jitted
+        jitted: Callable[..., Any] = jax.jit(build(block))
+        _LOOPS[key] = jitted
         return jitted
+
+
+def _loop_reduce(
+    xp: Namespace, flat: Any, block: int, part: Callable[[Any], Any], combine: str
+) -> Any:
+    """``part`` of every block of the 1-D ``flat`` (traced), combined by sum or maximum."""
+    from jax import lax
+
+    n = int(flat.shape[0])
+    m = n // block
+
+    def join(a: Any, b: Any) -> Any:
+        return xp.maximum(a, b) if combine == "max" else a + b
+
+    total = part(lax.dynamic_slice(flat, (0,), (block,)))
+    total = lax.fori_loop(
+        1,
+        m,
+        lambda i, acc_: join(acc_, part(lax.dynamic_slice(flat, (i * block,), (block,)))),
+        total,
+    )
+    if n > m * block:
+        total = join(total, part(flat[m * block :]))
+    return total
 
 
 class JaxKernels(Kernels):
@@ -86,22 +115,29 @@ class JaxKernels(Kernels):
         return xp.sum(xp.stack(sums))
 
     def cast_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
-        """As :meth:`Kernels.cast_half_squares`; eager calls through one fused ``jit``."""
-        if acc is None or all(a.dtype == acc for a in arrays) or not _eager_large(arrays):
+        """As :meth:`Kernels.cast_half_squares`; a large eager array by a compiled block loop."""
+        if acc is None or all(a.dtype == acc for a in arrays) or not _loop_ok(arrays):
             return super().cast_half_squares(xp, arrays, acc)
-        base = super().cast_half_squares
-        step = _fused("half_squares", None, xp, acc, lambda: lambda *a: base(xp, a, acc))
-        return step(*arrays)
+        same = [a for a in arrays if a.dtype == acc]
+        parts = [self.half_squares(xp, same)] if same else []
+        for v in arrays:
+            if v.dtype == acc:
+                continue
+            if int(v.size) <= _base.UPCAST_BLOCK:
+                parts.append(self.half_squares(xp, [xp.astype(v, acc)]))
+                continue
 
-    def cast_map(
-        self, xp: Namespace, t: Any, acc: Any, fn: Callable[..., Any], operands: Sequence[Any]
-    ) -> Any:
-        """As :meth:`Kernels.cast_map`; eager calls through one fused ``jit`` per ``fn``."""
-        if not _eager_large([t, *operands]):
-            return super().cast_map(xp, t, acc, fn, operands)
-        base = super().cast_map
-        step = _fused("map", fn, xp, acc, lambda: lambda u, *ops: base(xp, u, acc, fn, ops))
-        return step(t, *operands)
+            def build(block: int) -> Callable[..., Any]:
+                def run(u: Any) -> Any:
+                    flat = xp.reshape(u, (-1,))  # not sharded: a bitcast under jit
+                    return _loop_reduce(
+                        xp, flat, block, lambda b: self.half_squares(xp, [xp.astype(b, acc)]), "sum"
+                    )
+
+                return run
+
+            parts.append(_compiled("half_squares", None, xp, acc, build)(v))
+        return xp.sum(xp.stack(parts))
 
     def cast_reduce(
         self,
@@ -112,11 +148,52 @@ class JaxKernels(Kernels):
         operands: Sequence[Any],
         combine: str,
     ) -> Any | None:
-        """As :meth:`Kernels.cast_reduce`: an eager call reduces in one fused ``jit``."""
-        if not _eager_large([x, *operands]):
-            return None  # small, or traced: the caller's jit fuses the formula
+        """As :meth:`Kernels.cast_reduce`; a large eager array by a compiled block loop."""
+        if not _loop_ok([x]):
+            return None  # small, traced or sharded: the formula on the whole array
 
-        def build() -> Callable[..., Any]:
-            return lambda u, *ops: fn(xp, u if u.dtype == acc else xp.astype(u, acc), *ops)
+        def build(block: int) -> Callable[..., Any]:
+            def run(u: Any, *ops: Any) -> Any:
+                def part(b: Any) -> Any:
+                    return fn(xp, b if b.dtype == acc else xp.astype(b, acc), *ops)
 
-        return _fused("reduce", fn, xp, acc, build)(x, *operands)
+                return _loop_reduce(xp, xp.reshape(u, (-1,)), block, part, combine)
+
+            return run
+
+        return _compiled(f"reduce-{combine}", fn, xp, acc, build)(x, *operands)
+
+    def cast_map(
+        self, xp: Namespace, t: Any, acc: Any, fn: Callable[..., Any], operands: Sequence[Any]
+    ) -> Any:
+        """As :meth:`Kernels.cast_map`; a large eager array by a compiled block loop.
+
+        Each block's result is written into the output (``dynamic_update_slice``, in place in
+        the loop), so the output and one block are all that is made.
+        """
+        if not _loop_ok([t]):
+            return super().cast_map(xp, t, acc, fn, operands)
+
+        def build(block: int) -> Callable[..., Any]:
+            from jax import lax
+
+            def run(u: Any, *ops: Any) -> Any:
+                flat = xp.reshape(u, (-1,))
+                n = int(flat.shape[0])
+                m = n // block
+
+                def one(b: Any) -> Any:
+                    return xp.astype(fn(xp, xp.astype(b, acc), *ops), u.dtype)
+
+                def body(i: Any, out: Any) -> Any:
+                    b = lax.dynamic_slice(flat, (i * block,), (block,))
+                    return lax.dynamic_update_slice(out, one(b), (i * block,))
+
+                out = lax.fori_loop(0, m, body, xp.zeros((n,), dtype=u.dtype))
+                if n > m * block:
+                    out = lax.dynamic_update_slice(out, one(flat[m * block :]), (m * block,))
+                return xp.reshape(out, u.shape)
+
+            return run
+
+        return _compiled("map", fn, xp, acc, build)(t, *operands)

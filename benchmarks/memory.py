@@ -326,12 +326,18 @@ CALLS: dict[str, tuple[Callable[[int], Any], Callable[[Any], Any]]] = {
 }
 
 
-def peak_ratio(name: str, n: int) -> float:
-    """(input + peak allocated by the call) / (input + output) for ``CALLS[name]``, NumPy.
+def peak_ratio(name: str, n: int, impl: str = "anyclip") -> float:
+    """(input + peak allocated by the call) / (input + output) for ``name``, NumPy.
 
     ``tracemalloc`` sees NumPy's buffers, so this is exact and does not depend on the load.
+    ``impl``: a key of :data:`IMPLS` (anyclip's call is ``CALLS[name]``).
     """
-    make, call = CALLS[name]
+    make = FUNCTIONS[name][0]
+    run = IMPLS[impl][1]
+
+    def call(a: list[Any]) -> Any:
+        return run(name, a)
+
     args = make(n)
     call(make(1024))  # warm caches and imports outside the measurement
     gc.collect()

@@ -245,6 +245,18 @@ def test_accumulate_dtype_blocks_give_the_formula(backend, make, check, monkeypa
         check(anyclip.norm(x32, ord=ord_), want, "float32", 4)
 
 
+@pytest.mark.parametrize("ord_", [1, 2, 3, math.inf])
+def test_accumulated_norm_overflowing_its_dtype_is_inf_without_warning(backend, make, ord_):
+    # the sum is finite in float32 and cast back to float16 (max 65504): inf, as TF's cast, and
+    # no NumPy overflow warning (the suite turns warnings into errors)
+    x = make(np.array([60000.0, 60000.0, 60000.0]), "float16")
+    # 180000, 103923 and 86535 are over 65504; the largest element is not
+    want = {1: math.inf, 2: math.inf, 3: math.inf, math.inf: 60000.0}[ord_]
+    got = np.asarray(backend.to_numpy(anyclip.norm(x, ord=ord_, accumulate_dtype="float32")))
+    assert got.dtype == np.float16
+    assert float(got) == want
+
+
 # ----------------------- declared differences (docs/tf-behaviour.md): TF's behaviour, xfailed
 _DECLARED = "a declared difference from TF (docs/tf-behaviour.md, 'Where anyclip differs from TF')"
 

@@ -14,6 +14,7 @@ from typing import Any, cast
 from anyclip import _core
 from anyclip._compat import dtype_name, is_numpy_scalar, namespace
 from anyclip._kernels import Kernels, kernels_for, plain_norm
+from anyclip._numerics import quiet
 from anyclip._policy import (
     _UNSUPPORTED,
     as_input,
@@ -231,7 +232,7 @@ def _norm(
         acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
         if acc != x.dtype:  # no cast copy of all of x: the kernels cast a block at a time
             k = kernels_for(xp, [x], acc) if kernels is None else kernels
-            r = xp.astype(_core.upcast_global_norm(xp, k, [x], acc), x.dtype)
+            r = _cast_back(xp, _core.upcast_global_norm(xp, k, [x], acc), x.dtype)
             r = k.replicated(xp, r, x)
             return xp.reshape(r, (1,) * x.ndim) if keepdims else r
     if accumulate_dtype is not None and ax is None and canonical_ord not in ("euclidean", 2):
@@ -242,11 +243,22 @@ def _norm(
         acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
         k = kernels_for(xp, [x], acc) if kernels is None else kernels
         r = _core.norm(xp, k, x, canonical_ord, ax, bool(keepdims), acc=acc)
-        return r if r.dtype == x.dtype else xp.astype(r, x.dtype)
+        return _cast_back(xp, r, x.dtype)
     work = _accumulating(xp, x, accumulate_dtype, "tensor")
     k = kernels_for(xp, (work,)) if kernels is None else kernels
     r = _core.norm(xp, k, work, canonical_ord, ax, bool(keepdims))
-    return r if work is x else xp.astype(r, x.dtype)
+    return r if work is x else _cast_back(xp, r, x.dtype)
+
+
+def _cast_back(xp: Namespace, r: Any, dtype: Any) -> Any:
+    """A norm computed in ``accumulate_dtype``, cast to ``dtype``: inf where it overflows.
+
+    Without NumPy's overflow warning: TF's cast does not warn either.
+    """
+    if r.dtype == dtype:
+        return r
+    with quiet(xp):
+        return xp.astype(r, dtype)
 
 
 def _accumulating(xp: Namespace, x: Any, accumulate_dtype: Any, name: str) -> Any:

@@ -416,8 +416,11 @@ def cast_like(xp: Namespace, x: Any, acc: Any) -> Any:
 
     Operands (``clip_norm``, ``epsilon``) are converted against it, so that ``x`` itself is
     never cast whole. A torch ``DTensor`` gives an element of its local shard (a reshape of the
-    DTensor would gather it).
+    DTensor would gather it); a JAX array, a 0-d zero (its elements may be sharded, and JAX
+    places a 0-d operand next to them itself).
     """
+    if library(xp) == "jax":
+        return xp.zeros((), dtype=acc)
     if is_dtensor(x):
         x = x.to_local()
     return xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)

@@ -42,14 +42,19 @@ _LOOPS: dict[tuple[str, Any, str, str, int], Callable[..., Any]] = {}
 def _loop_ok(arrays: Sequence[Any]) -> bool:
     """Whether a cast step on ``arrays`` runs as a compiled block loop.
 
-    Eager (no tracer), not sharded, and more than one block
+    Eager (no tracer), on one device (a flat view of a sharded array would gather it; a
+    replicated one is whole on every device), and more than one block
     (:data:`~anyclip._kernels._base.UPCAST_BLOCK`) in some array: a smaller cast costs less
     than a compilation.
     """
     import jax
 
-    if any(isinstance(a, jax.core.Tracer) or may_be_sharded(a) for a in arrays):
-        return False
+    for a in arrays:
+        if isinstance(a, jax.core.Tracer):
+            return False
+        sharding = getattr(a, "sharding", None)
+        if sharding is not None and len(sharding.device_set) > 1:  # sharded or replicated
+            return False
     return any(int(a.size) > _base.UPCAST_BLOCK for a in arrays)
 
 

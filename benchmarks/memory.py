@@ -391,6 +391,24 @@ def write_report(rows: list[tuple[str, str, str, float | None]], n: int, out: Pa
         "threads. The last two functions reduce over one axis of a "
         f"({n // COLS:,}, {COLS}) array: anyclip casts the whole input there (not bounded).",
         "",
+        "What is not bounded (the whole input is cast, or a whole temporary made, as the "
+        "naive way does):",
+        "",
+        "- a reduction over some of the axes (`axes=` / `axis=` given: the last two functions "
+        "below), the matrix norms (`ord` with two axes), complex inputs, and `clip_by_norm` / "
+        "`l2_normalize` with a `clip_norm` / `epsilon` array of more than one element;",
+        "- JAX under your own `jit`: XLA:CPU does not fuse the cast into a reduction (the "
+        "`jax, jit` rows: its plan holds a float32 copy of the input); eager JAX arrays on one "
+        "device run a compiled loop over blocks, arrays placed on several devices the whole "
+        "formula (a flat view of a sharded array would gather it);",
+        "- torch with a gradient recorded: the vector p-norms reduce the whole input (ties of "
+        "the maximum across blocks would share its gradient otherwise than TF), and the "
+        "elementwise steps join their blocks with `cat`;",
+        "- dask keeps a few cast chunks per worker: the bound is per chunk, not per block; its "
+        "`compute` joins the output chunks into one array (twice the output at the end).",
+        "",
+        "A ratio under 1 means the allocator reused memory the warm-up call had freed but kept.",
+        "",
         "| function | backend | implementation | peak / (input + output) |",
         "| --- | --- | --- | ---: |",
     ]

@@ -39,8 +39,8 @@ ROW = 256
 UPCAST_BLOCK = 1 << 20
 
 #: Libraries whose operations run one at a time on whole arrays, so that a cast of a whole
-#: array exists in memory: their arrays are cast one block at a time. The others fuse the cast
-#: into the next operation themselves (JAX under ``jit``; dask chunk by chunk).
+#: array exists in memory: their arrays are cast one block at a time. JAX arrays have no views
+#: (its kernels run a compiled loop over blocks instead); dask casts chunk by chunk itself.
 _EAGER = ("numpy", "torch", "cupy", "array_api_strict")
 
 
@@ -113,9 +113,10 @@ class Kernels:
 
         The one rule for casting a step at a time: on the eager libraries (NumPy, torch,
         CuPy, array-api-strict) a cast of a whole array would exist in memory next to the
-        input (twice its size from float16 to float32), so the steps that cast (:meth:`
-        cast_half_squares`, :meth:`cast_map`) take these blocks one at a time. None where the
-        library fuses the cast itself (JAX under ``jit``, dask chunk by chunk).
+        input (twice its size from float16 to float32), so the steps that cast
+        (:meth:`cast_half_squares`, :meth:`cast_reduce`, :meth:`cast_map`) take these blocks
+        one at a time. None for the other libraries: a slice of a JAX array is a copy (the JAX
+        kernels loop over blocks in compiled code instead), and dask casts chunk by chunk.
         """
         if library(xp) not in _EAGER:
             return None

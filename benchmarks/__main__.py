@@ -394,6 +394,8 @@ def write_report(rows: list[Row], bw: float, out_md: Path, out_png: Path) -> Non
     lines += ["", f"![anyclip vs anchors vs floor]({out_png.name})", ""]
     # across ranks and devices: written by `python -m benchmarks.distributed`
     lines += ['--8<-- "docs/_ext/distributed-results.md"', ""]
+    # peak memory with accumulate_dtype: written by `python -m benchmarks.memory`
+    lines += ['--8<-- "docs/_ext/memory-results.md"', ""]
     out_md.write_text("\n".join(lines))
     _chart(rows, out_png)
 

@@ -141,6 +141,45 @@ def shard_map_group() -> None:
     assert float(g(w)) == float(with_group)
 
 
+def eager_accumulate() -> None:
+    """Eager calls with accumulate_dtype: shardings kept, and the same values on one device.
+
+    The blocks are made small: an array on one device runs the compiled block loop; arrays
+    on the mesh (sharded, or replicated on every device) take the whole formula, as a flat
+    view of a sharded array would gather it.
+    """
+    from anyclip._kernels import _base
+
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Explicit,))
+    host = {k: v.astype(np.float16) for k, v in data().items()}
+    tree = {k: jax.device_put(v, NamedSharding(mesh, SPECS[k])) for k, v in host.items()}
+    single = jax.device_put(host["w"], jax.devices()[0])
+    exact = exact_norm(list(host.values()))
+    old, _base.UPCAST_BLOCK = _base.UPCAST_BLOCK, 64
+    try:
+        norm = anyclip.global_norm(list(tree.values()), accumulate_dtype="float32")
+        outs = {
+            "w": anyclip.clip_by_norm(tree["w"], 1.0, accumulate_dtype="float32"),
+            "b": anyclip.clip_by_norm(tree["b"], 1.0, accumulate_dtype="float32"),
+            "single": anyclip.clip_by_norm(single, 1.0, accumulate_dtype="float32"),
+        }
+        threes = [anyclip.norm(a, ord=3, accumulate_dtype="float32") for a in (tree["w"], single)]
+    finally:
+        _base.UPCAST_BLOCK = old
+    assert ulp_distance(float(norm), exact) <= ULP_DIST, (float(norm), exact)
+    for k, out in outs.items():
+        src = single if k == "single" else tree[k]
+        v = host["w" if k == "single" else k].astype(np.float64)
+        assert out.dtype == jnp.float16
+        assert out.sharding.is_equivalent_to(src.sharding, v.ndim), k
+        # float16 subnormals (under 6.1e-5): within one spacing, 2**-24
+        want = v / np.sqrt(np.sum(v * v))
+        np.testing.assert_allclose(np.asarray(out, np.float64), want, rtol=2e-3, atol=2.0**-24)
+    p3 = float(np.sum(np.abs(host["w"].astype(np.float64)) ** 3) ** (1 / 3))  # about 59
+    for three in threes:
+        np.testing.assert_allclose(float(three), p3, rtol=2e-3)
+
+
 def wrong_group() -> None:
     try:
         anyclip.global_norm([jnp.ones(3)], group=0)
@@ -154,6 +193,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "jit_auto": lambda: jit_sharded(AxisType.Auto),
     "jit_explicit": lambda: jit_sharded(AxisType.Explicit),
     "shard_map_group": shard_map_group,
+    "eager_accumulate": eager_accumulate,
     "wrong_group": wrong_group,
 }
 

@@ -330,6 +330,69 @@ def elementwise(world: int, rank: int) -> None:
     np.testing.assert_allclose(p.grad.full_tensor().double().numpy(), want, rtol=1e-6)
 
 
+def accumulate(world: int, rank: int) -> None:
+    """``accumulate_dtype``: each local shard cast a block at a time, one scalar all-reduce."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+    import anyclip
+    from anyclip._kernels import _base
+    from anyclip._kernels._torch import TorchKernels
+
+    mesh = init_device_mesh("cpu", (world,))
+    full = full_grads([(11, 7), (6, 9), (5,)], seed=7)
+    full = [full[0].half(), full[1].bfloat16(), full[2]]
+    f64 = [f.double().numpy() for f in full]  # the narrow values, exactly
+    placements = [Shard(0), Shard(1), Replicate()]  # 11 rows and 9 columns: uneven on 2 and 4
+    dts = [distribute_tensor(f, mesh, [p]) for f, p in zip(full, placements, strict=True)]
+    exact = exact_norm(f64)
+    seen: list[tuple[bool, int]] = []  # (a DTensor?, size) of every array cut into blocks
+    blocks = TorchKernels.blocks
+
+    def spy(self: Any, xp: Any, v: Any) -> Any:
+        out = blocks(self, xp, v)
+        seen.append((isinstance(v, DTensor), max((int(b.numel()) for b in out or []), default=0)))
+        return out
+
+    old_block = _base.UPCAST_BLOCK
+    _base.UPCAST_BLOCK = 5  # several blocks per local shard
+    TorchKernels.blocks = spy  # type: ignore[method-assign]
+    try:
+        with Counter() as c:
+            norm = anyclip.global_norm(dts, accumulate_dtype="float32")
+        c.check(1)
+        assert isinstance(norm, DTensor) and norm.dtype == torch.float32
+        assert ulp_distance(float(norm.to_local()), exact) <= ULP_DIST, (float(norm), exact)
+        with Counter() as c:
+            clipped, used = anyclip.clip_by_global_norm(dts, 1.0, accumulate_dtype="float32")
+        c.check(1)
+        assert float(used.to_local()) == float(norm.to_local())
+        for out, d, want in zip(clipped, dts, f64, strict=True):
+            assert out.placements == d.placements and out.dtype == d.dtype
+            got = out.full_tensor().double().numpy()
+            np.testing.assert_allclose(got, want / exact, rtol=2.0**-7, atol=1e-30)
+        x, x64 = dts[0], f64[0]
+        n = math.sqrt(float(np.sum(x64 * x64)))
+        with Counter() as c:
+            r = anyclip.norm(x, accumulate_dtype="float32")
+            out = anyclip.clip_by_norm(x, 1.0, accumulate_dtype="float32")
+            l2 = anyclip.l2_normalize(x, accumulate_dtype="float32")
+        c.check(3)
+        np.testing.assert_allclose(float(r.full_tensor()), n, rtol=2.0**-10)
+        for got in (out, l2):
+            assert got.placements == x.placements and got.dtype == torch.float16
+            np.testing.assert_allclose(got.full_tensor().double().numpy(), x64 / n, rtol=2.0**-10)
+        # pipeline stages: float16 arrays split across ranks, group=
+        mine = [f for i, f in enumerate(full[:2]) if i % world == rank]
+        split = anyclip.global_norm(mine, accumulate_dtype="float32", group=dist.group.WORLD)
+        assert ulp_distance(float(split), exact_norm(f64[:2])) <= ULP_DIST
+    finally:
+        _base.UPCAST_BLOCK = old_block
+        TorchKernels.blocks = blocks  # type: ignore[method-assign]
+    cut = [size for is_dt, size in seen if not is_dt]
+    assert cut and max(cut) <= 5, seen  # local shards, 5 elements at a time, never whole
+
+
 #: Largest distance, in float32 ULP, from TF 2.21's recorded global norm (the conformance
 #: data), of a global norm split across ranks or sharded (stated in docs/distributed.md).
 ULP_TF = 3
@@ -395,6 +458,7 @@ SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "pipeline": pipeline,
     "norms": norms,
     "elementwise": elementwise,
+    "accumulate": accumulate,
     "tf_reference": tf_reference,
 }
 

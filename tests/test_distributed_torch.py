@@ -27,7 +27,16 @@ if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
 
 WORKER = Path(__file__).with_name("_torch_dist_worker.py")
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = ("ddp", "fsdp2", "tensor_parallel", "pipeline", "norms", "elementwise", "tf_reference")
+SCENARIOS = (
+    "ddp",
+    "fsdp2",
+    "tensor_parallel",
+    "pipeline",
+    "norms",
+    "elementwise",
+    "accumulate",
+    "tf_reference",
+)
 #: Seconds a world may run (starting torch in 4 processes on 2 cores included).
 TIMEOUT = 150
 

@@ -266,9 +266,9 @@ def test_bfloat16_python_bool_is_refused(backend, make):
 # ------------------------------------------ memory: accumulate_dtype casts one block at a time
 @pytest.mark.parametrize("block", [7, 64])
 def test_accumulate_dtype_blocks_give_the_formula(backend, make, check, monkeypatch, block):
-    from anyclip import _core
+    from anyclip._kernels import _base
 
-    monkeypatch.setattr(_core, "UPCAST_BLOCK", block)  # many blocks on a small input
+    monkeypatch.setattr(_base, "UPCAST_BLOCK", block)  # many blocks on a small input
     rng = np.random.default_rng(3)
     x64 = rng.standard_normal((5, 41)) * 40.0  # squares of 300 overflow float16 (TF's trap)
     x64[0, 0] = 300.0
@@ -283,6 +283,25 @@ def test_accumulate_dtype_blocks_give_the_formula(backend, make, check, monkeypa
     out, gn = anyclip.clip_by_global_norm([x], 1.0, accumulate_dtype="float32")
     check(gn, n, "float32", 4)
     check(out[0], x16 / n, "float16", 1)
+    # the vector p-norms over every axis, block by block, with and without accumulate_dtype
+    a = np.abs(x16)
+    for ord_, want in ((1, np.sum(a)), (math.inf, np.max(a)), (3, np.sum(a**3) ** (1 / 3))):
+        check(anyclip.norm(x, ord=ord_, accumulate_dtype="float32"), want, "float16", 1)
+    x32 = make(x16, "float32")
+    for ord_, want in ((1, np.sum(a)), (math.inf, np.max(a)), (3, np.sum(a**3) ** (1 / 3))):
+        check(anyclip.norm(x32, ord=ord_), want, "float32", 4)
+
+
+@pytest.mark.parametrize("ord_", [1, 2, 3, math.inf])
+def test_accumulated_norm_overflowing_its_dtype_is_inf_without_warning(backend, make, ord_):
+    # the sum is finite in float32 and cast back to float16 (max 65504): inf, as TF's cast, and
+    # no NumPy overflow warning (the suite turns warnings into errors)
+    x = make(np.array([60000.0, 60000.0, 60000.0]), "float16")
+    # 180000, 103923 and 86535 are over 65504; the largest element is not
+    want = {1: math.inf, 2: math.inf, 3: math.inf, math.inf: 60000.0}[ord_]
+    got = np.asarray(backend.to_numpy(anyclip.norm(x, ord=ord_, accumulate_dtype="float32")))
+    assert got.dtype == np.float16
+    assert float(got) == want
 
 
 # ----------------------- declared differences (docs/tf-behaviour.md): TF's behaviour, xfailed

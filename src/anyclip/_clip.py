@@ -9,7 +9,6 @@ kernels; the public function adds the plain-call fast paths in front of it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, cast, overload
 
@@ -38,6 +37,7 @@ from anyclip._policy import (
     as_input,
     as_list,
     as_operand,
+    cast_like,
     check_broadcastable,
     check_compatible,
     check_nonfinite,
@@ -330,11 +330,11 @@ def _clip_by_norm(
     require_kind(xp, t, "t", ("real",), FLOATS, tf_attr)
     ax = normalize_axes(axes, t.ndim, "axes")
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [t.dtype])
-    if acc is not None and acc != t.dtype and ax is None and _core.can_cast_blocks(xp, [t]):
-        like = _cast_like(xp, [t], acc)  # no cast copy of all of t
+    if acc is not None and acc != t.dtype and ax is None:
+        like = cast_like(xp, t, acc)  # no cast copy of all of t
         c = _clip_norm_operand(xp, clip_norm, like)
         if c.ndim == 0:
-            k = kernels_for(xp, (like,)) if kernels is None else kernels
+            k = kernels_for(xp, [t], acc) if kernels is None else kernels
             return _core.upcast_clip_by_norm(xp, k, t, c, acc)
     work = t if acc is None or acc == t.dtype else xp.astype(t, acc)
     c = _clip_norm_operand(xp, clip_norm, work)
@@ -440,12 +440,6 @@ def _global_norm(
     return _global_norm_of(kernels, xp, values, accumulate_dtype, groups)[0]
 
 
-def _cast_like(xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
-    """At most one element of ``arrays[0]`` cast to ``acc``: a stand-in for its dtype, device."""
-    first = arrays[0]
-    return xp.astype(xp.reshape(first, (-1,))[: min(1, math.prod(first.shape))], acc)
-
-
 def _global_norm_of(
     kernels: Kernels | None,
     xp: Namespace,
@@ -461,10 +455,12 @@ def _global_norm_of(
     arrays = [v for v in values if v is not None]
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [v.dtype for v in arrays])
     if acc is not None and any(v.dtype != acc for v in arrays):
-        if not groups and _core.can_cast_blocks(xp, arrays):  # no cast copy of every array
-            k = kernels if kernels is not None else kernels_for(xp, [_cast_like(xp, arrays, acc)])
-            return _core.upcast_global_norm(xp, k, arrays, acc), k
-        arrays = [v if v.dtype == acc else xp.astype(v, acc) for v in arrays]
+        # no cast copy of every array: the kernels cast one block at a time, where it lives
+        k = kernels if kernels is not None else kernels_for(xp, arrays, acc)
+        if groups:
+            k = GroupKernels(k, library(xp), groups)
+        norm = _core.upcast_global_norm(xp, k, arrays, acc)
+        return k.replicated(xp, norm, arrays[0]), k
     if not arrays:
         dtype = xp.float32 if acc is None else acc
         k0 = GENERIC if kernels is None else kernels

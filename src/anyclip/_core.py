@@ -22,9 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from anyclip import _gradients as g
-from anyclip._compat import device, dtype_name, library
+from anyclip._compat import dtype_name, library
 from anyclip._kernels import Kernels
-from anyclip._kernels._dist import is_dtensor
 from anyclip._numerics import as_array, complex_from_parts, constant, quiet, reduce_sum, sqrt
 from anyclip._typing import Namespace, Nonfinite
 
@@ -40,10 +39,8 @@ __all__ = [
     "norm",
     "norm_from_half_squares",
     "normalize",
-    "can_cast_blocks",
     "upcast_clip_by_norm",
     "upcast_global_norm",
-    "upcast_half_squares",
     "upcast_l2_normalize",
 ]
 
@@ -149,95 +146,43 @@ def global_norm(
     return norm_from_half_squares(xp, kernels.total_half_squares(xp, arrays))
 
 
-#: Elements cast at a time by the ``upcast_*`` functions (4 MiB of float32).
-UPCAST_BLOCK = 1 << 20
+def _scale_step(xp: Namespace, b: Any, clip_norm: Any, divisor: Any) -> Any:
+    """``(b * clip_norm) / divisor``: :func:`clip_by_norm`'s elementwise step."""
+    return (b * clip_norm) / divisor
 
 
-def can_cast_blocks(xp: Namespace, arrays: Sequence[Any]) -> bool:
-    """Whether ``arrays`` may be cast to an accumulation dtype one block at a time.
-
-    NumPy arrays and plain torch tensors on one device: a flat view of them costs nothing. A
-    sharded torch ``DTensor`` (reshaping it gathers it), a list over several devices (the
-    kernels add their partial sums where they live) and the lazy or compiled backends (which
-    fuse the cast into the reduction themselves) are cast whole, as before.
-    """
-    lib = library(xp)
-    if lib == "numpy":
-        return True
-    if lib != "torch" or any(is_dtensor(a) for a in arrays):
-        return False
-    return len({a.device for a in arrays}) == 1
-
-
-def upcast_half_squares(xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any) -> Any:
-    """``kernels.half_squares`` of ``arrays`` cast to ``acc``, without casting them all at once.
-
-    Arrays already of dtype ``acc`` are summed as they are, together; the others are cast one
-    block of ``UPCAST_BLOCK`` elements at a time and each block's half sum taken before the
-    next is cast, so the temporaries stay at one block whatever the sizes (casting every
-    array first kept twice the input alive: float16 to float32). ``kernels`` serve ``acc``.
-    """
-    same = [v for v in arrays if v.dtype == acc]
-    parts = [kernels.half_squares(xp, same)] if same else []
-    for v in arrays:
-        if v.dtype == acc:
-            continue
-        flat = xp.reshape(v, (-1,))
-        n = int(flat.shape[0])
-        for start in range(0, max(n, 1), UPCAST_BLOCK):
-            block = xp.astype(flat[start : min(n, start + UPCAST_BLOCK)], acc)
-            parts.append(kernels.half_squares(xp, [block]))
-            del block
-    if len(parts) == 1:
-        return parts[0]
-    return reduce_sum(xp, xp.stack(parts), None, keepdims=False)
-
-
-def _cast_blocks(xp: Namespace, t: Any, acc: Any, fn: Callable[[Any], Any]) -> Any:
-    """``astype(fn(astype(t, acc)), t.dtype)`` for an elementwise ``fn``, block by block.
-
-    Only one block of ``UPCAST_BLOCK`` elements exists in ``acc`` at a time. NumPy and torch
-    (without autograd) write the blocks into the output; the others join them at the end.
-    """
-    flat = xp.reshape(t, (-1,))
-    n = int(flat.shape[0])
-    if n <= UPCAST_BLOCK:
-        return xp.astype(fn(xp.astype(t, acc)), t.dtype)
-    bounds = [(s, min(n, s + UPCAST_BLOCK)) for s in range(0, n, UPCAST_BLOCK)]
-    if library(xp) in ("numpy", "torch") and not getattr(t, "requires_grad", False):
-        out = xp.empty((n,), dtype=t.dtype, device=device(t))
-        for s, e in bounds:
-            out[s:e] = xp.astype(fn(xp.astype(flat[s:e], acc)), t.dtype)
-    else:
-        out = xp.concat([xp.astype(fn(xp.astype(flat[s:e], acc)), t.dtype) for s, e in bounds])
-    return xp.reshape(out, tuple(t.shape))
+def _inv_norm_step(xp: Namespace, b: Any, x_inv_norm: Any) -> Any:
+    """``b * x_inv_norm``: :func:`l2_normalize`'s elementwise step."""
+    return b * x_inv_norm
 
 
 @_entry
 def upcast_clip_by_norm(xp: Namespace, kernels: Kernels, t: Any, clip_norm: Any, acc: Any) -> Any:
     """:func:`clip_by_norm` over all axes, in ``acc``, of a 0-d ``clip_norm`` (of ``acc``).
 
-    The same formula, with the sum of squares and the scaling done one block at a time.
+    The same formula; ``kernels`` cast ``t`` to ``acc`` one block at a time for the sum of
+    squares (:meth:`Kernels.total_half_squares`) and again for the scaling
+    (:meth:`Kernels.cast_map`), so no cast of all of ``t`` exists.
     """
-    l2sum = upcast_half_squares(xp, kernels, [t], acc) * _scalar(xp, 2.0, clip_norm)
+    l2sum = kernels.total_half_squares(xp, [t], acc) * _scalar(xp, 2.0, clip_norm)
     pred = l2sum > 0
     l2norm = xp.where(pred, sqrt(xp, xp.where(pred, l2sum, xp.ones_like(l2sum))), l2sum)
     divisor = g.maximum(xp, l2norm, clip_norm)
-    return _cast_blocks(xp, t, acc, lambda b: (b * clip_norm) / divisor)
+    return kernels.cast_map(xp, t, acc, _scale_step, (clip_norm, divisor))
 
 
 @_entry
 def upcast_l2_normalize(xp: Namespace, kernels: Kernels, x: Any, epsilon: Any, acc: Any) -> Any:
     """:func:`l2_normalize` over all axes, in ``acc``, of a 0-d ``epsilon``, block by block."""
-    square_sum = upcast_half_squares(xp, kernels, [x], acc) * _scalar(xp, 2.0, epsilon)
+    square_sum = kernels.total_half_squares(xp, [x], acc) * _scalar(xp, 2.0, epsilon)
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
-    return _cast_blocks(xp, x, acc, lambda b: b * x_inv_norm)
+    return kernels.cast_map(xp, x, acc, _inv_norm_step, (x_inv_norm,))
 
 
 @_entry
 def upcast_global_norm(xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any) -> Any:
     """:func:`global_norm` of ``arrays`` accumulated in ``acc``, cast block by block."""
-    return norm_from_half_squares(xp, upcast_half_squares(xp, kernels, arrays, acc))
+    return norm_from_half_squares(xp, kernels.total_half_squares(xp, arrays, acc))
 
 
 def global_scale(
@@ -308,9 +253,21 @@ def norm(
     ord: Any,
     axis: int | tuple[int, int] | None,
     keepdims: bool,
+    acc: Any = None,
 ) -> Any:
-    """``tf.norm`` for validated arguments: ``axis`` is ``None``, an int or a 2-tuple of ints."""
-    if ord in ("fro", "euclidean", 2) and not (isinstance(axis, tuple) and ord == 2):
+    """``tf.norm`` for validated arguments: ``axis`` is ``None``, an int or a 2-tuple of ints.
+
+    ``acc`` (with ``axis=None`` and an ``ord`` other than the Euclidean one only): the dtype
+    the norm is computed in, ``x`` cast to it a block at a time (:func:`_vector_p_norm`).
+    """
+    r = None
+    if axis is None and ord not in ("fro", "euclidean", 2) and math.prod(x.shape) > 0:
+        r = _vector_p_norm(xp, kernels, x, ord, x.dtype if acc is None else acc)
+    if r is None and acc is not None and acc != x.dtype:
+        x = xp.astype(x, acc)
+    if r is not None:
+        pass
+    elif ord in ("fro", "euclidean", 2) and not (isinstance(axis, tuple) and ord == 2):
         if xp.isdtype(x.dtype, "complex floating"):
             # TF's ``x * conj(x)`` has the real part re*re + im*im and an imaginary part of
             # exactly 0; summed as a complex product here, it would not be (FMA, rounding).
@@ -345,6 +302,44 @@ def norm(
     if keepdims:
         return r
     return _squeeze_reduced(xp, r, axis)
+
+
+def _abs_sum(xp: Namespace, b: Any) -> Any:
+    """``sum(abs(b))``: the 1-norm of a block."""
+    return reduce_sum(xp, g.abs(xp, b), None, keepdims=False)
+
+
+def _abs_max(xp: Namespace, b: Any) -> Any:
+    """``max(abs(b))``: the inf-norm of a non-empty block."""
+    return xp.max(g.abs(xp, b))
+
+
+def _abs_pow_sum(xp: Namespace, b: Any, p: Any) -> Any:
+    """``sum(abs(b) ** p)``: the p-norm of a block, to the power ``p``."""
+    return reduce_sum(xp, g.abs(xp, b) ** p, None, keepdims=False)
+
+
+def _vector_p_norm(xp: Namespace, kernels: Kernels, x: Any, ord: Any, acc: Any) -> Any | None:
+    """The vector ``ord``-norm over every axis of a non-empty ``x``, in ``acc``, or None.
+
+    TF's ``sum(abs(x))``, ``max(abs(x))`` and ``sum(abs(x) ** p) ** (1 / p)`` with the inner
+    reduction taken by :meth:`Kernels.cast_reduce`: a block at a time (the partial sums then
+    added, or the partial maxima compared), so neither ``abs(x)`` nor a cast of ``x`` exists
+    whole. None where the kernels reduce in one piece (the caller then uses the formula on
+    the whole array). bfloat16 sums are left whole: TF sums them once in float32.
+    """
+    if ord != math.inf and dtype_name(acc) == "bfloat16":
+        return None
+    if ord == 1:
+        r = kernels.cast_reduce(xp, x, acc, _abs_sum, (), "sum")
+    elif ord == math.inf:
+        r = kernels.cast_reduce(xp, x, acc, _abs_max, (), "max")
+    else:
+        p = constant(xp, ord, acc, x)
+        r = kernels.cast_reduce(xp, x, acc, _abs_pow_sum, (p,), "sum")
+        if r is not None:
+            r = r ** constant(xp, 1.0 / ord, acc, x)
+    return None if r is None else xp.reshape(r, (1,) * x.ndim)
 
 
 def _spectral_norm(xp: Namespace, kernels: Kernels, x: Any, axis: tuple[int, int]) -> Any:

@@ -14,10 +14,12 @@ from typing import Any, cast
 from anyclip import _core
 from anyclip._compat import dtype_name, is_numpy_scalar, namespace
 from anyclip._kernels import Kernels, kernels_for, plain_norm
+from anyclip._numerics import quiet
 from anyclip._policy import (
     _UNSUPPORTED,
     as_input,
     as_operand,
+    cast_like,
     check_compatible,
     dtype_kind,
     normalize_axes,
@@ -305,15 +307,35 @@ def _norm(
             xp, x, "tensor", ("real",), "a real floating dtype when `accumulate_dtype` is set"
         )
         acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
-        if acc != x.dtype and _core.can_cast_blocks(xp, [x]):  # no cast copy of all of x
-            like = xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)
-            k = kernels_for(xp, (like,)) if kernels is None else kernels
-            r = xp.astype(_core.upcast_global_norm(xp, k, [x], acc), x.dtype)
+        if acc != x.dtype:  # no cast copy of all of x: the kernels cast a block at a time
+            k = kernels_for(xp, [x], acc) if kernels is None else kernels
+            r = _cast_back(xp, _core.upcast_global_norm(xp, k, [x], acc), x.dtype)
+            r = k.replicated(xp, r, x)
             return xp.reshape(r, (1,) * x.ndim) if keepdims else r
+    if accumulate_dtype is not None and ax is None and canonical_ord not in ("euclidean", 2):
+        # a vector p-norm over every axis: the core casts x a block at a time
+        require_kind(
+            xp, x, "tensor", ("real",), "a real floating dtype when `accumulate_dtype` is set"
+        )
+        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+        k = kernels_for(xp, [x], acc) if kernels is None else kernels
+        r = _core.norm(xp, k, x, canonical_ord, ax, bool(keepdims), acc=acc)
+        return _cast_back(xp, r, x.dtype)
     work = _accumulating(xp, x, accumulate_dtype, "tensor")
     k = kernels_for(xp, (work,)) if kernels is None else kernels
     r = _core.norm(xp, k, work, canonical_ord, ax, bool(keepdims))
-    return r if work is x else xp.astype(r, x.dtype)
+    return r if work is x else _cast_back(xp, r, x.dtype)
+
+
+def _cast_back(xp: Namespace, r: Any, dtype: Any) -> Any:
+    """A norm computed in ``accumulate_dtype``, cast to ``dtype``: inf where it overflows.
+
+    Without NumPy's overflow warning: TF's cast does not warn either.
+    """
+    if r.dtype == dtype:
+        return r
+    with quiet(xp):
+        return xp.astype(r, dtype)
 
 
 def _accumulating(xp: Namespace, x: Any, accumulate_dtype: Any, name: str) -> Any:
@@ -427,10 +449,9 @@ def _l2_normalize(
     ax = normalize_axes(axis, x.ndim, "axis")
     if accumulate_dtype is not None and ax is None and kind == "real":
         acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
-        like = xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)
-        eps = as_operand(epsilon, xp, like, "epsilon", dtype=acc, tf=tf_expected)
-        if acc != x.dtype and eps.ndim == 0 and _core.can_cast_blocks(xp, [x]):
-            k = kernels_for(xp, (like,)) if kernels is None else kernels
+        eps = as_operand(epsilon, xp, cast_like(xp, x, acc), "epsilon", dtype=acc, tf=tf_expected)
+        if acc != x.dtype and eps.ndim == 0:
+            k = kernels_for(xp, [x], acc) if kernels is None else kernels
             return _core.upcast_l2_normalize(xp, k, x, eps, acc)  # no cast copy of all of x
     work = _accumulating(xp, x, accumulate_dtype, "x")
     real_dtype = work.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)

@@ -42,10 +42,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
 
 from anyclip._compat import dtype_name, is_array, is_numpy_scalar, is_weak_scalar, library
+from anyclip._kernels._dist import is_dtensor
 from anyclip._numerics import constant, float_overflow_threshold
 from anyclip._typing import Namespace, Nonfinite
 
 __all__ = [
+    "cast_like",
     "FLOATS",
     "NONFINITE_POLICIES",
     "TF_NONE",
@@ -572,6 +574,21 @@ def widest_float(xp: Namespace, dtypes: Sequence[Any]) -> Any:
         elif b > a:
             widest = dt
     return widest
+
+
+def cast_like(xp: Namespace, x: Any, acc: Any) -> Any:
+    """At most one element of ``x`` cast to ``acc``: a stand-in for ``acc`` on ``x``'s device.
+
+    Operands (``clip_norm``, ``epsilon``) are converted against it, so that ``x`` itself is
+    never cast whole. A torch ``DTensor`` gives an element of its local shard (a reshape of the
+    DTensor would gather it); a JAX array, a 0-d zero (its elements may be sharded, and JAX
+    places a 0-d operand next to them itself).
+    """
+    if library(xp) == "jax":
+        return xp.zeros((), dtype=acc)
+    if is_dtensor(x):
+        x = x.to_local()
+    return xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)
 
 
 def resolve_accumulate_dtype(xp: Namespace, value: Any, dtypes: Sequence[Any]) -> Any:

@@ -62,11 +62,12 @@ _CHOSEN: dict[tuple[str, Any], Kernels] = {}
 _FLOAT_ONLY = {"numpy": NUMPY, "jax": JAX}
 
 
-def kernels_for(xp: Namespace, arrays: Sequence[Any]) -> Kernels:
+def kernels_for(xp: Namespace, arrays: Sequence[Any], dtype: Any = None) -> Kernels:
     """The kernels for one call on ``arrays`` (at least one array of namespace ``xp``).
 
     Chosen from the library and the first array's dtype (the arrays a core step reduces share
-    one dtype); the answer is cached.
+    one dtype), or ``dtype`` when given (the accumulation dtype the arrays are cast to); the
+    answer is cached.
 
     Examples
     --------
@@ -78,7 +79,8 @@ def kernels_for(xp: Namespace, arrays: Sequence[Any]) -> Kernels:
     >>> kernels_for(xp, [np.zeros(2, dtype=np.float16)])
     <anyclip kernels: generic>
     """
-    dtype = arrays[0].dtype
+    if dtype is None:
+        dtype = arrays[0].dtype
     key = (xp.__name__, dtype)
     try:
         return _CHOSEN[key]

@@ -14,14 +14,15 @@ JAX axis name.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import dtype_name
+from anyclip._compat import device, dtype_name, library
 from anyclip._numerics import constant, reduce_sum, sqrt
 from anyclip._typing import Namespace
 
-__all__ = ["BLOCK", "JOIN", "ROW", "Kernels", "groups"]
+__all__ = ["BLOCK", "JOIN", "ROW", "UPCAST_BLOCK", "Kernels", "groups"]
 
 #: Arrays of this many elements or more are large: their squares are summed on their own (the
 #: smaller ones joined first), and the NumPy clip writes its second step in place.
@@ -32,6 +33,15 @@ JOIN = 1 << 20
 
 #: Elements per row in the sums of squares (one ``einsum`` or ``vector_norm`` per row).
 ROW = 256
+
+#: Elements cast to an accumulation dtype at a time (4 MiB of float32): see
+#: :meth:`Kernels.blocks`.
+UPCAST_BLOCK = 1 << 20
+
+#: Libraries whose operations run one at a time on whole arrays, so that a cast of a whole
+#: array exists in memory: their arrays are cast one block at a time. JAX arrays have no views
+#: (its kernels run a compiled loop over blocks instead); dask casts chunk by chunk itself.
+_EAGER = ("numpy", "torch", "cupy", "array_api_strict")
 
 
 class Kernels:
@@ -84,15 +94,113 @@ class Kernels:
         half = [_half_square_sum(xp, v) for v in arrays]
         return reduce_sum(xp, xp.stack(half), None, keepdims=False)
 
-    def total_half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
+    def total_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any = None) -> Any:
         """:meth:`half_squares` of every array of the call, as one 0-d array.
 
         The reduction across arrays: an override groups the arrays (by device here; by a
         process group or a JAX axis name in a distributed subclass), sums each group with
-        :meth:`half_squares`, and adds the partial sums where ``arrays[0]`` lives. The
-        generic one has one group.
+        :meth:`cast_half_squares`, and adds the partial sums where ``arrays[0]`` lives. The
+        generic one has one group. ``acc`` (a dtype, or None for the arrays' own): the
+        dtype the squares are summed in, each array cast one block at a time.
         """
-        return self.half_squares(xp, arrays)
+        return self.cast_half_squares(xp, arrays, acc)
+
+    def blocks(self, xp: Namespace, v: Any) -> list[Any] | None:
+        """``v``'s elements as flat views of at most ``UPCAST_BLOCK`` elements, in order.
+
+        The one rule for casting a step at a time: on the eager libraries (NumPy, torch,
+        CuPy, array-api-strict) a cast of a whole array would exist in memory next to the
+        input (twice its size from float16 to float32), so the steps that cast
+        (:meth:`cast_half_squares`, :meth:`cast_reduce`, :meth:`cast_map`) take these blocks
+        one at a time. None for the other libraries: a slice of a JAX array is a copy (the JAX
+        kernels loop over blocks in compiled code instead), and dask casts chunk by chunk.
+        """
+        if library(xp) not in _EAGER:
+            return None
+        flat = xp.reshape(v, (-1,))
+        n = int(flat.shape[0])
+        return [flat[s : min(n, s + UPCAST_BLOCK)] for s in range(0, n, UPCAST_BLOCK)]
+
+    def cast_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
+        """:meth:`half_squares` of ``arrays`` (one device) cast to ``acc``, a block at a time.
+
+        Arrays already of dtype ``acc`` (all of them when ``acc`` is None) are summed as they
+        are, together; each other array is cast one of its :meth:`blocks` at a time and that
+        block's half sum taken before the next is cast, so no cast of a whole array exists
+        (casting every array first kept twice the input alive from float16 to float32). The
+        partial sums are added in list order. ``self`` are the kernels of ``acc``.
+        """
+        same = [v for v in arrays if acc is None or v.dtype == acc]
+        if len(same) == len(arrays):
+            return self.half_squares(xp, arrays)
+        steps: list[Callable[[], Any]] = [lambda: self.half_squares(xp, same)] if same else []
+        for v in arrays:
+            if v.dtype == acc:
+                continue
+            pieces = self.blocks(xp, v)
+            if pieces is None:
+                pieces = [v]
+            elif not pieces:  # an empty array
+                pieces = [xp.reshape(v, (-1,))]
+            steps += [self._cast_half_step(xp, b, acc) for b in pieces]
+        return reduce_sum(xp, _partials(xp, steps, acc, arrays), None, keepdims=False)
+
+    def _cast_half_step(self, xp: Namespace, b: Any, acc: Any) -> Callable[[], Any]:
+        return lambda: self.half_squares(xp, [xp.astype(b, acc)])
+
+    def cast_reduce(
+        self,
+        xp: Namespace,
+        x: Any,
+        acc: Any,
+        fn: Callable[..., Any],
+        operands: Sequence[Any],
+        combine: str,
+    ) -> Any | None:
+        """``fn(xp, astype(x, acc), *operands)`` (a 0-d reduction over every axis), by blocks.
+
+        ``fn`` reduces a block to a 0-d array; the blocks' results are combined by a sum
+        (``combine="sum"``) or a maximum (``"max"``). None where one piece is as good: one
+        block, no :meth:`blocks` (the caller then reduces the whole array), or a gradient
+        recorded through ``x`` (ties between blocks would share the maximum's gradient
+        otherwise than TF's one reduction).
+        """
+        if getattr(x, "requires_grad", False):
+            return None
+        pieces = self.blocks(xp, x)
+        if pieces is None or len(pieces) <= 1:
+            return None
+        steps = [
+            lambda b=b: fn(xp, b if b.dtype == acc else xp.astype(b, acc), *operands)
+            for b in pieces
+        ]
+        stacked = _partials(xp, steps, acc, [x])
+        if combine == "max":
+            return xp.max(stacked)
+        return reduce_sum(xp, stacked, None, keepdims=False)
+
+    def cast_map(
+        self, xp: Namespace, t: Any, acc: Any, fn: Callable[..., Any], operands: Sequence[Any]
+    ) -> Any:
+        """``astype(fn(xp, astype(t, acc), *operands), t.dtype)`` a block at a time.
+
+        ``fn`` is elementwise in its first argument and broadcasts 0-d ``operands``. Only one
+        of ``t``'s :meth:`blocks` exists in ``acc`` at a time; NumPy and torch (without
+        autograd) write the blocks into the output, the others join them at the end.
+        """
+        pieces = self.blocks(xp, t)
+        if pieces is None or len(pieces) <= 1:
+            return xp.astype(fn(xp, xp.astype(t, acc), *operands), t.dtype)
+        outs = (xp.astype(fn(xp, xp.astype(p, acc), *operands), t.dtype) for p in pieces)
+        if library(xp) in ("numpy", "torch") and not getattr(t, "requires_grad", False):
+            out = xp.empty((math.prod(t.shape),), dtype=t.dtype, device=device(t))
+            start = 0
+            for piece, o in zip(pieces, outs, strict=True):
+                out[start : start + int(piece.shape[0])] = o
+                start += int(piece.shape[0])
+        else:
+            out = xp.concat(list(outs))
+        return xp.reshape(out, tuple(t.shape))
 
     def settle(self, xp: Namespace, r: Any) -> Any:
         """A reduction's result ``r``, made final (the identity here).
@@ -148,6 +256,25 @@ def _half_square_sum(xp: Namespace, v: Any) -> Any:
     if dtype_name(v.dtype) in _HALVED_FIRST:
         return reduce_sum(xp, v * v * half, None, keepdims=False)
     return reduce_sum(xp, v * v, None, keepdims=False) * half
+
+
+def _partials(
+    xp: Namespace, steps: Sequence[Callable[[], Any]], dtype: Any, arrays: Sequence[Any]
+) -> Any:
+    """The 0-d results of ``steps`` (of ``dtype``), run in order, as one 1-D array.
+
+    On NumPy and torch without autograd each result is written into an array made before the
+    first step: a 0-d result kept alive after its block's temporaries would sit above them in
+    the C heap, which then could not reuse their memory for the next block (glibc's resident
+    memory grew by a block per block, measured with torch). Elsewhere, ``stack``.
+    """
+    recorded = any(getattr(a, "requires_grad", False) for a in arrays)
+    if library(xp) not in ("numpy", "torch") or recorded:
+        return xp.stack([step() for step in steps])
+    out = xp.empty((len(steps),), dtype=dtype, device=device(arrays[0]))
+    for i, step in enumerate(steps):
+        out[i] = step()
+    return out
 
 
 def groups(arrays: Sequence[Any], count: Callable[[Any], int]) -> list[list[Any]]:

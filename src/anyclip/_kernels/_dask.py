@@ -7,11 +7,16 @@ exception: dask's array-API ``svdvals`` asks for ``full_matrices=True``, which d
 so :meth:`DaskKernels.svdvals` calls ``dask.array.linalg.svd`` (tall-and-skinny QR) after
 putting the shorter dimension in one chunk; a stack of matrices goes matrix by matrix, one chunk
 holding whole matrices, through NumPy's ``svd`` in ``map_blocks``.
+
+With ``accumulate_dtype``, dask casts chunk by chunk already; :meth:`DaskKernels.cast_map`
+makes the cast, the elementwise step and the cast back one task per chunk (``map_blocks``), so
+that the cast chunks the sum of squares reads are not kept for the scaling (a shared
+``astype`` held every cast chunk until the norm was known).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._kernels._base import Kernels
@@ -24,6 +29,15 @@ class DaskKernels(Kernels):
     """:class:`Kernels` for dask arrays."""
 
     name = "dask"
+
+    def cast_map(
+        self, xp: Namespace, t: Any, acc: Any, fn: Callable[..., Any], operands: Sequence[Any]
+    ) -> Any:
+        """As :meth:`Kernels.cast_map`: one task per chunk (``map_blocks``), lazily."""
+        if any(getattr(o, "ndim", 0) != 0 for o in operands):
+            return super().cast_map(xp, t, acc, fn, operands)
+        map_blocks: Callable[..., Any] = t.map_blocks  # untyped in dask
+        return map_blocks(_cast_map_chunk, *operands, fn=fn, acc=acc, dtype=t.dtype)
 
     def svdvals(self, xp: Namespace, m: Any) -> Any:
         """Singular values of a matrix, or of each matrix of a stack, lazily.
@@ -54,6 +68,15 @@ class DaskKernels(Kernels):
         svd: Callable[[Any], tuple[Any, Any, Any]] = da.linalg.svd  # untyped in dask
         _, s, _ = svd(m)
         return s
+
+
+def _cast_map_chunk(block: Any, *operands: Any, fn: Any, acc: Any) -> Any:
+    """``astype(fn(np, astype(block, acc), *operands), block.dtype)`` for one NumPy chunk."""
+    import array_api_compat.numpy as npx
+    import numpy as np
+
+    with np.errstate(all="ignore"):  # TF's arithmetic: inf and NaN without warnings
+        return fn(npx, block.astype(acc), *operands).astype(block.dtype)
 
 
 def _stacked_svdvals(block: Any) -> Any:

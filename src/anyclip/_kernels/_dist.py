@@ -194,7 +194,10 @@ def zero_partial(xp: Namespace, dtype: Any, groups: Sequence[Any]) -> Any:
 
 
 def dtensor_half_squares(
-    local_sum: Callable[[Sequence[Any]], Any], xp: Namespace, arrays: Sequence[Any]
+    local_sum: Callable[[Sequence[Any]], Any],
+    xp: Namespace,
+    arrays: Sequence[Any],
+    dtype: Any = None,
 ) -> Any:
     """The sum of ``l2_loss`` of ``arrays`` (some of them DTensors), the same on every rank.
 
@@ -203,7 +206,8 @@ def dtensor_half_squares(
     replicated over (on the rank of coordinate 0 there); ``Partial`` placements are first
     reduced to ``Replicate`` by DTensor itself (an all-reduce of that tensor). Then one
     all-reduce per mesh of the partial sum. Plain tensors in the list are taken as the same
-    on every rank and added after that reduction. ``local_sum`` sums a list of plain tensors.
+    on every rank and added after that reduction. ``local_sum`` sums a list of plain tensors
+    (in ``dtype``: the dtype of the partial sums, ``arrays[0]``'s when None).
     """
     from torch.distributed.tensor import Replicate
 
@@ -224,7 +228,7 @@ def dtensor_half_squares(
             continue
         if all(coords[d] == 0 for d, p in enumerate(a.placements) if p.is_replicate()):
             kept.append(a.to_local())
-    dtype = arrays[0].dtype
+    dtype = arrays[0].dtype if dtype is None else dtype
     total = None
     for mesh, local in by_mesh.items():
         part = local_sum(local) if local else zero_partial(xp, dtype, [mesh])
@@ -301,6 +305,32 @@ class GroupKernels(Kernels):
             return out
         return all_reduce_torch(total, self.groups)
 
-    def total_half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
+    def total_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any = None) -> Any:
         """The wrapped kernels' sum on this rank, then one all-reduce over the groups."""
-        return self.reduce(xp, self.base.total_half_squares(xp, arrays))
+        return self.reduce(xp, self.base.total_half_squares(xp, arrays, acc))
+
+    def blocks(self, xp: Namespace, v: Any) -> list[Any] | None:
+        """As the wrapped kernels'."""
+        return self.base.blocks(xp, v)
+
+    def cast_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
+        """As the wrapped kernels' (this rank's arrays only)."""
+        return self.base.cast_half_squares(xp, arrays, acc)
+
+    def cast_map(
+        self, xp: Namespace, t: Any, acc: Any, fn: Callable[..., Any], operands: Sequence[Any]
+    ) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.cast_map(xp, t, acc, fn, operands)
+
+    def cast_reduce(
+        self,
+        xp: Namespace,
+        x: Any,
+        acc: Any,
+        fn: Callable[..., Any],
+        operands: Sequence[Any],
+        combine: str,
+    ) -> Any | None:
+        """As the wrapped kernels'."""
+        return self.base.cast_reduce(xp, x, acc, fn, operands, combine)

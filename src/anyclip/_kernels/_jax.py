@@ -9,19 +9,93 @@ Sharded arrays are never reshaped: a large array is summed in its own shape (XLA
 shard and all-reduces a scalar), and only arrays that cannot be sharded are joined (a reshape
 of an array sharded over ``Explicit`` mesh axes is a ``ShardingTypeError``; over ``Auto`` axes
 it makes XLA gather it). See :func:`anyclip._compat.may_be_sharded`.
+
+Casts to an accumulation dtype (``accumulate_dtype``) of a large eager array: XLA runs each
+eager operation alone, and XLA:CPU does not fuse a convert into a reduction even under ``jit``
+(``memory_analysis``: a float32 temporary of the whole input), so
+:meth:`JaxKernels.cast_half_squares`, :meth:`JaxKernels.cast_reduce` and
+:meth:`JaxKernels.cast_map` run their step as one compiled loop over blocks of
+``UPCAST_BLOCK`` elements (``lax.fori_loop`` over ``dynamic_slice``; the elementwise step
+writes each block into the output with ``dynamic_update_slice``), compiled once per step,
+accumulation dtype and shape. Only one block exists in the accumulation dtype at a time.
+Traced arrays (the caller's ``jit``, ``grad``, ``shard_map``) and sharded arrays (a flat
+view of them would gather them) take the step as it is, for XLA to compile with the rest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import may_be_sharded
+from anyclip._compat import dtype_name, may_be_sharded
+from anyclip._kernels import _base
 from anyclip._kernels._base import Kernels, groups
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
 __all__ = ["JaxKernels"]
+
+#: The compiled block loops, by (step, function, namespace, accumulation dtype, block size).
+_LOOPS: dict[tuple[str, Any, str, str, int], Callable[..., Any]] = {}
+
+
+def _loop_ok(arrays: Sequence[Any]) -> bool:
+    """Whether a cast step on ``arrays`` runs as a compiled block loop.
+
+    Eager (no tracer), on one device (a flat view of a sharded array would gather it; a
+    replicated one is whole on every device), and more than one block
+    (:data:`~anyclip._kernels._base.UPCAST_BLOCK`) in some array: a smaller cast costs less
+    than a compilation.
+    """
+    import jax
+
+    for a in arrays:
+        if isinstance(a, jax.core.Tracer):
+            return False
+        sharding = getattr(a, "sharding", None)
+        if sharding is not None and len(sharding.device_set) > 1:  # sharded or replicated
+            return False
+    return any(int(a.size) > _base.UPCAST_BLOCK for a in arrays)
+
+
+def _compiled(
+    step: str, fn: Any, xp: Namespace, acc: Any, build: Callable[[int], Callable[..., Any]]
+) -> Any:
+    """The ``jax.jit`` of ``build(block)``, made once per step, ``fn``, ``xp``, ``acc``, block."""
+    block = _base.UPCAST_BLOCK
+    key = (step, fn, xp.__name__, dtype_name(acc), block)
+    try:
+        return _LOOPS[key]
+    except KeyError:
+        import jax
+
+        jitted: Callable[..., Any] = jax.jit(build(block))
+        _LOOPS[key] = jitted
+        return jitted
+
+
+def _loop_reduce(
+    xp: Namespace, flat: Any, block: int, part: Callable[[Any], Any], combine: str
+) -> Any:
+    """``part`` of every block of the 1-D ``flat`` (traced), combined by sum or maximum."""
+    from jax import lax
+
+    n = int(flat.shape[0])
+    m = n // block
+
+    def join(a: Any, b: Any) -> Any:
+        return xp.maximum(a, b) if combine == "max" else a + b
+
+    total = part(lax.dynamic_slice(flat, (0,), (block,)))
+    total = lax.fori_loop(
+        1,
+        m,
+        lambda i, acc_: join(acc_, part(lax.dynamic_slice(flat, (i * block,), (block,)))),
+        total,
+    )
+    if n > m * block:
+        total = join(total, part(flat[m * block :]))
+    return total
 
 
 class JaxKernels(Kernels):
@@ -44,3 +118,87 @@ class JaxKernels(Kernels):
             flat = xp.concat([xp.reshape(a, (-1,)) for a in group])
             sums.append(xp.sum(flat * flat) * half)
         return xp.sum(xp.stack(sums))
+
+    def cast_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
+        """As :meth:`Kernels.cast_half_squares`; a large eager array by a compiled block loop."""
+        if acc is None or all(a.dtype == acc for a in arrays) or not _loop_ok(arrays):
+            return super().cast_half_squares(xp, arrays, acc)
+        same = [a for a in arrays if a.dtype == acc]
+        parts = [self.half_squares(xp, same)] if same else []
+        for v in arrays:
+            if v.dtype == acc:
+                continue
+            if int(v.size) <= _base.UPCAST_BLOCK:
+                parts.append(self.half_squares(xp, [xp.astype(v, acc)]))
+                continue
+
+            def build(block: int) -> Callable[..., Any]:
+                def run(u: Any) -> Any:
+                    flat = xp.reshape(u, (-1,))  # not sharded: a bitcast under jit
+                    return _loop_reduce(
+                        xp, flat, block, lambda b: self.half_squares(xp, [xp.astype(b, acc)]), "sum"
+                    )
+
+                return run
+
+            parts.append(_compiled("half_squares", None, xp, acc, build)(v))
+        return xp.sum(xp.stack(parts))
+
+    def cast_reduce(
+        self,
+        xp: Namespace,
+        x: Any,
+        acc: Any,
+        fn: Callable[..., Any],
+        operands: Sequence[Any],
+        combine: str,
+    ) -> Any | None:
+        """As :meth:`Kernels.cast_reduce`; a large eager array by a compiled block loop."""
+        if not _loop_ok([x]):
+            return None  # small, traced or sharded: the formula on the whole array
+
+        def build(block: int) -> Callable[..., Any]:
+            def run(u: Any, *ops: Any) -> Any:
+                def part(b: Any) -> Any:
+                    return fn(xp, b if b.dtype == acc else xp.astype(b, acc), *ops)
+
+                return _loop_reduce(xp, xp.reshape(u, (-1,)), block, part, combine)
+
+            return run
+
+        return _compiled(f"reduce-{combine}", fn, xp, acc, build)(x, *operands)
+
+    def cast_map(
+        self, xp: Namespace, t: Any, acc: Any, fn: Callable[..., Any], operands: Sequence[Any]
+    ) -> Any:
+        """As :meth:`Kernels.cast_map`; a large eager array by a compiled block loop.
+
+        Each block's result is written into the output (``dynamic_update_slice``, in place in
+        the loop), so the output and one block are all that is made.
+        """
+        if not _loop_ok([t]):
+            return super().cast_map(xp, t, acc, fn, operands)
+
+        def build(block: int) -> Callable[..., Any]:
+            from jax import lax
+
+            def run(u: Any, *ops: Any) -> Any:
+                flat = xp.reshape(u, (-1,))
+                n = int(flat.shape[0])
+                m = n // block
+
+                def one(b: Any) -> Any:
+                    return xp.astype(fn(xp, xp.astype(b, acc), *ops), u.dtype)
+
+                def body(i: Any, out: Any) -> Any:
+                    b = lax.dynamic_slice(flat, (i * block,), (block,))
+                    return lax.dynamic_update_slice(out, one(b), (i * block,))
+
+                out = lax.fori_loop(0, m, body, xp.zeros((n,), dtype=u.dtype))
+                if n > m * block:
+                    out = lax.dynamic_update_slice(out, one(flat[m * block :]), (m * block,))
+                return xp.reshape(out, u.shape)
+
+            return run
+
+        return _compiled("map", fn, xp, acc, build)(t, *operands)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels, groups
 from anyclip._kernels._dist import dtensor_half_squares, is_dtensor
 from anyclip._numerics import reduce_sum, sqrt
@@ -153,15 +154,50 @@ class TorchKernels(Kernels):
         norms = _partial_norms(torch, arrays)
         return torch.sum(norms * norms * 0.5)
 
-    def total_half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
-        """One :meth:`half_squares` per device; the partial sums meet on ``arrays[0]``'s.
+    def total_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any = None) -> Any:
+        """One :meth:`cast_half_squares` per device; the partial sums meet on ``arrays[0]``'s.
 
         DTensors (FSDP2, tensor parallel): the squares of each local shard, one all-reduce
         per mesh of the 0-d partial sum (:func:`~anyclip._kernels._dist.dtensor_half_squares`).
+        With ``acc``, every device's arrays (every local shard) are cast there, a block at
+        a time.
         """
         if any(is_dtensor(a) for a in arrays):
-            return dtensor_half_squares(lambda ts: self._by_device(xp, ts), xp, arrays)
-        return self._by_device(xp, arrays)
+            return dtensor_half_squares(
+                lambda ts: self._by_device(xp, ts, acc), xp, arrays, dtype=acc
+            )
+        return self._by_device(xp, arrays, acc)
+
+    def blocks(self, xp: Namespace, v: Any) -> list[Any] | None:
+        """As :meth:`Kernels.blocks`, by ``torch.split`` (its backward is one ``cat``).
+
+        None for a ``DTensor``: :meth:`total_half_squares` and :meth:`cast_map` take the
+        blocks of its local shard (a reshape of the DTensor itself would gather it).
+        """
+        if is_dtensor(v):
+            return None
+        import torch
+
+        return list(torch.split(v.reshape(-1), _base.UPCAST_BLOCK))
+
+    def cast_map(
+        self, xp: Namespace, t: Any, acc: Any, fn: Callable[..., Any], operands: Sequence[Any]
+    ) -> Any:
+        """As :meth:`Kernels.cast_map`; a ``DTensor``'s local shard block by block.
+
+        ``fn`` is elementwise with 0-d operands (the same on every rank), so each shard is
+        mapped on its own and the result keeps the input's mesh, placements, shape and
+        stride, without communication. A ``Partial`` DTensor takes DTensor's own ops.
+        """
+        if not is_dtensor(t) or any(p.is_partial() for p in t.placements):
+            return super().cast_map(xp, t, acc, fn, operands)
+        from torch.distributed.tensor import DTensor
+
+        local_ops = [self.local(xp, o) for o in operands]
+        out = super().cast_map(xp, t.to_local(), acc, fn, local_ops)
+        return DTensor.from_local(
+            out, t.device_mesh, t.placements, run_check=False, shape=t.shape, stride=t.stride()
+        )
 
     def settle(self, xp: Namespace, r: Any) -> Any:
         """A DTensor result with ``Partial`` placements redistributed to ``Replicate``.
@@ -216,16 +252,17 @@ class TorchKernels(Kernels):
             value, mesh, [Replicate()] * mesh.ndim, run_check=False, shape=value.shape
         )
 
-    def _by_device(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
+    def _by_device(self, xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
         home = arrays[0].device
         by_device: dict[Any, list[Any]] = {}
         for a in arrays:
             by_device.setdefault(a.device, []).append(a)
         if len(by_device) == 1:
-            return self.half_squares(xp, arrays)
+            return self.cast_half_squares(xp, arrays, acc)
         _check_devices(list(by_device))
         partials = [
-            self.half_squares(xp, group).to(home, non_blocking=True) for group in by_device.values()
+            self.cast_half_squares(xp, group, acc).to(home, non_blocking=True)
+            for group in by_device.values()
         ]
         return reduce_sum(xp, xp.stack(partials), None, keepdims=False)
 

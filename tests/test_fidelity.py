@@ -292,6 +292,22 @@ def test_accumulate_dtype_blocks_give_the_formula(backend, make, check, monkeypa
         check(anyclip.norm(x32, ord=ord_), want, "float32", 4)
 
 
+@torch_backends
+@pytest.mark.parametrize("norm_type", [1.0, 3.0, math.inf])
+def test_torch_adapter_p_norms_cast_by_blocks(backend, make, check, monkeypatch, norm_type):
+    import anyclip.torch
+
+    monkeypatch.setattr(anyclip.torch, "UPCAST_BLOCK", 64)  # the large tensor in 4 blocks
+    rng = np.random.default_rng(5)
+    big = (rng.standard_normal(250) * 40.0).astype(np.float16).astype(np.float64)
+    small = (rng.standard_normal(7) * 40.0).astype(np.float16).astype(np.float64)
+    a = np.abs(np.concatenate([big, small]))  # the float16 values, exactly, in float64
+    want = np.max(a) if math.isinf(norm_type) else np.sum(a**norm_type) ** (1 / norm_type)
+    grads = [make(big, "float16"), make(small, "float16")]
+    got = anyclip.torch.get_total_norm(grads, norm_type, accumulate_dtype="float32")
+    check(got, want, "float32", 4)
+
+
 @pytest.mark.parametrize("ord_", [1, 2, 3, math.inf])
 def test_accumulated_norm_overflowing_its_dtype_is_inf_without_warning(backend, make, ord_):
     # the sum is finite in float32 and cast back to float16 (max 65504): inf, as TF's cast, and

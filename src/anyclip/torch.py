@@ -44,6 +44,7 @@ from torch.utils.hooks import RemovableHandle
 
 from anyclip import _clip, _core
 from anyclip._compat import namespace
+from anyclip._kernels._base import UPCAST_BLOCK
 from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor, zero_partial
 from anyclip._kernels._torch import TorchKernels
 from anyclip._policy import (
@@ -285,6 +286,13 @@ def _p_norm(
     norms: list[torch.Tensor] = []
     for (device, dtype), grp in _by_device_and_dtype(values).items():
         cast = None if acc is None or acc == dtype else acc
+        if cast is not None:  # torch casts each tensor whole: large ones go by blocks
+            large = [g for g in grp if g.numel() > UPCAST_BLOCK and not is_dtensor(g)]
+            grp = [g for g in grp if g.numel() <= UPCAST_BLOCK or is_dtensor(g)]
+            for g in large:
+                norms.extend(_block_norms(g, norm_type, cast))
+        if not grp:
+            continue
         if _use_foreach(foreach, grp, device) and not any(is_dtensor(g) for g in grp):
             norms.extend(torch._foreach_norm(grp, norm_type, dtype=cast))
         else:
@@ -293,6 +301,22 @@ def _p_norm(
         torch.stack([n.to(home) for n in norms]), norm_type
     )
     return total
+
+
+def _block_norms(g: torch.Tensor, norm_type: float, cast: torch.dtype) -> torch.Tensor:
+    """The ``norm_type``-norms of ``g``'s flat blocks of ``UPCAST_BLOCK`` elements, in ``cast``.
+
+    Their norm is ``g``'s (the max of the maxima for inf). ``vector_norm(dtype=cast)`` of the
+    whole of ``g`` casts all of it (3 times the input's memory, float16 to float32), and so
+    does ``_foreach_norm`` of the blocks; here one block is cast at a time. The results go
+    into one array made first: 0-d results left above each block's temporaries would keep
+    the C heap from reusing them (resident memory then grows by a block per block).
+    """
+    blocks = torch.split(g.reshape(-1), UPCAST_BLOCK)
+    out = torch.empty(len(blocks), dtype=cast, device=g.device)
+    for i, b in enumerate(blocks):
+        out[i] = torch.linalg.vector_norm(b, norm_type, dtype=cast)
+    return out
 
 
 def _join_group(norm_type: float, accumulate_dtype: Any, group: Any) -> torch.Tensor:

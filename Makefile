@@ -9,7 +9,7 @@ LINTED := src tests conformance benchmarks examples docs conftest.py
 
 # The backends docs/conformance.md is made on (CI's CPU set): the target fails if one is missing,
 # and a backend that happens to be installed besides them does not change the report.
-REPORT_BACKENDS := numpy,array_api_strict,torch,jax
+REPORT_BACKENDS := numpy,array_api_strict,torch,jax,dask
 
 .PHONY: demo test docs bench conformance-report conformance-data clean
 

@@ -24,7 +24,7 @@ from anyclip_conformance.suite import test_routes
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "docs" / "conformance.md"
 #: The backends ``make conformance-report`` requires (the Makefile's REPORT_BACKENDS).
-REPORT_BACKENDS = ("numpy", "array_api_strict", "torch", "jax")
+REPORT_BACKENDS = ("numpy", "array_api_strict", "torch", "jax", "dask")
 
 
 def _imports(path: Path) -> set[str]:

@@ -80,8 +80,12 @@ def test_naive_anchor_is_what_the_bound_excludes():
     assert memory.peak_ratio("clip_by_norm", 1 << 25, impl="naive (cast all first)") > 2.5
 
 
-def test_jax_jit_memory_analysis_runs():
-    # what XLA plans for the compiled call (no run): input, output and temporaries
+def test_jax_jit_memory_plan_is_no_worse_than_casting_first():
+    # what XLA plans for the compiled call (no run): input, output and temporaries. Under jit
+    # anyclip leaves the cast to XLA (not bounded on CPU, docs/performance.md), so its plan
+    # must not exceed the naive one's (cast everything, then compute).
     pytest.importorskip("jax")
-    ratios = memory.jit_ratios("anyclip", ["clip_by_norm", "global_norm"], 1 << 16)
-    assert all(r >= 1.0 for r in ratios.values()), ratios
+    names = ["clip_by_norm", "global_norm"]
+    ours = memory.jit_ratios("anyclip", names, 1 << 16)
+    naive = memory.jit_ratios("naive (cast all first)", names, 1 << 16)
+    assert all(ours[n] <= naive[n] + 1e-6 for n in names), (ours, naive)

@@ -97,3 +97,34 @@ def test_torch_list_over_two_devices(backend, requires_grad):
     if requires_grad:
         torch.sum(torch.stack([c.sum().to(mixed[0].device) for c in clipped])).backward()
         assert all(t.grad is not None and t.grad.device == t.device for t in mixed)
+
+
+#: One sample's functions under ``torch.func.vmap`` (per-sample norms, as DP-SGD computes them).
+PER_SAMPLE = {
+    "norm": lambda r: anyclip.norm(r),
+    "norm_ord1": lambda r: anyclip.norm(r, ord=1),
+    "norm_inf": lambda r: anyclip.norm(r, ord=math.inf),
+    "clip_by_norm": lambda r: anyclip.clip_by_norm(r, 1.0),
+    "l2_normalize": lambda r: anyclip.l2_normalize(r),
+    "global_norm": lambda r: anyclip.global_norm([r, r[:10]]),
+    "clip_by_global_norm": lambda r: anyclip.clip_by_global_norm([r], 1.0)[0][0],
+    "l2_normalize_acc": lambda r: anyclip.l2_normalize(r.half(), accumulate_dtype="float32"),
+}
+
+
+@pytest.mark.parametrize("size", [1000, (1 << 20) + 5], ids=["small", "over_one_block"])
+@pytest.mark.parametrize("name", list(PER_SAMPLE))
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_func_vmap_gives_each_sample_its_own_result(backend, name, size):
+    # the fast paths (_foreach_norm has no batching rule) and the block-wise steps (in-place
+    # writes into a plain array) step aside for torch.func's wrapped tensors
+    import torch
+
+    if size > 1000 and name not in ("norm_ord1", "norm_inf", "l2_normalize_acc"):
+        pytest.skip("only the block-wise steps depend on the size")
+    fn = PER_SAMPLE[name]
+    x = torch.randn(3, size, generator=torch.Generator().manual_seed(0))
+    out = torch.func.vmap(fn)(x)
+    loop = torch.stack([fn(row) for row in x])  # the fast paths, summed in another order
+    dtype = str(loop.dtype).removeprefix("torch.")
+    assert_array(out, loop.numpy().astype(np.float64), backend=backend, dtype=dtype, ulp=4)

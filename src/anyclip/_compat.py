@@ -23,6 +23,7 @@ __all__ = [
     "device",
     "dtype_name",
     "is_array",
+    "is_functorch_wrapped",
     "is_numpy_scalar",
     "is_weak_scalar",
     "library",
@@ -218,6 +219,20 @@ def dtype_name(dtype: Any) -> str:
 def to_device(x: Any, dev: Any) -> Any:
     """``x`` moved to device ``dev`` (itself when it is already there)."""
     return array_api_compat.to_device(x, dev)
+
+
+def is_functorch_wrapped(a: Any) -> bool:
+    """Whether ``a`` is a torch tensor wrapped by a ``torch.func`` transform (``vmap``, ``grad``).
+
+    Such tensors refuse in-place writes into plain tensors and have no batching rule for
+    ``torch._foreach_norm``, so the kernels take their generic steps for them. False while
+    ``torch.compile`` traces (Dynamo handles the transforms itself and cannot trace the test).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(a, torch.Tensor) or torch.compiler.is_compiling():
+        return False
+    wrapped: bool = torch._C._functorch.is_functorch_wrapped_tensor(a)
+    return wrapped
 
 
 def may_be_sharded(a: Any) -> bool:

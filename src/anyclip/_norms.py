@@ -197,10 +197,17 @@ def _check_matrix_pair(pair: tuple[int, int], axis: Any, ord: Any) -> None:
     """
     if pair[0] != pair[1] or ord in (1, math.inf):
         return
+    # TF's words: its Sum kernel's for these two; the matrix 2-norm fails in a transpose or a
+    # shape check first, with words that name neither the axis nor the problem
+    words = (
+        f"Invalid reduction arguments: Axes contains duplicate dimension: {pair[0]} ("
+        if ord != 2
+        else ""
+    )
     msg = (
-        f"Invalid reduction arguments: Axes contains duplicate dimension: {pair[0]} "
-        f"(`axis` {tuple(axis)} names axis {pair[0]} twice; ord={ord!r} needs two different "
-        "axes: pass two distinct axes, or ord 1 or inf, which TF reduces one after the other)"
+        f"{words}`axis` {tuple(axis)} names axis {pair[0]} twice; ord={ord!r} needs two "
+        "different axes: pass two distinct axes, or ord 1 or inf, which TF reduces one after "
+        f"the other{')' if words else ''}"
     )
     raise ValueError(msg)
 

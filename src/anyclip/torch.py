@@ -44,7 +44,8 @@ from torch.utils.hooks import RemovableHandle
 
 from anyclip import _clip, _core
 from anyclip._compat import namespace
-from anyclip._kernels._base import UPCAST_BLOCK
+from anyclip._kernels import _base
+from anyclip._kernels._base import partials
 from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor, zero_partial
 from anyclip._kernels._torch import TorchKernels
 from anyclip._policy import (
@@ -287,10 +288,9 @@ def _p_norm(
     for (device, dtype), grp in _by_device_and_dtype(values).items():
         cast = None if acc is None or acc == dtype else acc
         if cast is not None:  # torch casts each tensor whole: large ones go by blocks
-            large = [g for g in grp if g.numel() > UPCAST_BLOCK and not is_dtensor(g)]
-            grp = [g for g in grp if g.numel() <= UPCAST_BLOCK or is_dtensor(g)]
-            for g in large:
-                norms.extend(_block_norms(g, norm_type, cast))
+            large = [g for g in grp if g.numel() > _base.UPCAST_BLOCK and not is_dtensor(g)]
+            grp = [g for g in grp if g.numel() <= _base.UPCAST_BLOCK or is_dtensor(g)]
+            norms.extend(_block_norm(g, norm_type, cast) for g in large)
         if not grp:
             continue
         if _use_foreach(foreach, grp, device) and not any(is_dtensor(g) for g in grp):
@@ -303,20 +303,23 @@ def _p_norm(
     return total
 
 
-def _block_norms(g: torch.Tensor, norm_type: float, cast: torch.dtype) -> torch.Tensor:
-    """The ``norm_type``-norms of ``g``'s flat blocks of ``UPCAST_BLOCK`` elements, in ``cast``.
+def _block_norm(g: torch.Tensor, norm_type: float, cast: torch.dtype) -> torch.Tensor:
+    """``vector_norm(g, norm_type, dtype=cast)``, one block of ``g`` cast at a time.
 
-    Their norm is ``g``'s (the max of the maxima for inf). ``vector_norm(dtype=cast)`` of the
-    whole of ``g`` casts all of it (3 times the input's memory, float16 to float32), and so
-    does ``_foreach_norm`` of the blocks; here one block is cast at a time. The results go
-    into one array made first: 0-d results left above each block's temporaries would keep
-    the C heap from reusing them (resident memory then grows by a block per block).
+    torch's ``vector_norm(dtype=...)`` and ``_foreach_norm(dtype=...)`` cast the whole tensor
+    (3 times the input's memory, float16 to float32). The blocks' norms combine into ``g``'s:
+    the p-norm of the blocks' p-norms (max and min of their maxima and minima for +-inf), and
+    the sum of their counts for ``norm_type=0`` (a count of non-zero elements).
     """
-    blocks = torch.split(g.reshape(-1), UPCAST_BLOCK)
-    out = torch.empty(len(blocks), dtype=cast, device=g.device)
-    for i, b in enumerate(blocks):
-        out[i] = torch.linalg.vector_norm(b, norm_type, dtype=cast)
-    return out
+    xp = namespace(g)
+    kernels = TorchKernels()
+    blocks = kernels.blocks(xp, g) or [g]
+    steps = [lambda b=b: torch.linalg.vector_norm(b, norm_type, dtype=cast) for b in blocks]
+    parts: torch.Tensor = partials(xp, steps, cast, [g])
+    total: torch.Tensor = (
+        parts.sum() if norm_type == 0 else torch.linalg.vector_norm(parts, norm_type)
+    )
+    return total
 
 
 def _join_group(norm_type: float, accumulate_dtype: Any, group: Any) -> torch.Tensor:

@@ -62,17 +62,6 @@ def _structure(
     if node is None or is_array(node) or is_sparse(node):  # a sparse array is one leaf
         leaves.append(node)
         return next
-    module = type(node).__module__
-    if module.startswith("numpy.ma"):
-        msg = (
-            f"`tree` leaves must be arrays without a mask, got a NumPy masked array at "
-            f"tree{path}: TF drops masks and would count the masked values; pass `x.filled(0)` "
-            "to clip with them as zeros"
-        )
-        raise TypeError(msg)
-    if module.startswith("numpy") and type(node).__name__ == "matrix":
-        leaves.append(node)  # converted to a plain 2-D array by the functions, as TF does
-        return next
     if isinstance(node, (dict, list, tuple)):
         if id(node) in enclosing:
             msg = (
@@ -99,6 +88,19 @@ def _structure(
         if _is_namedtuple(node):
             return lambda it: type(node)(*[s(it) for s in subs])
         return lambda it: type(node)([s(it) for s in subs])
+    # NumPy subclasses that are no array-API arrays (after the containers: torch.compile
+    # traces this function, and cannot trace a str method on a module name)
+    module = type(node).__module__
+    if module.startswith("numpy.ma"):
+        msg = (
+            f"`tree` leaves must be arrays without a mask, got a NumPy masked array at "
+            f"tree{path}: TF drops masks and would count the masked values; pass `x.filled(0)` "
+            "to clip with them as zeros"
+        )
+        raise TypeError(msg)
+    if module.startswith("numpy") and type(node).__name__ == "matrix":
+        leaves.append(node)  # converted to a plain 2-D array by the functions, as TF does
+        return next
     jax_tree = _jax_structure(node, leaves)
     if jax_tree is not None:
         return jax_tree

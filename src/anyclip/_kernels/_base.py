@@ -18,11 +18,11 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import device, dtype_name, library
+from anyclip._compat import device, dtype_name, is_functorch_wrapped, library
 from anyclip._numerics import constant, reduce_sum, sqrt
 from anyclip._typing import Namespace
 
-__all__ = ["BLOCK", "JOIN", "ROW", "UPCAST_BLOCK", "Kernels", "groups"]
+__all__ = ["BLOCK", "JOIN", "ROW", "UPCAST_BLOCK", "Kernels", "groups", "partials"]
 
 #: Arrays of this many elements or more are large: their squares are summed on their own (the
 #: smaller ones joined first), and the NumPy clip writes its second step in place.
@@ -128,7 +128,8 @@ class Kernels:
         are, together; each other array is cast one of its :meth:`blocks` at a time and that
         block's half sum taken before the next is cast, so no cast of a whole array exists
         (casting every array first kept twice the input alive from float16 to float32). The
-        partial sums are added in list order. ``self`` are the kernels of ``acc``.
+        partial sums are added in order (the arrays already in ``acc`` first, then the others'
+        blocks in list order). ``self`` are the kernels of ``acc``.
         """
         same = [v for v in arrays if acc is None or v.dtype == acc]
         if len(same) == len(arrays):
@@ -143,7 +144,7 @@ class Kernels:
             elif not pieces:  # an empty array
                 pieces = [xp.reshape(v, (-1,))]
             steps += [self._cast_half_step(xp, b, acc) for b in pieces]
-        return reduce_sum(xp, _partials(xp, steps, acc, arrays), None, keepdims=False)
+        return reduce_sum(xp, partials(xp, steps, acc, arrays), None, keepdims=False)
 
     def _cast_half_step(self, xp: Namespace, b: Any, acc: Any) -> Callable[[], Any]:
         return lambda: self.half_squares(xp, [xp.astype(b, acc)])
@@ -174,7 +175,7 @@ class Kernels:
             lambda b=b: fn(xp, b if b.dtype == acc else xp.astype(b, acc), *operands)
             for b in pieces
         ]
-        stacked = _partials(xp, steps, acc, [x])
+        stacked = partials(xp, steps, acc, [x])
         if combine == "max":
             return xp.max(stacked)
         return reduce_sum(xp, stacked, None, keepdims=False)
@@ -192,7 +193,7 @@ class Kernels:
         if pieces is None or len(pieces) <= 1:
             return xp.astype(fn(xp, xp.astype(t, acc), *operands), t.dtype)
         outs = (xp.astype(fn(xp, xp.astype(p, acc), *operands), t.dtype) for p in pieces)
-        if library(xp) in ("numpy", "torch") and not getattr(t, "requires_grad", False):
+        if _writes_in_place(xp, [t]):
             out = xp.empty((math.prod(t.shape),), dtype=t.dtype, device=device(t))
             start = 0
             for piece, o in zip(pieces, outs, strict=True):
@@ -258,7 +259,22 @@ def _half_square_sum(xp: Namespace, v: Any) -> Any:
     return reduce_sum(xp, v * v, None, keepdims=False) * half
 
 
-def _partials(
+def _writes_in_place(xp: Namespace, arrays: Sequence[Any]) -> bool:
+    """Whether block results may be written into an array made first (else they are joined).
+
+    NumPy, and torch when no gradient is recorded through ``arrays`` and no ``torch.func``
+    transform (``vmap``, ``grad``) wraps them: autograd and the transforms refuse or do not
+    follow an in-place write of their values into a plain array.
+    """
+    lib = library(xp)
+    if lib == "numpy":
+        return True
+    if lib != "torch" or any(getattr(a, "requires_grad", False) for a in arrays):
+        return False
+    return not any(is_functorch_wrapped(a) for a in arrays)
+
+
+def partials(
     xp: Namespace, steps: Sequence[Callable[[], Any]], dtype: Any, arrays: Sequence[Any]
 ) -> Any:
     """The 0-d results of ``steps`` (of ``dtype``), run in order, as one 1-D array.
@@ -268,8 +284,7 @@ def _partials(
     the C heap, which then could not reuse their memory for the next block (glibc's resident
     memory grew by a block per block, measured with torch). Elsewhere, ``stack``.
     """
-    recorded = any(getattr(a, "requires_grad", False) for a in arrays)
-    if library(xp) not in ("numpy", "torch") or recorded:
+    if not _writes_in_place(xp, arrays):
         return xp.stack([step() for step in steps])
     out = xp.empty((len(steps),), dtype=dtype, device=device(arrays[0]))
     for i, step in enumerate(steps):

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from anyclip._compat import is_functorch_wrapped
 from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels, groups
 from anyclip._kernels._dist import dtensor_half_squares, is_dtensor
@@ -47,6 +48,8 @@ def _fast_ok(arrays: Sequence[Any]) -> bool:
         return False
     if torch.is_grad_enabled() and any(a.requires_grad for a in arrays):
         return False
+    if any(is_functorch_wrapped(a) for a in arrays):
+        return False  # torch.func.vmap has no batching rule for _foreach_norm
     return all(a.dtype == dtype for a in arrays)
 
 

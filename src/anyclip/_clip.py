@@ -598,12 +598,26 @@ def _clip_by_global_norm(
     accumulate_dtype: Any = None,
     nonfinite: Any = "tf",
     group: Any = None,
+) -> tuple[list[Any], Any]:
+    """:func:`clip_by_global_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
+    return _clip_global(kernels, t_list, clip_norm, use_norm, accumulate_dtype, nonfinite, group)
+
+
+def _clip_global(
+    kernels: Kernels | None,
+    t_list: Any,
+    clip_norm: Any,
+    use_norm: Any,
+    accumulate_dtype: Any,
+    nonfinite: Any,
+    group: Any,
+    *,
     unclipped_at_inf: bool = False,
 ) -> tuple[list[Any], Any]:
-    """:func:`clip_by_global_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses).
+    """:func:`_clip_by_global_norm`, and for the drop-ins ``unclipped_at_inf``.
 
     ``unclipped_at_inf``: a ``clip_norm`` of ``+inf`` leaves the arrays unchanged (the optax
-    drop-in; see :func:`anyclip._core.global_scale`).
+    drop-in, as optax's own; see :func:`anyclip._core.global_scale`).
     """
     policy = check_nonfinite(nonfinite)
     items, back = values_list(as_list(t_list))

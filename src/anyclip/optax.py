@@ -168,13 +168,14 @@ def clip_by_global_norm(
 
     def clip(updates: Any) -> tuple[Any, Any]:
         leaves, unflatten = tree.flatten(updates)
-        clipped, norm = _clip._clip_by_global_norm(
+        clipped, norm = _clip._clip_global(
             None,
             leaves,
             c,
-            accumulate_dtype=accumulate_dtype,
-            nonfinite=policy,
-            group=group,
+            None,
+            accumulate_dtype,
+            policy,
+            group,
             unclipped_at_inf=True,  # max_norm=inf: unchanged, as optax's
         )
         return unflatten(clipped), norm

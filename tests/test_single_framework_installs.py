@@ -131,6 +131,34 @@ PRELUDE = textwrap.dedent(
     warnings.simplefilter("error")
     """
 )
+#: Where each script runs :data:`TREE_CHECKS`.
+_TREE_SLOT = "# @TREE_CHECKS@\n"
+
+#: ``anyclip.tree`` on the scripts' ``v`` ([3, 4]) and ``b`` ([[12]]), with hand-derived values.
+TREE_CHECKS = textwrap.dedent(
+    """
+    tree = {"w": v, "b": (b, None)}
+    leaves, rebuild = anyclip.tree.flatten(tree)
+    assert len([x for x in leaves if x is not None]) == 2
+    assert rebuild(leaves)["w"] is v
+    close(anyclip.tree.map_leaves(lambda x: x * 2, tree)["w"], [6.0, 8.0])
+    close(anyclip.tree.global_norm(tree), 13.0, shape=())
+    out, n = anyclip.tree.clip_by_global_norm(tree, 6.5)
+    close(out["w"], [1.5, 2.0])
+    close(out["b"][0], [[6.0]], shape=(1, 1))
+    assert out["b"][1] is None
+    close(n, 13.0)
+    out = anyclip.tree.clip_by_norm(tree, 1.0)
+    close(out["w"], [0.6, 0.8])
+    close(out["b"][0], [[1.0]])
+    out = anyclip.tree.clip_by_value(tree, 0.0, 3.5)
+    close(out["w"], [3.0, 3.5])
+    close(out["b"][0], [[3.5]])
+    close(anyclip.tree.clip_by_average_norm({"w": v}, 1.0)["w"], [1.2, 1.6])
+    """
+)
+
+
 TORCH_SCRIPT = textwrap.dedent(
     """
     # torch's own import warns once that it found no NumPy: that is the point here
@@ -200,25 +228,7 @@ TORCH_SCRIPT = textwrap.dedent(
     close(n, 0.0)
     close(anyclip.tree.global_norm({"a": None, "b": [None]}), 0.0)
 
-    # ---------------------------------------------------------------- anyclip.tree
-    tree = {"w": v, "b": (b, None)}
-    leaves, rebuild = anyclip.tree.flatten(tree)
-    assert len([x for x in leaves if x is not None]) == 2
-    assert rebuild(leaves)["w"] is v
-    close(anyclip.tree.map_leaves(lambda x: x * 2, tree)["w"], [6.0, 8.0])
-    close(anyclip.tree.global_norm(tree), 13.0)
-    out, n = anyclip.tree.clip_by_global_norm(tree, 6.5)
-    close(out["w"], [1.5, 2.0])
-    close(out["b"][0], [[6.0]])
-    assert out["b"][1] is None
-    close(n, 13.0)
-    out = anyclip.tree.clip_by_norm(tree, 1.0)
-    close(out["w"], [0.6, 0.8])
-    close(out["b"][0], [[1.0]])
-    out = anyclip.tree.clip_by_value(tree, 0.0, 3.5)
-    close(out["w"], [3.0, 3.5])
-    close(out["b"][0], [[3.5]])
-    close(anyclip.tree.clip_by_average_norm({"w": v}, 1.0)["w"], [1.2, 1.6])
+    # @TREE_CHECKS@
 
     # -------------------------------------------------------------- anyclip.torch
     def params(*grads):
@@ -271,6 +281,7 @@ TORCH_SCRIPT = textwrap.dedent(
     print("ok")
     """
 )
+TORCH_SCRIPT = TORCH_SCRIPT.replace(_TREE_SLOT, TREE_CHECKS)
 
 JAX_SCRIPT = textwrap.dedent(
     """
@@ -364,25 +375,7 @@ JAX_SCRIPT = textwrap.dedent(
     numpy_zero(n)
     numpy_zero(anyclip.tree.global_norm({"a": None, "b": [None]}))
 
-    # ---------------------------------------------------------------- anyclip.tree
-    tree = {"w": v, "b": (b, None)}
-    leaves, rebuild = anyclip.tree.flatten(tree)
-    assert len([x for x in leaves if x is not None]) == 2
-    assert rebuild(leaves)["w"] is v
-    close(anyclip.tree.map_leaves(lambda x: x * 2, tree)["w"], [6.0, 8.0])
-    close(anyclip.tree.global_norm(tree), 13.0, shape=())
-    out, n = anyclip.tree.clip_by_global_norm(tree, 6.5)
-    close(out["w"], [1.5, 2.0])
-    close(out["b"][0], [[6.0]], shape=(1, 1))
-    assert out["b"][1] is None
-    close(n, 13.0)
-    out = anyclip.tree.clip_by_norm(tree, 1.0)
-    close(out["w"], [0.6, 0.8])
-    close(out["b"][0], [[1.0]])
-    out = anyclip.tree.clip_by_value(tree, 0.0, 3.5)
-    close(out["w"], [3.0, 3.5])
-    close(out["b"][0], [[3.5]])
-    close(anyclip.tree.clip_by_average_norm({"w": v}, 1.0)["w"], [1.2, 1.6])
+    # @TREE_CHECKS@
     out, n = jax.jit(lambda t: anyclip.tree.clip_by_global_norm(t, 6.5))({"w": v, "b": b})
     close(out["w"], [1.5, 2.0])
     close(n, 13.0)
@@ -446,6 +439,7 @@ JAX_SCRIPT = textwrap.dedent(
     print("ok")
     """
 )
+JAX_SCRIPT = JAX_SCRIPT.replace(_TREE_SLOT, TREE_CHECKS)
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import array_api_compat
 
 from anyclip._typing import Namespace
+
+#: What :func:`memo_by_dtype` remembers.
+T = TypeVar("T")
 
 __all__ = [
     "comparable_dtype",
@@ -28,6 +31,7 @@ __all__ = [
     "is_weak_scalar",
     "library",
     "may_be_sharded",
+    "memo_by_dtype",
     "namespace",
     "to_device",
 ]
@@ -219,6 +223,28 @@ def dtype_name(dtype: Any) -> str:
 def to_device(x: Any, dev: Any) -> Any:
     """``x`` moved to device ``dev`` (itself when it is already there)."""
     return array_api_compat.to_device(x, dev)
+
+
+def memo_by_dtype(
+    cache: dict[tuple[str, Any], T],
+    xp: Namespace,
+    dtype: Any,
+    compute: Callable[[Namespace, Any], T],
+) -> T:
+    """``compute(xp, dtype)``, remembered in ``cache`` per (namespace, dtype).
+
+    A dict lookup per call keeps the per-call choices (kernels, dtype kinds) cheap and lets
+    torch.compile trace them; an unhashable dtype object is computed every time.
+    """
+    key = (xp.__name__, dtype)
+    try:
+        return cache[key]
+    except KeyError:
+        value = compute(xp, dtype)
+    except TypeError:  # an unhashable dtype object
+        return compute(xp, dtype)
+    cache[key] = value
+    return value
 
 
 def is_functorch_wrapped(a: Any) -> bool:

@@ -41,7 +41,14 @@ import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, overload
 
-from anyclip._compat import dtype_name, is_array, is_numpy_scalar, is_weak_scalar, library
+from anyclip._compat import (
+    dtype_name,
+    is_array,
+    is_numpy_scalar,
+    is_weak_scalar,
+    library,
+    memo_by_dtype,
+)
 from anyclip._kernels._dist import is_dtensor
 from anyclip._numerics import constant, float_overflow_threshold
 from anyclip._typing import Namespace, Nonfinite
@@ -167,15 +174,7 @@ _KINDS: dict[tuple[str, Any], str] = {}
 
 def dtype_kind(xp: Namespace, dtype: Any) -> str:
     """``"bool"``, ``"int"``, ``"real"`` (floating), ``"complex"`` or ``"other"``."""
-    key = (xp.__name__, dtype)
-    try:
-        return _KINDS[key]
-    except KeyError:
-        kind = _dtype_kind(xp, dtype)
-    except TypeError:  # an unhashable dtype object
-        return _dtype_kind(xp, dtype)
-    _KINDS[key] = kind
-    return kind
+    return memo_by_dtype(_KINDS, xp, dtype, _dtype_kind)
 
 
 def _dtype_kind(xp: Namespace, dtype: Any) -> str:

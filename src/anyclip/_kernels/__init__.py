@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from anyclip._compat import library
+from anyclip._compat import library, memo_by_dtype
 from anyclip._kernels._base import Kernels
 from anyclip._kernels._dask import DaskKernels
 from anyclip._kernels._jax import JaxKernels
@@ -81,15 +81,7 @@ def kernels_for(xp: Namespace, arrays: Sequence[Any], dtype: Any = None) -> Kern
     """
     if dtype is None:
         dtype = arrays[0].dtype
-    key = (xp.__name__, dtype)
-    try:
-        return _CHOSEN[key]
-    except KeyError:
-        chosen = _choose(xp, dtype)
-    except TypeError:  # an unhashable dtype object
-        return _choose(xp, dtype)
-    _CHOSEN[key] = chosen
-    return chosen
+    return memo_by_dtype(_CHOSEN, xp, dtype, _choose)
 
 
 def _choose(xp: Namespace, dtype: Any) -> Kernels:

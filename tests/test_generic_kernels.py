@@ -22,23 +22,17 @@ from anyclip_conformance.suite import run
 GENERIC_API = bind(GENERIC)
 
 #: The functions with a kernel step or a plain-call fast path, per library that has them.
+_EAGER_FAST = (
+    "clip_by_value",
+    "clip_by_norm",
+    "norm",
+    "normalize",
+    "global_norm",
+    "clip_by_global_norm",
+)
 _FAST = {
-    "numpy": (
-        "clip_by_value",
-        "clip_by_norm",
-        "norm",
-        "normalize",
-        "global_norm",
-        "clip_by_global_norm",
-    ),
-    "torch": (
-        "clip_by_value",
-        "clip_by_norm",
-        "norm",
-        "normalize",
-        "global_norm",
-        "clip_by_global_norm",
-    ),
+    "numpy": _EAGER_FAST,
+    "torch": _EAGER_FAST,
     "jax": ("global_norm", "clip_by_global_norm"),
 }
 

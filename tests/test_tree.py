@@ -502,11 +502,12 @@ def test_numpy_matrix_leaves_are_arrays():
         {"a": np.matrix([[3.0, 4.0]]), "b": [np.array([12.0])]}, 1.0
     )
     assert type(clipped["a"]) is np.ndarray
-    assert clipped["a"].shape == (1, 2)
+    assert clipped["a"].dtype == np.float64 and clipped["a"].shape == (1, 2)
     np.testing.assert_array_equal(clipped["a"], np.array([[3.0, 4.0]]) * (1 / 13))
     assert norm == 13.0
     out = tree.clip_by_norm({"a": np.matrix([[3.0, 4.0]])}, 1.0)["a"]
     assert type(out) is np.ndarray
+    assert out.dtype == np.float64 and out.shape == (1, 2)
     np.testing.assert_array_equal(out, [[0.6, 0.8]])
 
 

@@ -1,33 +1,6 @@
-"""In-place gradient clipping for PyTorch models, with TF's formulas.
+"""torch's ``clip_grad_*`` drop-ins, TF's other clippers and Keras's clipping options.
 
-Layer: public adapter over the eight functions (the norm is :func:`anyclip.global_norm`'s).
-
-Drop-in replacements for ``torch.nn.utils.clip_grad_norm_``, ``clip_grad_value_``,
-``get_total_norm`` and ``clip_grads_with_norm_``, with torch's exact signatures (names, order,
-defaults) and TF's numbers: change the import and nothing else. They work on ``p.grad`` in
-place, skip parameters without a gradient, take a lone tensor or any iterable (a generator such
-as ``model.parameters()`` included), honour ``foreach`` as torch does, and return the norm as a
-tensor (no ``.item()``, so no host sync). Sparse gradients (``nn.Embedding(sparse=True)``) are
-clipped through their values, as TF clips an ``IndexedSlices``. Arguments are read as torch
-reads them (``float(max_norm)``, the truth value of ``foreach``, ``norm_type=nan``), with
-torch's exception classes, and ``max_norm=inf`` leaves the gradients unchanged, as torch's
-(TF's factor would make them NaN); a finite ``max_norm`` scales by TF's factor.
-
-Two functions torch lacks give TF's other clippers on gradients: :func:`clip_grad_by_norm_`
-(``tf.clip_by_norm`` on each gradient) and :func:`clip_grad_by_value_` (``tf.clip_by_value``
-with two bounds). :func:`keras_clipping` gives a torch optimizer Keras's ``clipnorm``,
-``clipvalue`` or ``global_clipnorm``.
-
-Importing this module imports torch; ``import anyclip`` alone does not.
-
->>> import torch
->>> from anyclip.torch import clip_grad_norm_
->>> p = torch.nn.Parameter(torch.zeros(2))
->>> p.grad = torch.tensor([3.0, 4.0])
->>> clip_grad_norm_([p], max_norm=1.0)
-tensor(5.)
->>> p.grad
-tensor([0.6000, 0.8000])
+Layer: public adapter; :mod:`anyclip.torch` re-exports the names in ``__all__``.
 """
 
 from __future__ import annotations

@@ -393,6 +393,116 @@ def accumulate(world: int, rank: int) -> None:
     assert cut and max(cut) <= 5, seen  # local shards, 5 elements at a time, never whole
 
 
+def all_nan(t: torch.Tensor) -> bool:
+    local = t.full_tensor() if hasattr(t, "full_tensor") else t
+    return bool(torch.isnan(local).all())
+
+
+def nonfinite(world: int, rank: int) -> None:
+    """A NaN or inf on one rank is the norm of every rank (TF's rule for the whole list).
+
+    The NaN sits on the last rank, whose NaN a backend's ``MAX`` all-reduce drops (gloo keeps
+    rank 0's only): every rank must still get NaN from the inf norms (``group=``, a rank
+    without gradients, ``Partial("max")`` DTensors) and then NaN gradients everywhere, as TF's
+    ``clip_by_global_norm`` gives for a NaN anywhere in its list. The sum (2-norm) must carry
+    NaN and inf too (TF: an inf norm gives NaN values). One all-reduce per call, counted.
+    """
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    import anyclip
+    import anyclip.torch
+
+    last = world - 1
+    shapes = [(3, 2), (4,), (2, 2), (5,), (1, 3), (2,), (3,), (2, 1)]
+    full = full_grads(shapes, seed=8)
+    full[last][0] = math.nan  # array `last` is the last rank's
+    mine_idx = [i for i in range(len(full)) if i % world == rank]
+
+    def stage(values: list[torch.Tensor]) -> list[torch.nn.Parameter]:
+        params = [torch.nn.Parameter(torch.zeros_like(v)) for v in values]
+        for p, v in zip(params, values, strict=True):
+            p.grad = v.clone()
+        return params
+
+    # inf norm over a group, then the in-place clipping: NaN norm, NaN gradients everywhere
+    params = stage([full[i] for i in mine_idx])
+    with Counter() as c:
+        norm = anyclip.torch.clip_grad_norm_(params, 1.0, norm_type="inf", group=dist.group.WORLD)
+    c.check(1)
+    assert math.isnan(float(norm)), f"rank {rank}: inf norm {float(norm)}, want NaN"
+    assert all(all_nan(p.grad) for p in params), f"rank {rank}: clipped {params}"
+    # -inf: the minimum, NaN too; and 0 (tensors with a non-zero), as torch's on all the data
+    with Counter() as c:
+        low = anyclip.torch.get_total_norm([full[i] for i in mine_idx], "-inf", group=mesh1(world))
+    c.check(1)
+    assert math.isnan(float(low)), float(low)
+    finite = [g.nan_to_num(0.5) for g in full]
+    low = anyclip.torch.get_total_norm(
+        [finite[i] for i in mine_idx], "-inf", group=dist.group.WORLD
+    )
+    want = np.min(np.abs(np.concatenate([g.double().numpy().ravel() for g in finite])))
+    np.testing.assert_allclose(float(low), want, rtol=1e-6)
+    count = anyclip.torch.get_total_norm([finite[i] for i in mine_idx], 0, group=dist.group.WORLD)
+    torch_count = torch.nn.utils.get_total_norm(finite, 0)
+    assert float(count) == float(torch_count), (float(count), float(torch_count))
+
+    # a rank without gradients joins: it gets the others' NaN too
+    held = [] if rank == 0 else stage([full[i] for i in mine_idx])
+    with Counter() as c:
+        jnorm = anyclip.torch.clip_grad_norm_(held, 1.0, norm_type=math.inf, group=dist.group.WORLD)
+    c.check(1)
+    assert math.isnan(float(jnorm)), f"rank {rank}: joined inf norm {float(jnorm)}"
+    assert all(all_nan(p.grad) for p in held)
+
+    # the sum (2-norm) carries NaN, and inf: TF then scales every value to NaN
+    for bad, kind in ((math.nan, "nan"), (math.inf, "inf")):
+        values = [g.nan_to_num(bad) if i == last else g for i, g in enumerate(full)]
+        mine = [values[i] for i in mine_idx]
+        with Counter() as c:
+            clipped, gnorm = anyclip.clip_by_global_norm(mine, 1.0, group=dist.group.WORLD)
+        c.check(1)
+        assert str(float(gnorm)) == kind, f"rank {rank}: 2-norm {float(gnorm)}, want {kind}"
+        assert all(all_nan(t) for t in clipped), f"rank {rank}: {kind} norm, clipped {clipped}"
+
+    # DTensor inf norms: Partial("max") made Replicate keeps the last shard's NaN
+    mesh = mesh1(world)
+    x_full = torch.arange(1.0, 4 * world * 3 + 1).reshape(4 * world, 3)
+    x_full[-1, 1] = math.nan  # in the last rank's shard
+    x = distribute_tensor(x_full, mesh, [Shard(0)])
+    with Counter() as c:
+        n_inf = anyclip.norm(x, ord=math.inf)
+    c.check(1)
+    assert isinstance(n_inf, DTensor) and all(p.is_replicate() for p in n_inf.placements)
+    assert math.isnan(float(n_inf.to_local())), float(n_inf.to_local())
+    with Counter() as c:
+        cols = anyclip.norm(x, ord=math.inf, axis=0)
+    c.check(1)
+    want_cols = np.max(np.abs(x_full.double().numpy()), axis=0)  # NaN in column 1
+    np.testing.assert_array_equal(cols.full_tensor().double().numpy(), want_cols)
+    with Counter() as c:
+        total = anyclip.torch.get_total_norm([x], norm_type="inf")
+    c.check(1)
+    assert math.isnan(float(getattr(total, "to_local", lambda: total)())), total
+    params = [torch.nn.Parameter(distribute_tensor(torch.zeros_like(x_full), mesh, [Shard(0)]))]
+    params[0].grad = distribute_tensor(x_full, mesh, [Shard(0)])
+    dnorm = anyclip.torch.clip_grad_norm_(params, 1.0, norm_type=math.inf)
+    dnorm = getattr(dnorm, "to_local", lambda: dnorm)()
+    assert math.isnan(float(dnorm)) and all_nan(params[0].grad), (dnorm, params[0].grad)
+    same_on_every_rank(str(float(dnorm)))
+
+
+_MESHES: dict[int, Any] = {}
+
+
+def mesh1(world: int) -> Any:
+    """The 1-D ``DeviceMesh`` of the world (made once: every rank makes it together)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if world not in _MESHES:
+        _MESHES[world] = init_device_mesh("cpu", (world,))
+    return _MESHES[world]
+
+
 #: Largest distance, in float32 ULP, from TF 2.21's recorded global norm (the conformance
 #: data), of a global norm split across ranks or sharded (stated in docs/distributed.md).
 ULP_TF = 3
@@ -460,6 +570,7 @@ SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "elementwise": elementwise,
     "accumulate": accumulate,
     "tf_reference": tf_reference,
+    "nonfinite": nonfinite,
 }
 
 

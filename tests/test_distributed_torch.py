@@ -3,9 +3,11 @@
 Each world size starts its ranks once (``tests/_torch_dist_worker.py``, one subprocess per
 rank, bounded in time and reaped), which run every scenario: DDP (replicated gradients),
 FSDP2 ``fully_shard`` with even and uneven shards, tensor parallel ``Shard(1)``, pipeline
-stages with ``group=`` (a ProcessGroup, a DeviceMesh, two groups in turn), and norms over
-sharded dims. Inside the ranks, ``CommDebugMode`` counts the collectives: no gather, at most
-one all-reduce of a scalar per global norm (per group). The expected values are the exact
+stages with ``group=`` (a ProcessGroup, a DeviceMesh, two groups in turn), norms over
+sharded dims, and a NaN or inf on the last rank (NaN or inf on every rank, through the sum
+and through the NaN-keeping maximum and minimum). Inside the ranks, ``CommDebugMode`` counts
+the collectives: no gather, at most one all-reduce of a scalar (or of a value and its NaN
+flag) per global norm (per group). The expected values are the exact
 norms of the full data in float64, within ``ULP_DIST`` float32 ULP.
 """
 
@@ -36,6 +38,7 @@ SCENARIOS = (
     "elementwise",
     "accumulate",
     "tf_reference",
+    "nonfinite",
 )
 #: Seconds a world may run (starting torch in 4 processes on 2 cores included).
 TIMEOUT = 150

@@ -17,11 +17,16 @@ home-made: the collective is the library's own (``torch.distributed.all_reduce``
 
 Partial sums narrower than float32 are all-reduced in float32 and rounded back once, so the
 summation across ranks adds no more rounding than one float32 sum of ``world size`` terms.
+NaN and infinities cross ranks as they cross arrays in one process: a sum propagates them by
+itself, and the maxima and minima of torch's inf norms (``group=``, ``Partial("max")``
+DTensors) all-reduce a NaN flag with the value (:func:`all_reduce_torch`), since a backend's
+``MAX`` drops a NaN met after a number (gloo does on every rank but 0).
 Importing this module imports no framework.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,6 +42,7 @@ __all__ = [
     "group_namespace",
     "dtensor_half_squares",
     "is_dtensor",
+    "replicate_partials",
     "zero_partial",
 ]
 
@@ -157,27 +163,93 @@ def _differentiable_all_reduce() -> Any:
     return _AllReduce
 
 
-def all_reduce_torch(total: Any, groups: Sequence[Any], op: str = "sum") -> Any:
-    """``total`` (0-d) summed (``op="max"``: maximised) over every group in ``groups``.
+def _all_reduce_each(out: Any, pgs: Sequence[Any], reduce_op: Any, fresh: bool) -> Any:
+    """``out`` all-reduced over each process group in turn (into a copy unless ``fresh``)."""
+    import torch
+    import torch.distributed as dist
 
-    In at least float32, into a fresh tensor. When a gradient is recorded through ``total``,
-    the backward pass is the identity (see :func:`_differentiable_all_reduce`).
+    recorded = torch.is_grad_enabled() and out.requires_grad
+    for group in pgs:
+        if recorded:
+            out = _differentiable_all_reduce().apply(out, reduce_op, group)
+        else:
+            out = out if fresh else out.clone()
+            fresh = True
+            dist.all_reduce(out, op=reduce_op, group=group)
+    return out
+
+
+def _extreme(x: Any, pgs: Sequence[Any], op: str) -> Any:
+    """``x`` maximised (``op="max"``) or minimised over ``pgs``, NaN on every rank if on one.
+
+    A backend's ``MAX`` and ``MIN`` keep or drop a NaN by the order they meet it in (gloo keeps
+    rank 0's and drops the others'), so each group reduces, in one all-reduce, the pair
+    ``[x with NaN replaced by the identity, NaN flag]`` (the flag negated for ``MIN``), and
+    NaN is put back where any rank had one.
     """
     import torch
     import torch.distributed as dist
 
-    reduce_op = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
+    sign, fill, reduce_op = (
+        (1.0, -math.inf, dist.ReduceOp.MAX) if op == "max" else (-1.0, math.inf, dist.ReduceOp.MIN)
+    )
+    nan = torch.isnan(x)
+    pair = torch.stack([torch.where(nan, fill, x), nan.to(x.dtype) * sign])
+    pair = _all_reduce_each(pair, pgs, reduce_op, fresh=True)
+    return torch.where(pair[1] * sign > 0, math.nan, pair[0])
+
+
+def all_reduce_torch(total: Any, groups: Sequence[Any], op: str = "sum") -> Any:
+    """``total`` summed (``op="max"``/``"min"``: maximised/minimised) over every group.
+
+    In at least float32, into a fresh tensor, one all-reduce per process group. NaN and
+    infinities propagate as in one process: a sum does so by itself; the maximum and minimum
+    reduce a NaN flag with the values (:func:`_extreme`), so a NaN on any rank is NaN on every
+    rank. When a gradient is recorded through ``total``, the backward pass is the identity
+    (see :func:`_differentiable_all_reduce`).
+    """
+    import torch
+    import torch.distributed as dist
+
     dtype = total.dtype
     wide = dtype in (torch.float16, torch.bfloat16)
     out = total.float() if wide else total
-    recorded = torch.is_grad_enabled() and out.requires_grad
-    for group in [pg for g in groups for pg in _mesh_groups(g)]:
-        if recorded:
-            out = _differentiable_all_reduce().apply(out, reduce_op, group)
-        else:
-            out = out.clone() if out is total else out
-            dist.all_reduce(out, op=reduce_op, group=group)
+    pgs = [pg for g in groups for pg in _mesh_groups(g)]
+    if op == "sum":
+        out = _all_reduce_each(out, pgs, dist.ReduceOp.SUM, fresh=out is not total)
+    else:
+        out = _extreme(out, pgs, op)
     return out.to(dtype) if wide else out
+
+
+def replicate_partials(t: Any) -> Any:
+    """The DTensor ``t`` with its ``Partial`` placements made ``Replicate`` (one all-reduce).
+
+    ``Partial("max")`` and ``Partial("min")`` (DTensor's inf norms, ``amax``) are reduced by
+    :func:`all_reduce_torch`, which keeps a NaN of any rank; other partial values (sums,
+    p-norms) by DTensor's own redistribution.
+    """
+    from torch.distributed.tensor import DTensor, Replicate
+
+    placements = list(t.placements)
+    mesh = t.device_mesh
+    for op in ("max", "min"):
+        dims = [
+            d
+            for d, p in enumerate(placements)
+            if p.is_partial() and getattr(p, "reduce_op", "sum") == op
+        ]
+        if not dims:
+            continue
+        out = all_reduce_torch(t.to_local(), [mesh.get_group(d) for d in dims], op=op)
+        for d in dims:
+            placements[d] = Replicate()
+        t = DTensor.from_local(
+            out, mesh, placements, run_check=False, shape=t.shape, stride=t.stride()
+        )
+    if any(p.is_partial() for p in placements):
+        t = t.redistribute(mesh, [Replicate() if p.is_partial() else p for p in placements])
+    return t
 
 
 def zero_partial(xp: Namespace, dtype: Any, groups: Sequence[Any]) -> Any:
@@ -204,13 +276,11 @@ def dtensor_half_squares(
     Each DTensor adds the squares of its local shard (``to_local()``: uneven and empty shards
     included; never ``full_tensor()``), counted once along each mesh dimension it is
     replicated over (on the rank of coordinate 0 there); ``Partial`` placements are first
-    reduced to ``Replicate`` by DTensor itself (an all-reduce of that tensor). Then one
+    reduced to ``Replicate`` (:func:`replicate_partials`: an all-reduce of that tensor). Then one
     all-reduce per mesh of the partial sum. Plain tensors in the list are taken as the same
     on every rank and added after that reduction. ``local_sum`` sums a list of plain tensors
     (in ``dtype``: the dtype of the partial sums, ``arrays[0]``'s when None).
     """
-    from torch.distributed.tensor import Replicate
-
     plain: list[Any] = []
     by_mesh: dict[Any, list[Any]] = {}
     for a in arrays:
@@ -218,9 +288,7 @@ def dtensor_half_squares(
             plain.append(a)
             continue
         if any(p.is_partial() for p in a.placements):
-            a = a.redistribute(
-                a.device_mesh, [Replicate() if p.is_partial() else p for p in a.placements]
-            )
+            a = replicate_partials(a)
         mesh = a.device_mesh
         coords = mesh.get_coordinate()
         kept = by_mesh.setdefault(mesh, [])

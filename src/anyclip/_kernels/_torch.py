@@ -24,7 +24,7 @@ from typing import Any
 from anyclip._compat import is_functorch_wrapped
 from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels, groups
-from anyclip._kernels._dist import dtensor_half_squares, is_dtensor
+from anyclip._kernels._dist import dtensor_half_squares, is_dtensor, replicate_partials
 from anyclip._numerics import reduce_sum, sqrt
 from anyclip._typing import Namespace
 
@@ -206,15 +206,13 @@ class TorchKernels(Kernels):
         """A DTensor result with ``Partial`` placements redistributed to ``Replicate``.
 
         DTensor reduces over a sharded dimension locally and marks the result ``Partial``;
-        one all-reduce of the reduced values (never of the input) makes it final.
+        one all-reduce of the reduced values (never of the input) makes it final; a maximum
+        or minimum (inf norms) keeps a NaN of any rank
+        (:func:`~anyclip._kernels._dist.replicate_partials`).
         """
         if not is_dtensor(r) or not any(p.is_partial() for p in r.placements):
             return r
-        from torch.distributed.tensor import Replicate
-
-        return r.redistribute(
-            r.device_mesh, [Replicate() if p.is_partial() else p for p in r.placements]
-        )
+        return replicate_partials(r)
 
     def spectral_input(self, xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
         """``x``; a DTensor sharded over a matrix axis is refused (its SVD needs a gather)."""

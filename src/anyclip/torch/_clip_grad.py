@@ -212,7 +212,7 @@ def _total_norm(
     """The norm of ``values`` (dense, at least one) as one vector.
 
     With ``group``: the 2-norm is :func:`anyclip.global_norm`'s (one all-reduce of the
-    partial sum); another order all-reduces this rank's ``norm ** p`` (``max`` for inf).
+    partial sum); another order all-reduces this rank's norm (:func:`_across`).
     DTensors of another order: torch's own DTensor norms, made ``Replicate``. ``name`` is the
     caller's argument, for the error messages.
     """
@@ -241,9 +241,22 @@ def _total_norm(
         local = TorchKernels().settle(namespace(values[0]), local).to_local()
     if not groups:
         return local
+    return _across(local, norm_type, groups)
+
+
+def _across(local: torch.Tensor, norm_type: float, groups: tuple[Any, ...]) -> torch.Tensor:
+    """The norm of order ``norm_type`` (not 2) over ``groups``, from this rank's ``local`` one.
+
+    One all-reduce of a scalar per group (of two for +-inf): the maximum (inf) or minimum
+    (-inf), NaN on every rank when on one (:func:`~anyclip._kernels._dist.all_reduce_torch`);
+    the sum of the counts for 0 (torch's order 0 counts the tensors with a non-zero element);
+    the sum of ``local ** norm_type`` otherwise, as torchtitan.
+    """
     out: torch.Tensor
     if math.isinf(norm_type):
-        out = all_reduce_torch(local, groups, op="max")
+        out = all_reduce_torch(local, groups, op="max" if norm_type > 0 else "min")
+    elif norm_type == 0:
+        out = all_reduce_torch(local, groups)
     else:
         out = all_reduce_torch(local**norm_type, groups) ** (1.0 / norm_type)
     return out
@@ -303,11 +316,12 @@ def _join_group(norm_type: float, accumulate_dtype: Any, group: Any) -> torch.Te
 
     groups = check_group(xp, group)
     zero = zero_partial(xp, torch.float32, groups)  # on the device the groups' backend uses
-    out: torch.Tensor
-    if math.isinf(norm_type):
-        out = all_reduce_torch(zero, groups, op="max")
-    else:
-        out = all_reduce_torch(zero, groups) ** (1.0 / norm_type)
+    if norm_type == -math.inf:  # nothing to take the minimum of: the minimum's identity
+        return _across(zero + math.inf, norm_type, groups)
+    if math.isinf(norm_type) or norm_type == 0:  # a maximum, a count: 0 adds nothing
+        return _across(zero, norm_type, groups)
+    # the sum of the others' local ** norm_type, then the root
+    out: torch.Tensor = all_reduce_torch(zero, groups) ** (1.0 / norm_type)
     return out
 
 

@@ -8,6 +8,7 @@ unsharded data in float64 (NumPy), within ``ULP_DIST`` float32 ULP.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -19,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -61,13 +63,22 @@ def check_hlo(hlo: str) -> None:
         assert parts and all(p.endswith("[]") for p in parts), f"non-scalar all-reduce {shapes}"
 
 
-def jit_sharded(kind: Any) -> None:
-    """clip_by_global_norm under jit on a mesh with ``kind`` axes: no gather, same values."""
+def temp_bytes(f: Any, *args: Any) -> int:
+    """The temporaries of the compiled ``f`` (``memory_analysis``), in bytes."""
+    return int(f.lower(*args).compile().memory_analysis().temp_size_in_bytes)
+
+
+def jit_sharded(kind: Any, set_mesh: bool = True) -> None:
+    """clip_by_global_norm under jit on a mesh with ``kind`` axes: no gather, same values.
+
+    ``set_mesh=False``: the arrays are on the mesh but no ``jax.set_mesh`` is active (``Auto``
+    axes need none). The temporaries stay within twice optax's (which never reshapes).
+    """
     mesh = jax.make_mesh((8,), ("x",), axis_types=(kind,))
     host = data()
     tree = {k: jax.device_put(v, NamedSharding(mesh, SPECS[k])) for k, v in host.items()}
     exact = exact_norm(list(host.values()))
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
         f = jax.jit(lambda t: anyclip.tree.clip_by_global_norm(t, 1.0))
         out, norm = f(tree)
         check_hlo(f.lower(tree).compile().as_text())
@@ -78,6 +89,12 @@ def jit_sharded(kind: Any) -> None:
         h = jax.jit(lambda u, s: tx.update(u, s)[0])
         check_hlo(h.lower(tree, state).compile().as_text())
         updates = h(tree, state)
+        ref = optax.clip_by_global_norm(1.0)
+        r = jax.jit(lambda u, s: ref.update(u, s)[0])
+        budget = 2 * temp_bytes(r, tree, ref.init(tree))
+        for name, fn, args in (("clip", f, (tree,)), ("optax adapter", h, (tree, state))):
+            used = temp_bytes(fn, *args)
+            assert used <= budget, f"{name}: {used} bytes of temporaries, optax's x2: {budget}"
     assert ulp_distance(float(norm), exact) <= ULP_DIST, (float(norm), exact)
     assert float(g(tree)) == float(norm)
     for k, v in host.items():
@@ -180,6 +197,40 @@ def eager_accumulate() -> None:
         np.testing.assert_allclose(float(three), p3, rtol=2e-3)
 
 
+def nonfinite() -> None:
+    """A NaN or inf in the last device's block is every device's norm (TF's rule for a list).
+
+    ``psum`` (``group=``) and XLA's own all-reduces under ``jit`` (sum, and max for the inf
+    norm) carry NaN and inf from any device; TF then gives NaN values everywhere.
+    """
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Explicit,))
+    host = data()["w"]
+
+    def every_device(block: jax.Array) -> tuple[jax.Array, jax.Array]:
+        clipped, norm = anyclip.clip_by_global_norm([block], 1.0, group="x")
+        return jnp.reshape(norm, (1,)), clipped[0]
+
+    f = jax.jit(
+        jax.shard_map(
+            every_device, mesh=mesh, in_specs=P("x", None), out_specs=(P("x"), P("x", None))
+        )
+    )
+    for bad in (math.nan, math.inf):
+        v = host.copy()
+        v[-1, 0] = bad  # in the last device's rows
+        w = jax.device_put(v, NamedSharding(mesh, P("x", None)))
+        norms, clipped = f(w)
+        assert str(np.asarray(norms).tolist()) == str([bad] * 8), (bad, norms)
+        assert np.isnan(np.asarray(clipped)).all(), bad
+        for kind in (AxisType.Auto, AxisType.Explicit):
+            m = jax.make_mesh((8,), ("x",), axis_types=(kind,))
+            x = jax.device_put(v, NamedSharding(m, P("x", None)))
+            inf_norm = jax.jit(lambda a: anyclip.norm(a, ord=math.inf))(x)
+            two = jax.jit(lambda a: anyclip.tree.global_norm({"a": a}))(x)
+            assert str(float(inf_norm)) == str(float(np.max(np.abs(v)))), (kind, inf_norm)
+            assert str(float(two)) == str(bad), (kind, two)
+
+
 def wrong_group() -> None:
     try:
         anyclip.global_norm([jnp.ones(3)], group=0)
@@ -191,9 +242,11 @@ def wrong_group() -> None:
 
 CHECKS: dict[str, Callable[[], None]] = {
     "jit_auto": lambda: jit_sharded(AxisType.Auto),
+    "jit_auto_no_set_mesh": lambda: jit_sharded(AxisType.Auto, set_mesh=False),
     "jit_explicit": lambda: jit_sharded(AxisType.Explicit),
     "shard_map_group": shard_map_group,
     "eager_accumulate": eager_accumulate,
+    "nonfinite": nonfinite,
     "wrong_group": wrong_group,
 }
 

@@ -22,7 +22,15 @@ pytest.importorskip("optax")
 
 WORKER = Path(__file__).with_name("_jax_sharding_worker.py")
 ROOT = Path(__file__).resolve().parent.parent
-CHECKS = ("jit_auto", "jit_explicit", "shard_map_group", "eager_accumulate", "wrong_group")
+CHECKS = (
+    "jit_auto",
+    "jit_auto_no_set_mesh",
+    "jit_explicit",
+    "shard_map_group",
+    "eager_accumulate",
+    "nonfinite",
+    "wrong_group",
+)
 
 
 @pytest.fixture(scope="module")

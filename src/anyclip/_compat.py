@@ -9,6 +9,7 @@ their arrays through ``sys.modules``, so importing anyclip stays cheap and frame
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -261,24 +262,37 @@ def is_functorch_wrapped(a: Any) -> bool:
     return wrapped
 
 
+def _auto_devices(mesh: Any) -> int:
+    """The number of devices along the ``Auto`` axes of a JAX (abstract) mesh (1: none)."""
+    if mesh is None or mesh.empty:
+        return 1
+    from jax.sharding import AxisType
+
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
+    types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
+    return math.prod(n for name, n in sizes.items() if types[name] == AxisType.Auto)
+
+
 def may_be_sharded(a: Any) -> bool:
     """Whether the JAX array ``a`` may be sharded, so that a reshape of it could gather it.
 
-    True for an array whose sharding is not fully replicated, for a traced array sharded
-    over ``Explicit`` mesh axes, and for any traced array while a mesh of several devices is
-    set (``jax.set_mesh``): under ``Auto`` axes the tracer does not say how it is sharded.
+    True for an array whose sharding is not fully replicated, and for a traced array that is
+    sharded over ``Explicit`` mesh axes or that lies on a mesh with ``Auto`` axes of several
+    devices: its own mesh (arrays put on the mesh, passed to ``jit`` without
+    ``jax.set_mesh``) or the one set by ``jax.set_mesh``. Under ``Auto`` axes the tracer does
+    not say how it is sharded. ``Manual`` axes (inside ``shard_map``) hold local blocks: a
+    reshape of them moves nothing.
     """
     import jax
 
     if isinstance(a, jax.core.Tracer):
         try:
-            aval = jax.typeof(a)
-            spec = aval.sharding.spec
+            sharding = jax.typeof(a).sharding
+            spec, mesh = sharding.spec, sharding.mesh
         except AttributeError:  # older JAX: no sharding in types
             return False
         if any(s is not None for s in spec):
             return True
-        mesh = jax.sharding.get_abstract_mesh()
-        return not mesh.empty and mesh.size > 1
+        return _auto_devices(mesh) > 1 or _auto_devices(jax.sharding.get_abstract_mesh()) > 1
     sharding = getattr(a, "sharding", None)
     return sharding is not None and not sharding.is_fully_replicated

@@ -200,8 +200,10 @@ def eager_accumulate() -> None:
 def nonfinite() -> None:
     """A NaN or inf in the last device's block is every device's norm (TF's rule for a list).
 
-    ``psum`` (``group=``) and XLA's own all-reduces under ``jit`` (sum, and max for the inf
-    norm) carry NaN and inf from any device; TF then gives NaN values everywhere.
+    ``psum`` (``group=``) and XLA's sum all-reduce carry NaN and inf from any device (TF
+    then gives NaN values everywhere); XLA:CPU's max all-reduce drops a NaN of a later
+    device, so the inf norms of sharded arrays reduce a NaN flag beside the values, in the
+    same all-reduce.
     """
     mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Explicit,))
     host = data()["w"]
@@ -222,13 +224,28 @@ def nonfinite() -> None:
         norms, clipped = f(w)
         assert str(np.asarray(norms).tolist()) == str([bad] * 8), (bad, norms)
         assert np.isnan(np.asarray(clipped)).all(), bad
+        a64 = np.abs(v.astype(np.float64))  # NumPy's max propagates NaN, as TF's
         for kind in (AxisType.Auto, AxisType.Explicit):
             m = jax.make_mesh((8,), ("x",), axis_types=(kind,))
             x = jax.device_put(v, NamedSharding(m, P("x", None)))
-            inf_norm = jax.jit(lambda a: anyclip.norm(a, ord=math.inf))(x)
-            two = jax.jit(lambda a: anyclip.tree.global_norm({"a": a}))(x)
-            assert str(float(inf_norm)) == str(float(np.max(np.abs(v)))), (kind, inf_norm)
-            assert str(float(two)) == str(bad), (kind, two)
+            inf = jax.jit(lambda a: anyclip.norm(a, ord=math.inf))
+            hlo = inf.lower(x).compile().as_text()
+            check_hlo(hlo)
+            assert len(_ALL_REDUCE.findall(hlo)) == 1, hlo  # values and NaN flags together
+            cases = (
+                (inf(x), np.max(a64)),
+                (anyclip.norm(x, ord=math.inf), np.max(a64)),  # eager
+                (jax.jit(lambda a: anyclip.norm(a, ord=math.inf, axis=0))(x), np.max(a64, 0)),
+                (
+                    jax.jit(lambda a: anyclip.norm(a, ord=math.inf, axis=(0, 1)))(x),
+                    np.max(np.sum(a64, axis=1)),
+                ),
+                (jax.jit(lambda a: anyclip.tree.global_norm({"a": a}))(x), bad),
+            )
+            for i, (got, want) in enumerate(cases):
+                np.testing.assert_allclose(  # NaN where NaN, inf where inf
+                    np.asarray(got, np.float64), want, rtol=2e-6, err_msg=f"{kind} {bad} {i}"
+                )
 
 
 def wrong_group() -> None:

@@ -76,8 +76,11 @@ def _scalar(xp: Namespace, value: float, like: Any) -> Any:
     return constant(xp, value, like.dtype, like)
 
 
-def _max(xp: Namespace, x: Any, axis: Any) -> Any:
-    """``reduce_max`` with ``keepdims``; an empty reduction gives the lowest value, as in TF."""
+def _max(xp: Namespace, x: Any, axis: Any, kernels: Kernels | None = None) -> Any:
+    """``reduce_max`` with ``keepdims``; an empty reduction gives the lowest value, as in TF.
+
+    ``kernels`` reduce a non-empty ``x`` (:meth:`Kernels.reduce_max`: NaN kept across devices).
+    """
     shape = tuple(x.shape)
     axes = range(len(shape)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
     # An empty input (a zero in any axis) takes this branch too: its result is empty when a kept
@@ -91,7 +94,10 @@ def _max(xp: Namespace, x: Any, axis: Any) -> Any:
         # gradient, as TF's), where a bare ``full`` would leave autodiff without a graph.
         return reduce_sum(xp, x, axis, keepdims=True) * _scalar(xp, 0, x) + _scalar(xp, lowest, x)
     # every axis named (not ``None``): torch DTensor reduces named axes shard by shard
-    return xp.max(x, axis=tuple(axes) if axis is None else axis, keepdims=True)
+    named = tuple(axes) if axis is None else axis
+    if kernels is None:
+        return xp.max(x, axis=named, keepdims=True)
+    return kernels.reduce_max(xp, x, named)
 
 
 def _squeeze_reduced(xp: Namespace, r: Any, axis: Any) -> Any:
@@ -286,14 +292,14 @@ def norm(
         a = g.abs(xp, x)
         if ord == 1:
             if isinstance(axis, tuple):
-                r = _max(xp, reduce_sum(xp, a, axis[0], keepdims=True), axis[1])
+                r = _max(xp, reduce_sum(xp, a, axis[0], keepdims=True), axis[1], kernels)
             else:
                 r = reduce_sum(xp, a, axis, keepdims=True)
         elif ord == math.inf:
             if isinstance(axis, tuple):
-                r = _max(xp, reduce_sum(xp, a, axis[1], keepdims=True), axis[0])
+                r = _max(xp, reduce_sum(xp, a, axis[1], keepdims=True), axis[0], kernels)
             else:
-                r = _max(xp, a, axis)
+                r = _max(xp, a, axis, kernels)
         else:
             p = _scalar(xp, ord, a)
             inv_p = _scalar(xp, 1.0 / ord, a)
@@ -356,7 +362,7 @@ def _spectral_norm(xp: Namespace, kernels: Kernels, x: Any, axis: tuple[int, int
     bad = xp.logical_not(xp.all(finite, axis=(-2, -1)))
     s = kernels.svdvals(xp, xp.where(finite, moved, xp.zeros_like(moved)))
     # TF's max(|s|): abs's gradient at 0 is 0, so an all-zero matrix has gradient 0.
-    top = _max(xp, g.abs(xp, s), s.ndim - 1)
+    top = _max(xp, g.abs(xp, s), s.ndim - 1, kernels)
     nan, zero = _scalar(xp, math.nan, top), _scalar(xp, 0.0, top)
     poison = xp.expand_dims(xp.expand_dims(xp.where(bad, nan, zero), axis=-1), axis=-1)
     parts = (

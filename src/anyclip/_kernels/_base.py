@@ -203,6 +203,14 @@ class Kernels:
             out = xp.concat(list(outs))
         return xp.reshape(out, tuple(t.shape))
 
+    def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
+        """``max(x, axis, keepdims=True)`` of a non-empty ``x``: NaN wherever a NaN is reduced.
+
+        TF's ``reduce_max`` propagates NaN; so does every backend's on one device. JAX arrays
+        sharded across devices override it (:class:`~anyclip._kernels._jax.JaxKernels`).
+        """
+        return xp.max(x, axis=axis, keepdims=True)
+
     def settle(self, xp: Namespace, r: Any) -> Any:
         """A reduction's result ``r``, made final (the identity here).
 

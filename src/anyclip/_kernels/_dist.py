@@ -345,6 +345,10 @@ class GroupKernels(Kernels):
         """As the wrapped kernels'."""
         return self.base.replicated(xp, value, like)
 
+    def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.reduce_max(xp, x, axis)
+
     def settle(self, xp: Namespace, r: Any) -> Any:
         """As the wrapped kernels'."""
         return self.base.settle(xp, r)

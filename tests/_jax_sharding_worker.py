@@ -126,6 +126,21 @@ def shard_map_group() -> None:
     hlo = f.lower(w).compile().as_text()
     check_hlo(hlo)
 
+    # several small blocks: Manual axes hold local blocks, joined into one sum without a gather
+    small = [host["v"], host["s"], host["b"][:64]]
+    blocks = [jax.device_put(a, NamedSharding(mesh, P("x"))) for a in small]
+    joined = jax.jit(
+        jax.shard_map(
+            lambda *bs: anyclip.global_norm(list(bs), group="x"),
+            mesh=mesh,
+            in_specs=(P("x"),) * 3,
+            out_specs=P(),
+        )
+    )
+    check_hlo(joined.lower(*blocks).compile().as_text())
+    got, want = float(joined(*blocks)), exact_norm(small)
+    assert ulp_distance(got, want) <= ULP_DIST, (got, want)
+
     per_device = jax.jit(
         jax.shard_map(
             lambda b: jnp.reshape(anyclip.global_norm([b]), (1,)),

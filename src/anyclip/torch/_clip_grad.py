@@ -398,8 +398,10 @@ def get_total_norm(
         one dtype only.
     group : ProcessGroup, DeviceMesh or sequence of them, optional
         Not in torch. The processes whose gradients form the norm with these ones (pipeline
-        stages, expert groups): one all-reduce of a scalar over each. Sharded gradients
-        (``DTensor``: FSDP2, tensor parallel) need none. Every process of the group calls.
+        stages, expert groups): one all-reduce of a scalar over each (of the norm and its NaN
+        flag for ``norm_type=inf``, so that a NaN on one rank is NaN on all, which torch's
+        ``MAX`` alone would drop). Sharded gradients (``DTensor``: FSDP2, tensor parallel)
+        need none. Every process of the group calls.
 
     Returns
     -------
@@ -585,8 +587,10 @@ def clip_grad_norm_(
         (default) makes every gradient NaN; ``"torch"`` matches torch's own result.
     group : ProcessGroup, DeviceMesh or sequence of them, optional
         Not in torch. The processes whose gradients form the norm with these ones (pipeline
-        stages, expert groups): one all-reduce of a scalar over each. Sharded gradients
-        (``DTensor``: FSDP2, tensor parallel) need none. Every process of the group calls.
+        stages, expert groups): one all-reduce of a scalar over each (of the norm and its NaN
+        flag for ``norm_type=inf``, so that a NaN on one rank is NaN on all, which torch's
+        ``MAX`` alone would drop). Sharded gradients (``DTensor``: FSDP2, tensor parallel)
+        need none. Every process of the group calls.
 
     Returns
     -------

@@ -233,6 +233,8 @@ def replicate_partials(t: Any) -> Any:
 
     placements = list(t.placements)
     mesh = t.device_mesh
+    if mesh.get_coordinate() is None:  # this rank is not in the mesh: nothing to reduce
+        return t.redistribute(mesh, [Replicate() if p.is_partial() else p for p in placements])
     for op in ("max", "min"):
         dims = [
             d

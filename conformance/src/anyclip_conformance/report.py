@@ -70,7 +70,7 @@ class Matrix:
         self._status: dict[str, str] = {}
         self._bar: Any = None
         self._start = time.monotonic()
-        self._current: tuple[str, str, str] | None = None
+        self._expected: Counter[tuple[str, str, str]] = Counter()
 
     def _say(self, line: str) -> None:
         print(line, file=self._stream, flush=True)
@@ -84,6 +84,8 @@ class Matrix:
         for item in session.items:
             info = dict(item.user_properties).get(CONFORMANCE_KEY)
             counts[info["backend"] if info else "other"] += 1
+            if info:
+                self._expected[(info["function"], info["backend"], info["variant"])] += 1
         per = ", ".join(f"{n} {name}" for name, n in sorted(counts.items()))
         self._say(
             f"{len(session.items)} checks ({per}): "
@@ -117,33 +119,29 @@ class Matrix:
             row = self.other
         else:
             key = (info["function"], info["backend"], info["variant"])
-            if key != self._current:
-                self._row_done()
-                self._current = key
             row = self.rows.setdefault(key, {**dict.fromkeys(COLUMNS, 0), "max_ulp": 0.0})
             if status == "passed":
                 row["max_ulp"] = max(row["max_ulp"], float(props.get("max_ulp", 0.0)))
         row["cases"] += 1
         row[self._status.pop(report.nodeid)] += 1
+        if info is not None and row["cases"] == self._expected[key]:
+            self._row_done(key)
         if self._bar is not None:
             self._bar.update(1)
 
     def pytest_sessionfinish(self) -> None:
-        """Close the progress bar, or print the last row's line."""
-        self._row_done()
+        """Close the progress bar."""
         if self._bar is not None:
             self._bar.close()
 
-    def _row_done(self) -> None:
-        """Without a terminal: one line for the row that just finished."""
-        if self.progress or self._current is None:
+    def _row_done(self, key: tuple[str, str, str]) -> None:
+        """Without a terminal: one line for a row whose every item has run."""
+        if self.progress:
             return
-        function, backend, variant = self._current
-        row = self.rows[self._current]
-        counts = ", ".join(f"{row[c]} {c}" for c in COLUMNS)
+        function, backend, variant = key
+        counts = ", ".join(f"{self.rows[key][c]} {c}" for c in COLUMNS)
         elapsed = time.monotonic() - self._start
         self._say(f"[{elapsed:7.1f} s] {function} on {backend} ({variant}): {counts}")
-        self._current = None
 
     # ------------------------------------------------------------------------------ output
     @property

@@ -29,7 +29,7 @@ __all__ = ["COLUMNS", "ROUTES", "Matrix", "document"]
 #: The counted columns of a row, in table order.
 COLUMNS = ("cases", "passed", "xfailed", "failed", "skipped")
 #: Variants in row order: the case run three ways, then the other routes to the same formula.
-ROUTES = ("eager", "jit", "grad", "tree", "torch adapter", "optax adapter")
+ROUTES = ("eager", "jit", "grad", "real gradients", "tree", "torch adapter", "optax adapter")
 
 #: Seconds per check on a 2-core x86_64 machine, measured with ``python -m anyclip_conformance
 #: --backends NAME`` (the whole suite, divided by its item count), for the estimate printed
@@ -215,7 +215,9 @@ def document(matrix: Matrix, backends: list[Backend], missing: list[str]) -> str
             "Not run here: " + ("; ".join(missing) if missing else "none") + ".",
             "",
             "`(jit)` rows run the case under `jax.jit`; `(grad)` rows compare the gradients of "
-            "`sum(f(x) * w)` with TF's `GradientTape` ones; `(tree)` and `(... adapter)` rows run "
+            "`sum(f(x) * w)` with TF's `GradientTape` ones; `(real gradients)` rows run every "
+            "recorded training step of real TF models (`data/real_gradients.npz`) within the "
+            "tighter budgets at the end of the budget table; `(tree)` and `(... adapter)` rows run "
             "the case through `anyclip.tree`, `anyclip.torch` or `anyclip.optax`. `max ulp` is "
             "the largest error seen, in units in the last place of the reference dtype.",
             "",

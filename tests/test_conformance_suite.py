@@ -51,11 +51,67 @@ def test_library_imports_no_verification(path: Path) -> None:
     )
 
 
-def test_anyclip_conformance_subcommand_points_to_the_suite(capsys) -> None:
-    from anyclip.__main__ import main as anyclip_main
+def test_live_tf_without_tensorflow_exits_with_the_install_line(monkeypatch, capsys) -> None:
+    import importlib.util
 
-    assert anyclip_main(["conformance"]) == 2
-    assert "python -m anyclip_conformance" in capsys.readouterr().err
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tensorflow" else real(name, *a),
+    )
+    assert main(["--backends", "numpy", "--live-tf", "-k", "clip_by_average_norm"]) == 2
+    err = capsys.readouterr().err
+    assert "TensorFlow 2.21, which is not installed here" in err
+    assert "pip install 'anyclip-conformance[live]'" in err
+
+
+def test_progress_without_a_terminal_is_one_line_per_row(capsys) -> None:
+    # capsys replaces stderr with a buffer: what a pipe or a CI log gets
+    assert main(["--backends", "numpy", "-k", "test_case and clip_by_average_norm"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"\d+ checks \(\d+ numpy\): about \d+ s on a 2-core machine", err[0])
+    rows = [line for line in err if "clip_by_average_norm on numpy (eager)" in line]
+    assert len(rows) == 1, err
+    assert re.match(
+        r"\[ *\d+\.\d s\] clip_by_average_norm on numpy \(eager\): \d+ cases, ", rows[0]
+    )
+
+
+def _enable_jax_cache(tmp_path, env, code) -> list[str]:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XDG_"))} | env
+    script = "from anyclip_conformance import jax_cache\n" + code
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_jax_cache_folder_and_settings(tmp_path) -> None:
+    home = {"XDG_CACHE_HOME": str(tmp_path)}
+    setting = "os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS']"
+    code = f"import os; print(jax_cache.enable(), {setting})"
+    assert _enable_jax_cache(tmp_path, home, code) == [str(tmp_path / "anyclip" / "jax"), "0"]
+    # settings already in the environment win
+    mine = {
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "mine"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2",
+    }
+    assert _enable_jax_cache(tmp_path, home | mine, code) == [str(tmp_path / "mine"), "2"]
+    # JAX imported first: its configuration is set too
+    code = "import jax; jax_cache.enable(); print(jax.config.jax_compilation_cache_dir)"
+    assert _enable_jax_cache(tmp_path, home, code) == [str(tmp_path / "anyclip" / "jax")]
 
 
 def test_unknown_backend_is_an_error_listing_the_valid_names(capsys) -> None:
@@ -125,6 +181,8 @@ def _route_cases(variant: str) -> list[str]:
 def _expected(function: str, backend: str, variant: str) -> tuple[int, int]:
     """(cases, xfailed) of a report row, from the catalogue and the xfail lists alone."""
     index = reference.load_index()
+    if variant == "real gradients":  # every recorded step, no xfails
+        return len(reference.real_gradient_cases()), 0
     if variant in ("eager", "jit", "grad"):
         ids = reference.case_ids(function, kind={"eager": "all"}.get(variant, variant))
         run, tag = ids, variant
@@ -155,6 +213,9 @@ def test_report_counts_agree_with_the_catalogue() -> None:
     seen = {(r["function"], r["backend"]) for r in rows if r["variant"] is None}
     wanted = {(f, b) for f in reference.functions() for b in REPORT_BACKENDS}
     assert wanted <= seen, f"docs/conformance.md lacks rows {sorted(wanted - seen)}"
+    real = {(r["function"], r["backend"]) for r in rows if r["variant"] == "real gradients"}
+    wanted = {(f, b) for f in ("global_norm", "clip_by_global_norm") for b in REPORT_BACKENDS}
+    assert wanted <= real, f"docs/conformance.md lacks real-gradient rows {sorted(wanted - real)}"
     for r in rows:
         variant = r["variant"] or "eager"
         cases, xfailed = _expected(r["function"], r["backend"], variant)

@@ -11,6 +11,7 @@ functions give when called here directly.
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import os
 import re
@@ -129,11 +130,31 @@ def test_help_is_plain_text(tmp_path):
         assert markup not in done.stdout, f"--help shows RST markup {markup!r}:\n{done.stdout}"
 
 
-def test_conformance_points_to_the_suite(tmp_path):
+def test_conformance_points_to_the_installed_suite(tmp_path):
+    # the test environment has anyclip-conformance installed (the conftest imports it)
     done = run_anyclip("conformance", cwd=tmp_path)
-    assert done.returncode == 2
-    assert "python -m anyclip_conformance" in done.stderr
+    assert done.returncode == 0, done.stderr
+    version = importlib.metadata.version("anyclip-conformance")
+    assert f"anyclip-conformance {version} is installed" in done.stdout
+    assert "python -m anyclip_conformance" in done.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_conformance_says_how_to_install_the_suite(monkeypatch, capsys):
+    import importlib.util
+
+    from anyclip.__main__ import main
+
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        return None if name == "anyclip_conformance" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert main(["conformance"]) == 2
+    err = capsys.readouterr().err
+    assert "not installed here" in err
+    assert "pip install anyclip-conformance" in err
 
 
 # ------------------------------------------------------------------------------ the demo

@@ -468,13 +468,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "conformance":
+        return _conformance_pointer()
+    return demo()
+
+
+def _conformance_pointer() -> int:
+    """Say how to run the conformance suite, from what is really installed (imports nothing)."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("anyclip_conformance") is None:
         print(
-            "The conformance suite is the separate `anyclip-conformance` distribution: "
-            "install it and run `python -m anyclip_conformance`.",
+            "The conformance suite is the separate `anyclip-conformance` distribution, which is "
+            "not installed here: `pip install anyclip-conformance` (in a source checkout: "
+            "`pip install -e ./conformance`), then run `python -m anyclip_conformance`.",
             file=sys.stderr,
         )
         return 2
-    return demo()
+    try:
+        version = " " + importlib.metadata.version("anyclip-conformance")
+    except importlib.metadata.PackageNotFoundError:  # importable from a path, not installed
+        version = ""
+    print(
+        f"anyclip-conformance{version} is installed: run `python -m anyclip_conformance` "
+        "(`--backends numpy,torch` to choose backends, `--help` for the rest)."
+    )
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 Runs the suite (``anyclip_conformance/suite``) through pytest on the chosen backends (default:
 every backend that loads here), prints the function x backend matrix and the failures, and exits
-0 only when nothing failed. It writes a file only when asked (``--report PATH``).
+0 only when nothing failed. It writes the Markdown report only when asked (``--report PATH``);
+JAX's compiled programs go to a persistent cache (``~/.cache/anyclip/jax``; ``--no-jax-cache``
+to run without it), so that a second JAX run compiles almost nothing.
 
 Example: ``python -m anyclip_conformance --backends torch-cuda -k clip_by_norm``.
 """
@@ -10,6 +12,7 @@ Example: ``python -m anyclip_conformance --backends torch-cuda -k clip_by_norm``
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Sequence
 from importlib import resources
@@ -25,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m anyclip_conformance`` (returns the exit status)."""
     import pytest
 
-    from anyclip_conformance import plugin, report
+    from anyclip_conformance import jax_cache, plugin, report
     from anyclip_conformance.backends import BACKEND_IDS, BackendId, parse_backends
 
     parser = argparse.ArgumentParser(
@@ -42,7 +45,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--live-tf", action="store_true", help="also compare with a live TensorFlow (slow)"
     )
+    parser.add_argument(
+        "--no-jax-cache",
+        action="store_true",
+        help="do not keep JAX's compiled programs between runs (the cache lives in "
+        "$JAX_COMPILATION_CACHE_DIR, or ~/.cache/anyclip/jax)",
+    )
     args = parser.parse_args(argv)
+    if args.live_tf and importlib.util.find_spec("tensorflow") is None:
+        print(
+            "error: --live-tf needs TensorFlow 2.21, which is not installed here: "
+            "pip install 'anyclip-conformance[live]' (or tensorflow-cpu==2.21.0)",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.no_jax_cache:
+        jax_cache.enable()  # before any backend imports JAX
     try:
         wanted = parse_backends(args.backends) if args.backends else list(BackendId)
     except ValueError as exc:
@@ -75,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pytest_args += ["--live-tf"] if args.live_tf else ["-m", "not live_tf"]
     if args.keyword:
         pytest_args += ["-k", args.keyword]
-    matrix = report.Matrix(progress=sys.stderr.isatty())
+    matrix = report.Matrix(progress=sys.stderr.isatty(), jax_cached=_jax_cache_filled(args))
     code = pytest.main(pytest_args, plugins=[plugin, matrix])
 
     for nodeid, text in matrix.failures[:SHOWN_FAILURES]:
@@ -86,6 +104,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.report.write_text(report.document(matrix, backends, missing), encoding="utf-8")
         print(f"wrote {args.report}")
     return 0 if code == 0 and matrix.failed == 0 else max(int(code), 1)
+
+
+def _jax_cache_filled(args: argparse.Namespace) -> bool:
+    """Whether JAX's compile cache holds programs from an earlier run (for the estimate)."""
+    import os
+
+    if args.no_jax_cache:
+        return False
+    folder = Path(os.environ.get("JAX_COMPILATION_CACHE_DIR", ""))
+    return folder.is_dir() and any(folder.iterdir())
 
 
 if __name__ == "__main__":

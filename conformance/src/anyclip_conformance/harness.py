@@ -33,9 +33,9 @@ import numpy as np
 
 import anyclip
 from anyclip_conformance.backends import Backend, load_backend
-from anyclip_conformance.budgets import budget
+from anyclip_conformance.budgets import REAL_GRADIENT_BUDGETS, budget
 from anyclip_conformance.compare import Mismatch, assert_array
-from anyclip_conformance.reference import load_arrays, load_index
+from anyclip_conformance.reference import load_arrays, load_index, load_real_gradients
 from anyclip_conformance.specs import (
     array_specs,
     build,
@@ -50,6 +50,7 @@ __all__ = [
     "Mismatch",
     "applicable",
     "check_case",
+    "check_real_gradients",
     "grad_scale",
     "is_svd",
     "prepare_entry",
@@ -280,3 +281,55 @@ def grad_scale(entry: dict[str, Any], arrays: dict[str, np.ndarray]) -> float:
         if finite.size:
             scale = max(scale, float(np.max(np.abs(finite))))
     return scale
+
+
+def check_real_gradients(
+    case: str, function: str, backend: Backend, variant: str = "eager", impl: Any = anyclip
+) -> float:
+    """One training step of a real model (``<model>/step<k>``) through ``function``.
+
+    ``function`` is ``global_norm`` or ``clip_by_global_norm`` (with the recorded
+    ``clip_norm``); ``variant`` is ``eager`` or ``jit``. The result must be TF's within
+    :data:`~anyclip_conformance.budgets.REAL_GRADIENT_BUDGETS`; returns the largest ulp error.
+    Raises ``LookupError`` when ``backend`` lacks the model's gradient dtype.
+    """
+    provenance, arrays = load_real_gradients()
+    model, _, step = case.partition("/step")
+    dtypes = provenance["models"][model]["dtypes"]
+    missing = sorted({d for d in dtypes if not backend.has_dtype(d)})
+    if missing:
+        raise LookupError(f"{backend.name} has no {', '.join(missing)}")
+    grads = [backend.asarray(arrays[f"{model}|{step}|grad|{i}"], d) for i, d in enumerate(dtypes)]
+    fn = getattr(impl, function)
+    args: tuple[Any, ...] = (provenance["clip_norm"],) if function == "clip_by_global_norm" else ()
+    call = (lambda *g: fn(list(g), *args)) if variant == "jit" else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = backend.jit(call)(*grads) if call is not None else fn(grads, *args)
+    ulps = REAL_GRADIENT_BUDGETS[function]
+    norm = out if function == "global_norm" else out[1]
+    worst = assert_array(
+        norm,
+        arrays[f"{model}|{step}|norm"],
+        backend=backend,
+        dtype=dtypes[0],
+        ulp=REAL_GRADIENT_BUDGETS["global_norm"],
+        what=f"{case} norm",
+        flush=True,
+    )
+    if function == "clip_by_global_norm":
+        for i, (got, dtype) in enumerate(zip(out[0], dtypes, strict=True)):
+            want = arrays[f"{model}|{step}|clipped|{i}"]
+            worst = max(
+                worst,
+                assert_array(
+                    got,
+                    want,
+                    backend=backend,
+                    dtype=dtype,
+                    ulp=ulps,
+                    what=f"{case} [{i}]",
+                    flush=True,
+                ),
+            )
+    return worst

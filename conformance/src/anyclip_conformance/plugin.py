@@ -99,11 +99,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = _item_backend(item)
         if mark is None or name is None:
             continue
-        case_id = item.callspec.params["case_id"]  # type: ignore[attr-defined]
+        params = item.callspec.params  # type: ignore[attr-defined]
+        case_id = params["case_id"]
         variant = mark.args[0]
         info = {
             "case": case_id,
-            "function": load_index()[case_id]["function"],
+            "function": params.get("function") or load_index()[case_id]["function"],
             "backend": name,
             "variant": variant,
         }

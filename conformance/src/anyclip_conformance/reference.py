@@ -33,7 +33,9 @@ __all__ = [
     "in_jit_sample",
     "load_arrays",
     "load_index",
+    "load_real_gradients",
     "load_xfails",
+    "real_gradient_cases",
     "xfail_reason",
 ]
 
@@ -68,6 +70,27 @@ def load_arrays(function: str) -> dict[str, np.ndarray]:
                 io.BytesIO(zf.read(name)), allow_pickle=False
             )
     return out
+
+
+@cache
+def load_real_gradients() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``data/real_gradients.npz``: its provenance and its arrays (see ``real_models.py``).
+
+    Members: ``<model>|<step>|grad|<i>`` (TF's raw gradients), ``<model>|<step>|clipped|<i>``
+    (``tf.clip_by_global_norm``'s output), ``<model>|<step>|norm`` (``tf.linalg.global_norm``),
+    and ``provenance`` (JSON: versions, seed, ``clip_norm``, each model's gradient dtypes).
+    """
+    raw = _package_file("data", "real_gradients.npz").read_bytes()
+    with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    provenance = json.loads(str(arrays.pop("provenance")))
+    return provenance, arrays
+
+
+def real_gradient_cases() -> list[str]:
+    """``<model>/step<k>`` for every recorded training step of every model."""
+    provenance, _ = load_real_gradients()
+    return [f"{m}/step{k}" for m in provenance["models"] for k in range(provenance["steps"])]
 
 
 def in_jit_sample(case_id: str) -> bool:

@@ -3,7 +3,9 @@
 :class:`Matrix` is a pytest plugin object. Handed to ``pytest.main(..., plugins=[matrix])``, it
 counts every item the suite's plugin tagged with its function, backend and variant into rows
 ``function x backend (variant)`` (cases, passed, xfailed, failed, skipped, max ulp), keeps the
-failures, and shows progress with ``tqdm`` when stderr is a terminal (nothing otherwise).
+failures, and shows progress on stderr: before the run, how many checks and about how long they
+take; then a ``tqdm`` bar on a terminal, or one line per finished row (counts and elapsed time)
+when stderr is a pipe or a file.
 :func:`document` renders a finished run as the Markdown report; it records the reference data's
 :func:`~anyclip_conformance.reference.fingerprint`, so a test can tell when the report is stale.
 """
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import platform
 import sys
+import time
+from collections import Counter
 from typing import Any
 
 import anyclip
@@ -25,26 +29,69 @@ __all__ = ["COLUMNS", "ROUTES", "Matrix", "document"]
 #: The counted columns of a row, in table order.
 COLUMNS = ("cases", "passed", "xfailed", "failed", "skipped")
 #: Variants in row order: the case run three ways, then the other routes to the same formula.
-ROUTES = ("eager", "jit", "grad", "tree", "torch adapter", "optax adapter")
+ROUTES = ("eager", "jit", "grad", "real gradients", "tree", "torch adapter", "optax adapter")
+
+#: Seconds per check on a 2-core x86_64 machine, measured with ``python -m anyclip_conformance
+#: --backends NAME`` (the whole suite, divided by its item count), for the estimate printed
+#: before a run. JAX's first run compiles every program; later runs read them from the cache.
+SECONDS_PER_CHECK = {
+    "numpy": 0.002,
+    "array_api_strict": 0.003,
+    "torch": 0.003,
+    "jax": 0.010,
+    "dask": 0.02,
+}
+#: JAX's compile time on the first run (an empty cache), per check, on the same machine.
+JAX_FIRST_RUN_EXTRA = 0.03
+
+
+def estimate(counts: Counter[str], *, jax_cached: bool) -> str:
+    """About how long ``counts`` (checks per backend name) take, in words."""
+    seconds = 0.0
+    for name, n in counts.items():
+        seconds += n * SECONDS_PER_CHECK.get(name.split("-")[0], 0.005)
+        if name.startswith("jax") and not jax_cached:
+            seconds += n * JAX_FIRST_RUN_EXTRA
+    if seconds < 90:
+        return f"about {max(round(seconds / 10) * 10, 10):.0f} s"
+    return f"about {seconds / 60:.0f} min"
 
 
 class Matrix:
     """A pytest plugin counting results by function, backend and variant."""
 
-    def __init__(self, *, progress: bool) -> None:
+    def __init__(self, *, progress: bool, jax_cached: bool = True) -> None:
         self.progress = progress
+        self.jax_cached = jax_cached
         self._stream = sys.stderr  # the real one: pytest replaces sys.stderr while it runs
         self.rows: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.other = dict.fromkeys(COLUMNS, 0)
         self.failures: list[tuple[str, str]] = []
         self._status: dict[str, str] = {}
         self._bar: Any = None
+        self._start = time.monotonic()
+        self._expected: Counter[tuple[str, str, str]] = Counter()
+
+    def _say(self, line: str) -> None:
+        print(line, file=self._stream, flush=True)
 
     # ------------------------------------------------------------------------ pytest hooks
     def pytest_collection_finish(self, session: Any) -> None:
-        """Start the progress bar (only on a terminal)."""
+        """Say what will run and for about how long; start the bar on a terminal."""
         from tqdm import tqdm
 
+        counts: Counter[str] = Counter()
+        for item in session.items:
+            info = dict(item.user_properties).get(CONFORMANCE_KEY)
+            counts[info["backend"] if info else "other"] += 1
+            if info:
+                self._expected[(info["function"], info["backend"], info["variant"])] += 1
+        per = ", ".join(f"{n} {name}" for name, n in sorted(counts.items()))
+        self._say(
+            f"{len(session.items)} checks ({per}): "
+            f"{estimate(counts, jax_cached=self.jax_cached)} on a 2-core machine"
+        )
+        self._start = time.monotonic()
         self._bar = tqdm(
             total=len(session.items), unit="test", file=self._stream, disable=not self.progress
         )
@@ -77,6 +124,8 @@ class Matrix:
                 row["max_ulp"] = max(row["max_ulp"], float(props.get("max_ulp", 0.0)))
         row["cases"] += 1
         row[self._status.pop(report.nodeid)] += 1
+        if info is not None and row["cases"] == self._expected[key]:
+            self._row_done(key)
         if self._bar is not None:
             self._bar.update(1)
 
@@ -84,6 +133,15 @@ class Matrix:
         """Close the progress bar."""
         if self._bar is not None:
             self._bar.close()
+
+    def _row_done(self, key: tuple[str, str, str]) -> None:
+        """Without a terminal: one line for a row whose every item has run."""
+        if self.progress:
+            return
+        function, backend, variant = key
+        counts = ", ".join(f"{self.rows[key][c]} {c}" for c in COLUMNS)
+        elapsed = time.monotonic() - self._start
+        self._say(f"[{elapsed:7.1f} s] {function} on {backend} ({variant}): {counts}")
 
     # ------------------------------------------------------------------------------ output
     @property
@@ -157,7 +215,9 @@ def document(matrix: Matrix, backends: list[Backend], missing: list[str]) -> str
             "Not run here: " + ("; ".join(missing) if missing else "none") + ".",
             "",
             "`(jit)` rows run the case under `jax.jit`; `(grad)` rows compare the gradients of "
-            "`sum(f(x) * w)` with TF's `GradientTape` ones; `(tree)` and `(... adapter)` rows run "
+            "`sum(f(x) * w)` with TF's `GradientTape` ones; `(real gradients)` rows run every "
+            "recorded training step of real TF models (`data/real_gradients.npz`) within the "
+            "tighter budgets at the end of the budget table; `(tree)` and `(... adapter)` rows run "
             "the case through `anyclip.tree`, `anyclip.torch` or `anyclip.optax`. `max ulp` is "
             "the largest error seen, in units in the last place of the reference dtype.",
             "",

@@ -1,0 +1,50 @@
+"""JAX's persistent compilation cache, switched on before JAX compiles anything.
+
+JAX compiles every function for every shape and dtype it meets, and on two cores that is most of
+a JAX run's time. Its persistent compilation cache keeps the compiled programs on disk between
+runs: a rerun of the whole JAX suite compiles almost nothing (``docs/performance.md``). The cache
+is keyed by JAX's version, the program and its flags, so a stale entry is never reused.
+
+Both ``python -m anyclip_conformance`` and a source checkout's ``conftest.py`` call
+:func:`enable` first. The folder is ``$JAX_COMPILATION_CACHE_DIR`` when set, otherwise
+``$XDG_CACHE_HOME/anyclip/jax`` (``~/.cache/anyclip/jax``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["default_dir", "enable"]
+
+#: JAX's settings (environment variables it reads at import) and the values set here: every
+#: program is cached, however small and however quickly it compiled.
+_SETTINGS = {
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+}
+
+
+def default_dir() -> Path:
+    """``$XDG_CACHE_HOME/anyclip/jax``, or ``~/.cache/anyclip/jax``."""
+    home = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(home) / "anyclip" / "jax"
+
+
+def enable() -> Path:
+    """Switch the cache on (settings already in the environment win); return its folder.
+
+    Sets JAX's environment variables, which JAX reads when it is imported; when JAX is already
+    imported, sets its configuration too (it takes effect if nothing has compiled yet).
+    """
+    folder = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(default_dir()))
+    for name, value in _SETTINGS.items():
+        os.environ.setdefault(name, value)
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        jax.config.update("jax_compilation_cache_dir", folder)
+        for name in _SETTINGS:
+            value = os.environ[name]
+            jax.config.update(name.lower(), float(value) if "TIME" in name else int(value))
+    return Path(folder)

@@ -1,0 +1,72 @@
+"""Gradients of real TF models: every recorded training step, on every backend.
+
+``data/real_gradients.npz`` (made by ``python -m anyclip_conformance.real_models``) holds the
+raw gradients of four small Keras models trained with TensorFlow 2.21 (an LSTM language model
+with an embedding, a convnet also in mixed precision, a transformer block, an MLP policy also
+in float16 and bfloat16) and what ``tf.linalg.global_norm`` and ``tf.clip_by_global_norm``
+returned for them. anyclip must give the same within ``budgets.REAL_GRADIENT_BUDGETS``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from anyclip_conformance import harness, reference
+from anyclip_conformance.backends import BackendId
+
+CASES = reference.real_gradient_cases()
+FUNCTIONS = ["global_norm", "clip_by_global_norm"]
+JAX_BACKENDS = [b.value for b in BackendId if b.library == "jax"]
+
+#: Known deviations under ``jax.jit`` (strict: they fail once fixed). Measured on XLA:CPU.
+JIT_DEVIATIONS = {
+    case: "under jax.jit the float16 norm is 4 ulp below TF's (eager JAX is within 1 ulp): "
+    "about 4,900 of this step's squares fall below float16's normal range, and XLA:CPU's fused "
+    "float16 arithmetic rounds them otherwise than TF's kernels; not fixed yet"
+    for case in ("mlp_policy_float16/step2", "mlp_policy_float16/step3")
+}
+JIT_CASES = [
+    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=JIT_DEVIATIONS[c]))
+    if c in JIT_DEVIATIONS
+    else c
+    for c in CASES
+]
+
+
+def _run(case_id: str, function: str, backend: Any, variant: str, record: Any) -> None:
+    try:
+        worst = harness.check_real_gradients(case_id, function, backend, variant)
+    except LookupError as exc:  # a dtype the backend lacks (bfloat16 on NumPy)
+        pytest.skip(str(exc))
+    record("max_ulp", worst)
+
+
+@pytest.mark.conformance("real gradients")
+@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize("case_id", CASES)
+def test_real_gradients(case_id: str, function: str, backend: Any, record_property: Any) -> None:
+    _run(case_id, function, backend, "eager", record_property)
+
+
+@pytest.mark.parametrize("backend", JAX_BACKENDS, indirect=True)
+@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize("case_id", JIT_CASES)
+def test_real_gradients_jit(case_id: str, function: str, backend: Any) -> None:
+    harness.check_real_gradients(case_id, function, backend, "jit")
+
+
+def test_real_gradient_data() -> None:
+    """Every model is there, with its dtypes, several steps, and an embedding among them."""
+    provenance, arrays = reference.load_real_gradients()
+    assert provenance["tensorflow"] == "2.21.0"
+    models = provenance["models"]
+    assert {"lstm_lm", "convnet", "transformer", "mlp_policy"} <= set(models)
+    dtypes = {d for m in models.values() for d in m["dtypes"]}
+    assert {"float32", "float16", "bfloat16"} <= dtypes
+    assert provenance["steps"] >= 3
+    assert len(CASES) == len(models) * provenance["steps"]
+    # the LSTM's first gradient is the embedding's IndexedSlices values: one row per id
+    embedding = arrays["lstm_lm|0|grad|0"]
+    assert embedding.shape == (8 * 12, 32)

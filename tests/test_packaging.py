@@ -121,7 +121,7 @@ def test_wheel_has_the_license(wheel_names, dist):
 
 
 def test_wheel_has_the_package_and_py_typed(wheel_names):
-    for module in ("__init__", "__main__", "tree", "torch", "optax"):
+    for module in ("__init__", "__main__", "tree", "torch/__init__", "optax/__init__"):
         assert f"anyclip/{module}.py" in wheel_names
     assert "anyclip/py.typed" in wheel_names
     assert not [n for n in wheel_names if n.startswith(("tests/", "conformance/", "docs/"))]

@@ -336,6 +336,10 @@ Written by `python -m anyclip_conformance.generate` (do not edit by hand).
 - `<function>.npz`: the arrays, one `.npy` member per array, named `<case id>|in|<path>`,
   `<case id>|out|<path>`, `<case id>|grad|<path>`. bfloat16 arrays are stored as float32
   (exactly representable); the index records their dtype.
+- `real_gradients.npz`: written by `python -m anyclip_conformance.real_models` (not by the
+  generator): the raw gradients of real Keras models trained with TensorFlow 2.21, and TF's
+  `global_norm` and `clip_by_global_norm` of every step; its `provenance` member records the
+  versions, seed, `clip_norm` and each model's gradient dtypes.
 
 ## Regenerate
 

@@ -34,6 +34,21 @@ def test_benchmark_command_writes_report(tmp_path):
     for op in ("clip_by_value", "clip_by_norm", "norm"):
         assert f"| W5 one 6-element tensor | {op} | numpy | **anyclip** |" in table
     assert out.with_suffix(".png").stat().st_size > 0
+    # the page opens with the chart and the summary; the full table comes after
+    assert table.index("](performance.png)") < table.index("## Summary") < table.index("| W5 ")
+    assert "| W5 one 6-element tensor | clip_by_norm | " in table.split("## Every measurement")[0]
+    # --rerender measures nothing and rewrites the same rows
+    before = [line for line in table.splitlines() if line.startswith("| W5 ")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--rerender", "--output", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [line for line in out.read_text().splitlines() if line.startswith("| W5 ")] == before
 
 
 def test_distributed_benchmark_command_writes_report(tmp_path):

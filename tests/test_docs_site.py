@@ -17,6 +17,7 @@ import ast
 import functools
 import http.server
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,9 +33,22 @@ import anyclip
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+
+
+def _page_path(md: Path) -> str:
+    """The site path of a Markdown file of docs/ (``api/index.md`` -> ``api/``)."""
+    rel = md.relative_to(DOCS).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "index" else rel.parts
+    return "".join(f"{part}/" for part in parts)
+
+
 #: The site's pages, one per Markdown file of docs/ (``--strict`` fails on a file left out of
 #: the nav), as paths under the site root.
-PAGES = sorted("" if p.stem == "index" else f"{p.stem}/" for p in DOCS.glob("*.md"))
+PAGES = sorted(_page_path(p) for p in DOCS.rglob("*.md") if "_ext" not in p.parts)
+#: The API reference: an overview and one page per function or module.
+API_PAGES = [p for p in PAGES if p.startswith("api/")]
+#: The width of a laptop browser window: no page may scroll sideways at it.
+WINDOW = (1280, 900)
 #: Modules whose ``__all__`` the API page documents; the adapters are read from source, so the
 #: check does not need torch or optax.
 API_MODULES = ("tree", "torch", "optax")
@@ -73,9 +87,14 @@ def site(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def base_url(site) -> Iterator[str]:
-    """The built site, served on a free port of 127.0.0.1."""
-    handler = functools.partial(_QuietHandler, directory=str(site))
+def base_url(site, tmp_path_factory) -> Iterator[str]:
+    """The built site, served on a free port of 127.0.0.1 (with the overflow probe added)."""
+    served = tmp_path_factory.mktemp("served")
+    shutil.copytree(site, served, dirs_exist_ok=True)
+    for page in served.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        page.write_text(text.replace("</body>", _OVERFLOW_PROBE + "</body>"), encoding="utf-8")
+    handler = functools.partial(_QuietHandler, directory=str(served))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -88,6 +107,24 @@ def base_url(site) -> Iterator[str]:
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args):
         pass
+
+
+#: Appended to every page the test renders (never to the site): once the page has loaded,
+#: it records on ``<html>`` whether the page is wider than the window, and which elements
+#: stick out, so that ``--dump-dom`` carries the answer.
+_OVERFLOW_PROBE = """<script>
+window.addEventListener("load", () => {
+  const root = document.documentElement;
+  const wide = [...document.querySelectorAll("body *")]
+    .filter((e) => !e.closest(".md-search"))
+    .filter((e) => e.getBoundingClientRect().right > root.clientWidth + 1)
+    .slice(0, 5)
+    .map((e) => e.tagName + "." + (e.className || ""));
+  root.dataset.scrollWidth = root.scrollWidth;
+  root.dataset.clientWidth = root.clientWidth;
+  root.dataset.wide = wide.join(" ");
+});
+</script>"""
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +160,14 @@ def dom(chromium, base_url, tmp_path_factory) -> dict[str, str]:
     profile = tmp_path_factory.mktemp("chromium-profile")
     rendered = {}
     for page in PAGES:
+        width, height = WINDOW
         done = subprocess.run(
-            [*chromium_args(chromium, profile), "--dump-dom", base_url + page],
+            [
+                *chromium_args(chromium, profile),
+                f"--window-size={width},{height}",
+                "--dump-dom",
+                base_url + page,
+            ],
             capture_output=True,
             text=True,
             timeout=120,
@@ -184,6 +227,21 @@ def _target_page(url: str, base_url: str) -> str | None:
 # ------------------------------------------------------------------------------ tests
 def test_every_docs_page_is_a_site_page():
     assert {"", "api/", "quickstart/", "porting/", "faq/", "tf-behaviour/"} <= set(PAGES)
+    # one API page per TF-named function (anyclip.tree, .torch and .optax have their own too)
+    assert {f"api/{name}/" for name in anyclip.__all__} <= set(API_PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p or "index")
+def test_page_does_not_scroll_sideways(dom, page):
+    html = dom[page]
+    found = re.search(
+        r'data-scroll-width="(\d+)" data-client-width="(\d+)" data-wide="([^"]*)"', html
+    )
+    assert found is not None, f"/{page}: the overflow probe did not run"
+    scroll, client, wide = int(found[1]), int(found[2]), found[3]
+    assert scroll <= client, (
+        f"/{page} scrolls sideways at {WINDOW[0]} px: {scroll} px wide in {client} px ({wide})"
+    )
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p or "index")
@@ -251,5 +309,5 @@ def test_public_names_are_known():
 
 @pytest.mark.parametrize("name", _public_names())
 def test_api_page_documents_public_name(dom, name):
-    parsed = _Page(dom["api/"])
-    assert name in parsed.ids, f"the API page has no section for {name}"
+    ids = set().union(*(_Page(dom[page]).ids for page in API_PAGES))
+    assert name in ids, f"no API page has a section for {name}"

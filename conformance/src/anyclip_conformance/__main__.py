@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pytest_args += ["--live-tf"] if args.live_tf else ["-m", "not live_tf"]
     if args.keyword:
         pytest_args += ["-k", args.keyword]
-    matrix = report.Matrix(progress=sys.stderr.isatty(), jax_cached=_jax_cache_filled(args))
+    matrix = report.Matrix(progress=sys.stderr.isatty())
     code = pytest.main(pytest_args, plugins=[plugin, matrix])
 
     for nodeid, text in matrix.failures[:SHOWN_FAILURES]:
@@ -104,16 +104,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.report.write_text(report.document(matrix, backends, missing), encoding="utf-8")
         print(f"wrote {args.report}")
     return 0 if code == 0 and matrix.failed == 0 else max(int(code), 1)
-
-
-def _jax_cache_filled(args: argparse.Namespace) -> bool:
-    """Whether JAX's compile cache holds programs from an earlier run (for the estimate)."""
-    import os
-
-    if args.no_jax_cache:
-        return False
-    folder = Path(os.environ.get("JAX_COMPILATION_CACHE_DIR", ""))
-    return folder.is_dir() and any(folder.iterdir())
 
 
 if __name__ == "__main__":

@@ -31,27 +31,13 @@ COLUMNS = ("cases", "passed", "xfailed", "failed", "skipped")
 #: Variants in row order: the case run three ways, then the other routes to the same formula.
 ROUTES = ("eager", "jit", "grad", "real gradients", "tree", "torch adapter", "optax adapter")
 
-#: Seconds per check on a 2-core x86_64 machine, measured with ``python -m anyclip_conformance
-#: --backends NAME`` (the whole suite, divided by its item count), for the estimate printed
-#: before a run. JAX's first run compiles every program; later runs read them from the cache.
-SECONDS_PER_CHECK = {
-    "numpy": 0.002,
-    "array_api_strict": 0.003,
-    "torch": 0.003,
-    "jax": 0.010,
-    "dask": 0.02,
-}
-#: JAX's compile time on the first run (an empty cache), per check, on the same machine.
-JAX_FIRST_RUN_EXTRA = 0.03
+#: After how many finished checks the run's own pace gives the estimate of its length.
+ESTIMATE_AFTER = 200
 
 
-def estimate(counts: Counter[str], *, jax_cached: bool) -> str:
-    """About how long ``counts`` (checks per backend name) take, in words."""
-    seconds = 0.0
-    for name, n in counts.items():
-        seconds += n * SECONDS_PER_CHECK.get(name.split("-")[0], 0.005)
-        if name.startswith("jax") and not jax_cached:
-            seconds += n * JAX_FIRST_RUN_EXTRA
+def _duration(seconds: float) -> str:
+    if seconds < 10:
+        return "a few seconds"
     if seconds < 90:
         return f"about {max(round(seconds / 10) * 10, 10):.0f} s"
     return f"about {seconds / 60:.0f} min"
@@ -60,9 +46,8 @@ def estimate(counts: Counter[str], *, jax_cached: bool) -> str:
 class Matrix:
     """A pytest plugin counting results by function, backend and variant."""
 
-    def __init__(self, *, progress: bool, jax_cached: bool = True) -> None:
+    def __init__(self, *, progress: bool) -> None:
         self.progress = progress
-        self.jax_cached = jax_cached
         self._stream = sys.stderr  # the real one: pytest replaces sys.stderr while it runs
         self.rows: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.other = dict.fromkeys(COLUMNS, 0)
@@ -71,6 +56,8 @@ class Matrix:
         self._bar: Any = None
         self._start = time.monotonic()
         self._expected: Counter[tuple[str, str, str]] = Counter()
+        self._total = 0
+        self._done = 0
 
     def _say(self, line: str) -> None:
         print(line, file=self._stream, flush=True)
@@ -87,10 +74,9 @@ class Matrix:
             if info:
                 self._expected[(info["function"], info["backend"], info["variant"])] += 1
         per = ", ".join(f"{n} {name}" for name, n in sorted(counts.items()))
-        self._say(
-            f"{len(session.items)} checks ({per}): "
-            f"{estimate(counts, jax_cached=self.jax_cached)} on a 2-core machine"
-        )
+        self._total = len(session.items)
+        later = f"; their time is estimated after the first {ESTIMATE_AFTER}"
+        self._say(f"{self._total} checks ({per})" + (later if self._total > ESTIMATE_AFTER else ""))
         self._start = time.monotonic()
         self._bar = tqdm(
             total=len(session.items), unit="test", file=self._stream, disable=not self.progress
@@ -124,6 +110,13 @@ class Matrix:
                 row["max_ulp"] = max(row["max_ulp"], float(props.get("max_ulp", 0.0)))
         row["cases"] += 1
         row[self._status.pop(report.nodeid)] += 1
+        self._done += 1
+        if self._done == ESTIMATE_AFTER < self._total:
+            elapsed = time.monotonic() - self._start
+            left = elapsed / self._done * (self._total - self._done)
+            self._say(
+                f"{self._done} checks in {elapsed:.1f} s: {_duration(left)} left at this pace"
+            )
         if info is not None and row["cases"] == self._expected[key]:
             self._row_done(key)
         if self._bar is not None:

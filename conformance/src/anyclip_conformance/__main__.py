@@ -4,7 +4,7 @@ Runs the suite (``anyclip_conformance/suite``) through pytest on the chosen back
 every backend that loads here), prints the function x backend matrix and the failures, and exits
 0 only when nothing failed. It writes the Markdown report only when asked (``--report PATH``);
 JAX's compiled programs go to a persistent cache (``~/.cache/anyclip/jax``; ``--no-jax-cache``
-to run without it), so that a second JAX run compiles almost nothing.
+to run without it), so that a second JAX run reads them instead of compiling them again.
 
 Example: ``python -m anyclip_conformance --backends torch-cuda -k clip_by_norm``.
 """

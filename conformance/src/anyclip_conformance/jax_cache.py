@@ -2,8 +2,10 @@
 
 JAX compiles every function for every shape and dtype it meets, and on two cores that is most of
 a JAX run's time. Its persistent compilation cache keeps the compiled programs on disk between
-runs: a rerun of the whole JAX suite compiles almost nothing (``docs/performance.md``). The cache
-is keyed by JAX's version, the program and its flags, so a stale entry is never reused.
+runs, so a rerun reads them instead of compiling them again (the 361 JAX checks of
+``clip_by_average_norm``: 20.3 s, then 8.9 s; JAX still lowers each program to find it in the
+cache). The cache is keyed by JAX's version, the program and its flags, so a stale entry is never
+reused.
 
 Both ``python -m anyclip_conformance`` and a source checkout's ``conftest.py`` call
 :func:`enable` first. The folder is ``$JAX_COMPILATION_CACHE_DIR`` when set, otherwise

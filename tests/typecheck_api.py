@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 __all__: list[str] = []
 
 if TYPE_CHECKING:
-
     import jax
     import numpy as np
     import numpy.typing as npt
@@ -71,6 +70,8 @@ if TYPE_CHECKING:
         assert_type(tree_norm, torch.Tensor)
         assert_type(anyclip.tree.clip_by_global_norm(grads, 1.0)[0], list[torch.Tensor])
         assert_type(anyclip.tree.global_norm(grads), torch.Tensor)
+        assert_type(anyclip.tree.clip_by_norm(named, 1.0, axes=[0]), dict[str, torch.Tensor])
+        assert_type(anyclip.tree.clip_by_value(named, -1.0, 1.0), dict[str, torch.Tensor])
         # anyclip.torch: torch's own signatures
         assert_type(anyclip.torch.clip_grad_norm_(model.parameters(), 1.0), torch.Tensor)
 
@@ -100,6 +101,7 @@ if TYPE_CHECKING:
         anyclip.norm(t, ord="nuc")  # type: ignore[arg-type]
         anyclip.clip_by_norm("t", 1.0)  # type: ignore[type-var]
         anyclip.optax.clip_by_global_norm("1.0")  # type: ignore[arg-type]
+        anyclip.tree.clip_by_norm({"w": t}, 1.0, accumulate_dtype="widest", axes={0})  # type: ignore[arg-type]
         # a list of gradients that may be None does not give a list without None
         maybe: list[torch.Tensor | None] = [t, None]
         clipped: list[torch.Tensor] = anyclip.clip_by_global_norm(maybe, 1.0)[0]  # type: ignore[assignment]

@@ -32,7 +32,7 @@ from anyclip import _clip
 from anyclip._compat import is_array
 from anyclip._keywords import hints_keywords
 from anyclip._sparse import is_sparse
-from anyclip._typing import ArrayT, DTypeLike, Nonfinite, Operand
+from anyclip._typing import ArrayT, Axes, DTypeLike, Nonfinite, Operand
 
 __all__ = [
     "clip_by_average_norm",
@@ -191,7 +191,7 @@ def map_leaves(fn: Callable[[Any], Any], tree: TreeT) -> TreeT:
 
 
 @hints_keywords
-def clip_by_value(tree: TreeT, clip_value_min: Any, clip_value_max: Any) -> TreeT:
+def clip_by_value(tree: TreeT, clip_value_min: Operand, clip_value_max: Operand) -> TreeT:
     """:func:`anyclip.clip_by_value` on every leaf of ``tree``.
 
     Examples
@@ -206,7 +206,7 @@ def clip_by_value(tree: TreeT, clip_value_min: Any, clip_value_max: Any) -> Tree
 
 @hints_keywords
 def clip_by_norm(
-    tree: TreeT, clip_norm: Any, axes: Any = None, *, accumulate_dtype: Any = None
+    tree: TreeT, clip_norm: Operand, axes: Axes = None, *, accumulate_dtype: DTypeLike = None
 ) -> TreeT:
     """:func:`anyclip.clip_by_norm` on every leaf of ``tree``, each with its own norm.
 
@@ -223,7 +223,7 @@ def clip_by_norm(
 
 
 @hints_keywords
-def clip_by_average_norm(tree: TreeT, clip_norm: Any) -> TreeT:
+def clip_by_average_norm(tree: TreeT, clip_norm: Operand) -> TreeT:
     """:func:`anyclip.clip_by_average_norm` on every leaf of ``tree`` (float32 leaves only).
 
     Parameters

@@ -1,8 +1,8 @@
 """``python -m anyclip``: the demo, ``--version``, ``--help`` and the ``conformance`` pointer.
 
 The demo runs in a subprocess, as ``make demo`` runs it, from an empty working directory that
-must still be empty afterwards (the demo writes no files), within the two minutes the README
-promises. The numbers it shows are checked against TensorFlow 2.21's, which were measured with
+must still be empty afterwards (the demo writes no files), within two minutes on a loaded
+machine, and with nothing on stderr (no warning). The numbers it shows are checked against TensorFlow 2.21's, which were measured with
 TF on CPU and are the ones the README quotes (hand-checked where the arithmetic is simple:
 ``clip_by_global_norm`` of ``[3, 4]`` and ``[12]`` at 6.5 is ``[1.5, 2]``, ``[6]``), never
 against anyclip's own output. The look-alike functions' numbers are checked against what those
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The demo must finish well within the README's "under two minutes".
+#: A generous bound (the demo takes about 10 s on an idle machine; benchmarks/demo.py times it).
 DEMO_SECONDS = 120
 _NUMBER = re.compile(r"-?(?:nan|inf|\d+\.?\d*(?:e[-+]?\d+)?)")
 

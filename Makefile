@@ -1,6 +1,6 @@
 # Two entry points (see README): `make demo` and `make test`. Both create .venv on first use:
 # `make demo` installs only what the demo shows (NumPy, torch, JAX, optax: no TensorFlow, about
-# 1.5 GB), `make test` everything the tests need (TensorFlow for the live checks among it).
+# 1.4 GB), `make test` everything the tests need (TensorFlow for the live checks among it).
 # `make docs` builds the documentation site into site/.
 PYTHON ?= python3
 VENV := .venv

@@ -89,6 +89,7 @@ if TYPE_CHECKING:
         tx = anyclip.optax.clip_by_global_norm(1.0)
         tx = anyclip.optax.clip_by_global_norm(max_norm)
         tx = anyclip.optax.clip_by_global_norm(clip_norm=1.0)
+        tx = anyclip.optax.clip_by_global_norm(np.float32(1.0))
         del tx
 
     def python_data_in_array_out() -> None:

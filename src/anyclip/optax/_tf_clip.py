@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from jax.typing import ArrayLike
 
 from anyclip import _clip, tree
 from anyclip._compat import namespace
@@ -71,9 +72,9 @@ def _max_norm(max_norm: Any, clip_norm: Any) -> Any:
 
 @hints_keywords
 def clip_by_global_norm(
-    max_norm: float | jax.Array | None = None,
+    max_norm: ArrayLike | None = None,
     *,
-    clip_norm: float | jax.Array | None = None,
+    clip_norm: ArrayLike | None = None,
     accumulate_dtype: DTypeLike = "widest",
     nonfinite: Nonfinite = "tf",
     norm_in_state: bool = False,

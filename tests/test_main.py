@@ -4,9 +4,9 @@ The demo runs in a subprocess, as ``make demo`` runs it, from an empty working d
 must still be empty afterwards (the demo writes no files), within two minutes on a loaded
 machine, and with nothing on stderr (no warning). The numbers it shows are checked against
 TensorFlow 2.21's, which were measured with TF on CPU and are the ones the README quotes
-(hand-checked where the arithmetic is simple: ``clip_by_global_norm`` of ``[3, 4]`` and ``[12]`` at 6.5 is ``[1.5, 2]``, ``[6]``), never
-against anyclip's own output. The look-alike functions' numbers are checked against what those
-functions give when called here directly.
+(hand-checked where the arithmetic is simple: ``clip_by_global_norm`` of ``[3, 4]`` and
+``[12]`` at 6.5 is ``[1.5, 2]``, ``[6]``), never against anyclip's own output. The look-alike
+functions' numbers are checked against what those functions give when called here directly.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
-# Two entry points (see README): `make demo` and `make test`. Both create .venv on first use.
+# Two entry points (see README): `make demo` and `make test`. Both create .venv on first use:
+# `make demo` installs only what the demo shows (NumPy, torch, JAX, optax: no TensorFlow, about
+# 1.4 GB), `make test` everything the tests need (TensorFlow for the live checks among it).
 # `make docs` builds the documentation site into site/.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.anyclip-installed
+DEMO_STAMP := $(VENV)/.anyclip-demo-installed
+DEMO_EXTRAS := all
 PYTEST_ARGS ?=
 LINTED := src tests conformance benchmarks examples docs conftest.py
 
@@ -17,11 +21,19 @@ $(STAMP): pyproject.toml conformance/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[numpy,torch,jax,optax,test,conformance,bench,docs]" -e "./conformance[live]"
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
-## demo: set up .venv, show every function on every backend next to the frameworks' own
-## functions, and a training loop ported from TF (well under two minutes; writes no files)
-demo: $(STAMP)
+# The demo's lean install (a superset is already there once `make test` has run).
+$(DEMO_STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(DEMO_EXTRAS)]"
+	touch $(DEMO_STAMP)
+
+## demo: set up .venv with NumPy, torch, JAX and optax (no TensorFlow), show every function on
+## every backend next to the frameworks' own functions, torch's and optax's clipping, and a
+## training loop ported from TF on torch and on JAX with optax (writes no files)
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m anyclip
 
 ## test: set up .venv, lint, run the whole test and conformance suite (which builds the docs

@@ -1,12 +1,12 @@
 """``python -m anyclip``: the demo, ``--version``, ``--help`` and the ``conformance`` pointer.
 
 The demo runs in a subprocess, as ``make demo`` runs it, from an empty working directory that
-must still be empty afterwards (the demo writes no files), within the two minutes the README
-promises. The numbers it shows are checked against TensorFlow 2.21's, which were measured with
-TF on CPU and are the ones the README quotes (hand-checked where the arithmetic is simple:
-``clip_by_global_norm`` of ``[3, 4]`` and ``[12]`` at 6.5 is ``[1.5, 2]``, ``[6]``), never
-against anyclip's own output. The look-alike functions' numbers are checked against what those
-functions give when called here directly.
+must still be empty afterwards (the demo writes no files), within two minutes on a loaded
+machine, and with nothing on stderr (no warning). The numbers it shows are checked against
+TensorFlow 2.21's, which were measured with TF on CPU and are the ones the README quotes
+(hand-checked where the arithmetic is simple: ``clip_by_global_norm`` of ``[3, 4]`` and
+``[12]`` at 6.5 is ``[1.5, 2]``, ``[6]``), never against anyclip's own output. The look-alike
+functions' numbers are checked against what those functions give when called here directly.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The demo must finish well within the README's "under two minutes".
+#: A generous bound (the demo takes about 10 s on an idle machine; benchmarks/demo.py times it).
 DEMO_SECONDS = 120
 _NUMBER = re.compile(r"-?(?:nan|inf|\d+\.?\d*(?:e[-+]?\d+)?)")
 
@@ -93,6 +93,8 @@ def demo(tmp_path_factory) -> str:
     assert done.returncode == 0, done.stderr
     assert seconds < DEMO_SECONDS, f"the demo took {seconds:.0f} s"
     assert list(cwd.iterdir()) == [], "the demo wrote files"
+    # clean output: no warning (dask's RuntimeWarning on inf - inf computed lazily leaked here)
+    assert done.stderr == "", done.stderr
     return done.stdout
 
 
@@ -256,16 +258,17 @@ TF_TRAINING = [
 ]
 
 
-def training_rows(output: str) -> list[list[float]]:
-    part = output.split("3. A training loop", 1)[1]
+def training_rows(output: str, section: str = "3. A training loop") -> list[list[float]]:
+    part = output.split(f"\n{section}", 1)[1]
+    part = re.split(r"^\d\. ", part, maxsplit=1, flags=re.M)[0]  # up to the next section
     rows = re.findall(r"^\s+([1-5])\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$", part, re.M)
     assert [int(r[0]) for r in rows] == [1, 2, 3, 4, 5], part
     return [[float(v) for v in r[1:]] for r in rows]
 
 
-def check_training(output: str) -> None:
+def check_training(output: str, section: str = "3. A training loop") -> None:
     for step, ((tf_loss, tf_norm), row) in enumerate(
-        zip(TF_TRAINING, training_rows(output), strict=True), 1
+        zip(TF_TRAINING, training_rows(output, section), strict=True), 1
     ):
         shown_tf_loss, loss, shown_tf_norm, norm = row
         assert np.float32(shown_tf_loss) == np.float32(tf_loss), step
@@ -280,6 +283,27 @@ def test_demo_training_loop_follows_tf(demo):
     check_training(demo)
 
 
+def test_demo_optax_chain_follows_tf(demo):
+    pytest.importorskip("optax")
+    assert "anyclip on JAX with optax" in demo
+    check_training(demo, "4. The same loop on JAX, as an optax chain")
+
+
+def test_demo_optax_look_alike_differs_from_tf(demo):
+    pytest.importorskip("optax")
+    import jax.numpy as jnp
+    import optax
+
+    rows = block(demo, "clip gradients [3, 4] and [12]")
+    tx = optax.clip_by_global_norm(6.5)
+    grads = [jnp.asarray([3.0, 4.0], dtype=jnp.float32), jnp.asarray([12.0], dtype=jnp.float32)]
+    clipped, _ = tx.update(grads, tx.init(grads))
+    optax_values = np.concatenate([np.asarray(g) for g in clipped])
+    assert_float32(rows["optax.clip_by_global_norm"], optax_values, "optax")
+    assert_float32(rows["optax.clip_by_global_norm"], [1.5000001, 2, 6], "optax divides first")
+    assert_float32(rows["anyclip.optax.clip_by_global_norm"], [1.5, 2, 6], "anyclip.optax")
+
+
 def test_demo_without_torch_and_jax(tmp_path):
     done = run_anyclip(cwd=tmp_path, block=("torch", "jax"))
     assert done.returncode == 0, done.stderr
@@ -290,4 +314,7 @@ def test_demo_without_torch_and_jax(tmp_path):
     assert_float32(block(out, "clip_by_value([0, 5, 10], 6, 4)")["numpy"], [6, 6, 6], "numpy")
     assert "anyclip on numpy (gradient by hand)" in out
     check_training(out)
+    assert re.search(r"^  optax\s+not installed: skipped", out, re.M)
+    assert "4. The same loop on JAX, as an optax chain" in out
+    assert "  skipped: needs jax and optax" in out
     assert list(tmp_path.iterdir()) == []

@@ -161,6 +161,61 @@ def test_installed_wheel_has_license_and_version(dist, tmp_path):
     assert imported_anyclip(tmp_path, env).is_relative_to(target)
 
 
+def readme_quickstart() -> tuple[str, str, list[str]]:
+    """The README's first ``sh`` block, first ``python`` block and that block's ``# ->`` output."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    sh = re.search(r"^```sh\n(.*?)^```", text, re.M | re.S)
+    py = re.search(r"^```python\n(.*?)^```", text, re.M | re.S)
+    assert sh is not None and py is not None
+    assert sh.start() < py.start() < text.index("\n## "), "the pip quickstart opens the README"
+    expected = [m.group(1) for m in re.finditer(r"#\s*->\s?(.*)$", py.group(1), re.M)]
+    return sh.group(1), py.group(1), expected
+
+
+def test_readme_pip_quickstart_names_real_extras():
+    command, _, _ = readme_quickstart()
+    extras_text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    extras = set(
+        re.findall(r"^(\w+) = \[", extras_text.split("[project.optional-dependencies]")[1], re.M)
+    )
+    assert "all" in extras
+    (line,) = command.strip().splitlines()
+    match = re.fullmatch(r'pip install "anyclip\[(\w+)\]"', line.strip())
+    assert match is not None, line
+    assert match.group(1) in extras
+
+
+def test_readme_first_call_runs_on_the_installed_wheel(dist, tmp_path):
+    # the README's pip quickstart, in a fresh interpreter that sees only the installed wheel of
+    # anyclip (its dependencies, array-api-compat and torch, come from this environment)
+    pytest.importorskip("torch")
+    _, code, expected = readme_quickstart()
+    (wheel,) = dist.glob("*.whl")
+    target = tmp_path / "site"
+    done = subprocess.run(
+        [*PIP_INSTALL, "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    assert imported_anyclip(tmp_path, env).is_relative_to(target)
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == expected
+    assert done.stderr == ""
+
+
 def test_unpacked_sdist_passes_its_tests_on_numpy(dist, tmp_path):
     if IN_SDIST:
         pytest.skip("running from an unpacked sdist already: not building and testing it again")

@@ -6,10 +6,11 @@ The demo prints, without writing any file:
 2. each function on a small example on every backend side by side, under the value TensorFlow
    2.21 gives for the same call;
 3. the cases where a framework's own look-alike function gives other numbers than TF (torch's
-   ``clip_grad_norm_``, ``np.clip`` with min > max, ``torch.linalg.norm`` of a matrix, float16
-   overflow), next to anyclip's result;
+   ``clip_grad_norm_``, optax's ``clip_by_global_norm``, ``np.clip`` with min > max,
+   ``torch.linalg.norm`` of a matrix, float16 overflow), next to anyclip's result;
 4. a short training loop ported from TF 1.x (clip each gradient by value, then all of them by
-   their global norm) with TF's losses and norms beside anyclip's.
+   their global norm) with TF's losses and norms beside anyclip's: on torch (or NumPy), and on
+   JAX as an optax chain with ``anyclip.optax``.
 
 The TF values are constants measured once with TensorFlow 2.21 on CPU; the demo never imports
 TensorFlow. ``python -m anyclip --version`` prints the version. The conformance suite is a
@@ -103,6 +104,20 @@ def _clip_grad_norm_on_params(
     return [p.grad for p in params]
 
 
+def _optax_clip(clip: str, grads: list[list[float]], max_norm: float) -> list[Any]:
+    """``clip_by_global_norm(max_norm)`` of ``"optax"`` or ``"anyclip"`` on these gradients."""
+    import jax.numpy as jnp
+    import optax
+
+    import anyclip.optax
+
+    fn = optax.clip_by_global_norm if clip == "optax" else anyclip.optax.clip_by_global_norm
+    tx = fn(max_norm)
+    updates = [jnp.asarray(g, dtype=jnp.float32) for g in grads]
+    clipped, _ = tx.update(updates, tx.init(updates))
+    return list(clipped)
+
+
 def _np(values: Any, dtype: str = "float32") -> Any:
     import numpy as np
 
@@ -164,6 +179,16 @@ DIFFERENCES: list[tuple[str, str, Any, list[tuple[str, str, Callable[[], Any]]]]
                 "torch",
                 "anyclip.torch.clip_grad_norm_",
                 lambda: _clip_grad_norm_on_params("anyclip", [[3.0, 4.0], [12.0]], 6.5),
+            ),
+            (
+                "optax",
+                "optax.clip_by_global_norm",
+                lambda: _optax_clip("optax", [[3.0, 4.0], [12.0]], 6.5),
+            ),
+            (
+                "optax",
+                "anyclip.optax.clip_by_global_norm",
+                lambda: _optax_clip("anyclip", [[3.0, 4.0], [12.0]], 6.5),
             ),
         ],
     ),
@@ -308,6 +333,56 @@ def _train_numpy() -> list[tuple[float, float]]:
     return steps
 
 
+#: The same recipe as an optax chain, as the demo runs it on JAX.
+TRAINING_RECIPE_OPTAX = """\
+    tx = optax.chain(anyclip.optax.clip_by_value(-5.0, 5.0),
+                     anyclip.optax.clip_by_global_norm(1.0, norm_in_state=True),
+                     optax.sgd(0.1))"""
+
+
+def _train_optax() -> list[tuple[float, float]]:
+    """The loop on JAX, gradients by ``jax.value_and_grad``, clipping by an optax chain."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    import anyclip.optax
+
+    x = jnp.asarray([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], dtype=jnp.float32)
+    y = jnp.asarray([[1.0], [2.0], [4.0]], dtype=jnp.float32)
+    params = {
+        "w": jnp.asarray([[0.5], [-0.5]], dtype=jnp.float32),
+        "b": jnp.asarray([0.0], dtype=jnp.float32),
+    }
+    tx = optax.chain(
+        anyclip.optax.clip_by_value(-5.0, 5.0),
+        anyclip.optax.clip_by_global_norm(1.0, norm_in_state=True),
+        optax.sgd(0.1),
+    )
+    state = tx.init(params)
+
+    def loss_fn(p: dict[str, Any]) -> Any:
+        return jnp.mean((x @ p["w"] + p["b"] - y) ** 2)
+
+    steps = []
+    for _ in TRAINING_TF:
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, state = tx.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+        steps.append((float(loss), float(state[1].global_norm)))
+    return steps
+
+
+def _print_steps(where: str, steps: list[tuple[float, float]]) -> None:
+    """TF's losses and norms next to ``steps``, one row per step."""
+    print(f"\n  anyclip on {where}; loss and global norm before clipping, float32")
+    head = ("loss (TF)", "loss (anyclip)", "norm (TF)", "norm (anyclip)")
+    print(f"  step  {head[0]:>11} {head[1]:>15}  {head[2]:>11} {head[3]:>15}")
+    for i, ((tf_loss, tf_norm), (loss, norm)) in enumerate(zip(TRAINING_TF, steps, strict=True), 1):
+        row = (_f32(tf_loss), _f32(loss), _f32(tf_norm), _f32(norm))
+        print(f"  {i:>4}  {row[0]:>11} {row[1]:>15}  {row[2]:>11} {row[3]:>15}")
+
+
 # ------------------------------------------------------------------------------- printing
 def _load(name: str) -> tuple[Callable[..., Any], str] | None:
     """(float32 ``asarray``, device description) of backend ``name``, or None if absent."""
@@ -334,16 +409,29 @@ def _load(name: str) -> tuple[Callable[..., Any], str] | None:
         return None
 
 
+def _load_optax() -> str | None:
+    """The version of optax, or None if it does not import."""
+    try:
+        optax = importlib.import_module("optax")
+    except Exception:  # noqa: BLE001 - anything that stops optax loading: absent
+        return None
+    return str(getattr(optax, "__version__", "?"))
+
+
 def _host(x: Any) -> Any:
     """``x`` as a NumPy array (or a list of them), or ``x`` itself without NumPy."""
     if isinstance(x, (list, tuple)):
         return [_host(v) for v in x]
-    if hasattr(x, "compute"):
-        x = x.compute()
     try:
         import numpy as np
     except ImportError:
-        return x
+        return x.compute() if hasattr(x, "compute") else x
+    if hasattr(x, "compute"):
+        # dask is lazy: NumPy's arithmetic runs here, after anyclip returned and outside the
+        # errstate anyclip holds while it builds the graph, so TF's silent inf/NaN needs the
+        # caller's errstate (docs/tf-behaviour.md, "inf and NaN results never warn")
+        with np.errstate(all="ignore"):
+            x = x.compute()
     if type(x).__module__.startswith("array_api_strict"):
         return np.asarray(x)
     if hasattr(x, "detach"):
@@ -404,6 +492,12 @@ def demo() -> int:
         mod = sys.modules[name]
         print(f"  {name:<17} {getattr(mod, '__version__', '?'):<14} devices: {devices}")
         loaded[name] = asarray
+    optax = _load_optax() if "jax" in loaded else None
+    if optax is None:
+        print(f"  {'optax':<17} not installed: skipped (anyclip.optax needs jax and optax)")
+    else:
+        print(f"  {'optax':<17} {optax:<14} for anyclip.optax")
+        loaded["optax"] = loaded["jax"]
 
     print("\n1. Every function on every backend, under TensorFlow 2.21's result (float32)")
     for call, tf_value, fn in EXAMPLES:
@@ -436,14 +530,14 @@ def demo() -> int:
         where, steps = "", []
         print("  skipped: needs torch or numpy")
     if steps:
-        print(f"\n  anyclip on {where}; loss and global norm before clipping, float32")
-        head = ("loss (TF)", "loss (anyclip)", "norm (TF)", "norm (anyclip)")
-        print(f"  step  {head[0]:>11} {head[1]:>15}  {head[2]:>11} {head[3]:>15}")
-        for i, ((tf_loss, tf_norm), (loss, norm)) in enumerate(
-            zip(TRAINING_TF, steps, strict=True), 1
-        ):
-            row = (_f32(tf_loss), _f32(loss), _f32(tf_norm), _f32(norm))
-            print(f"  {i:>4}  {row[0]:>11} {row[1]:>15}  {row[2]:>11} {row[3]:>15}")
+        _print_steps(where, steps)
+
+    print("\n4. The same loop on JAX, as an optax chain")
+    print(TRAINING_RECIPE_OPTAX)
+    if "optax" in loaded:
+        _print_steps("JAX with optax (jax.value_and_grad)", _train_optax())
+    else:
+        print("  skipped: needs jax and optax")
     print(f"\nDone in {time.perf_counter() - start:.1f} s. Docs: docs/index.md, or `make docs`.")
     return 0
 

@@ -29,6 +29,7 @@ from anyclip._kernels import (
     plain_clip_by_value,
 )
 from anyclip._kernels._dist import GroupKernels, check_group, group_namespace, zero_partial
+from anyclip._keywords import hints_keywords
 from anyclip._numerics import quiet
 from anyclip._policy import (
     FLOATS,
@@ -90,6 +91,7 @@ def clip_by_value(
 ) -> Array: ...
 
 
+@hints_keywords
 def clip_by_value(
     t: Array | PythonData,
     clip_value_min: Operand,
@@ -222,6 +224,7 @@ def _tf_clip_norm_kind(dtype: Any) -> str:
     return tf_attr(dtype)
 
 
+@hints_keywords
 def clip_by_norm(
     t: ArrayT,
     clip_norm: Operand,
@@ -347,6 +350,7 @@ def _clip_by_norm(
 _BOUNDS = ("t", "clip_value_min", "clip_value_max")
 
 
+@hints_keywords
 def global_norm(
     t_list: Sequence[ArrayT | None],
     name: str | None = None,
@@ -477,6 +481,20 @@ def _global_norm_of(
     return k.replicated(xp, norm, arrays[0]), k
 
 
+@overload
+def clip_by_global_norm(
+    t_list: Sequence[ArrayT],
+    clip_norm: Operand,
+    use_norm: ArrayT | None = None,
+    name: str | None = None,
+    *,
+    accumulate_dtype: DTypeLike = None,
+    nonfinite: Nonfinite = "tf",
+    group: Any = None,
+) -> tuple[list[ArrayT], ArrayT]: ...
+
+
+@overload
 def clip_by_global_norm(
     t_list: Sequence[ArrayT | None],
     clip_norm: Operand,
@@ -486,7 +504,20 @@ def clip_by_global_norm(
     accumulate_dtype: DTypeLike = None,
     nonfinite: Nonfinite = "tf",
     group: Any = None,
-) -> tuple[list[ArrayT | None], ArrayT]:
+) -> tuple[list[ArrayT | None], ArrayT]: ...
+
+
+@hints_keywords
+def clip_by_global_norm(
+    t_list: Sequence[ArrayT | None],
+    clip_norm: Operand,
+    use_norm: ArrayT | None = None,
+    name: str | None = None,
+    *,
+    accumulate_dtype: DTypeLike = None,
+    nonfinite: Nonfinite = "tf",
+    group: Any = None,
+) -> tuple[list[Any], Any]:
     """Scale every array in ``t_list`` by one factor so their global norm is at most ``clip_norm``.
 
     Mirrors ``tf.clip_by_global_norm``: every array is multiplied by
@@ -574,17 +605,14 @@ def clip_by_global_norm(
     >>> norm
     array(13., dtype=float32)
     """
-    return cast(
-        "tuple[list[ArrayT | None], ArrayT]",
-        _clip_by_global_norm(
-            None,
-            t_list,
-            clip_norm,
-            use_norm,
-            accumulate_dtype=accumulate_dtype,
-            nonfinite=nonfinite,
-            group=group,
-        ),
+    return _clip_by_global_norm(
+        None,
+        t_list,
+        clip_norm,
+        use_norm,
+        accumulate_dtype=accumulate_dtype,
+        nonfinite=nonfinite,
+        group=group,
     )
 
 
@@ -693,6 +721,7 @@ def _check_scale_shapes(values: list[Any], c: tuple[int, ...], n: tuple[int, ...
         check_compatible(n, shape, "use_norm", f"t_list[{i}]", tf=words)
 
 
+@hints_keywords
 def clip_by_average_norm(t: ArrayT, clip_norm: Operand, name: str | None = None) -> ArrayT:
     """Clip ``t`` so its L2 norm divided by its size is at most ``clip_norm``.
 

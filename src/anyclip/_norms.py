@@ -14,6 +14,7 @@ from typing import Any, cast
 from anyclip import _core
 from anyclip._compat import dtype_name, is_numpy_scalar, namespace
 from anyclip._kernels import Kernels, kernels_for, plain_norm
+from anyclip._keywords import hints_keywords
 from anyclip._numerics import quiet
 from anyclip._policy import (
     _UNSUPPORTED,
@@ -212,6 +213,7 @@ def _check_matrix_pair(pair: tuple[int, int], axis: Any, ord: Any) -> None:
     raise ValueError(msg)
 
 
+@hints_keywords
 def norm(
     tensor: ArrayT,
     ord: NormOrd = "euclidean",
@@ -354,6 +356,7 @@ def _accumulating(xp: Namespace, x: Any, accumulate_dtype: Any, name: str) -> An
     return x if acc == x.dtype else xp.astype(x, acc)
 
 
+@hints_keywords
 def l2_normalize(
     x: ArrayT,
     axis: Axes = None,
@@ -490,6 +493,7 @@ def _tf_epsilon_shape(x: tuple[int, ...], ax: tuple[int, ...] | None, eps: tuple
     return tf_incompatible(summed, eps) if both is None else tf_incompatible(x, both)
 
 
+@hints_keywords
 def normalize(
     tensor: ArrayT,
     ord: NormOrd = "euclidean",

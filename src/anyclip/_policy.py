@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from anyclip._compat import (
@@ -656,11 +657,27 @@ class ListNames(Sequence[str]):
         return f"t_list[{i}]" if i < self.n else self.extra[i - self.n]
 
 
+def _first_is_parameter(iterator: Iterator[Any]) -> bool:
+    """Whether the first item of ``iterator`` (read, as the call fails anyway) is a weight.
+
+    A torch ``Parameter`` or a leaf tensor that requires grad: what ``model.parameters()``
+    yields, whose ``.grad`` the user means to clip.
+    """
+    first = next(iterator, None)
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(first, torch.Tensor):
+        return False
+    return isinstance(first, torch.nn.Parameter) or (first.requires_grad and first.is_leaf)
+
+
 def as_list(t_list: Any) -> list[Any]:
     """``t_list`` as a new list; ``TypeError`` unless it is a list or tuple (TF's rule).
 
     The message starts with TF's own (``"`t_list` should be a sequence of tensors"``), then
-    says what was expected and the fix for a dict, an iterator or a lone array.
+    says what was expected and the fix for a dict, an iterator or a lone array. For an iterator
+    of torch parameters (``model.parameters()``) the fix is to clip their gradients
+    (``anyclip.torch.clip_grad_norm_`` or ``[p.grad for p in ...]``), not ``list(...)``, which
+    would clip the weights.
     """
     if not is_sequence_of_arrays(t_list):
         if isinstance(t_list, Mapping):
@@ -670,6 +687,13 @@ def as_list(t_list: Any) -> list[Any]:
             )
         elif is_array(t_list):
             fix = "wrap a lone array in a list: [t]"
+        elif isinstance(t_list, Iterator) and _first_is_parameter(t_list):
+            fix = (
+                "these are trainable parameters (`model.parameters()`), and list(...) of them "
+                "would use the weights, not their gradients: pass "
+                "[p.grad for p in model.parameters()], or clip in place with "
+                "anyclip.torch.clip_grad_norm_(model.parameters(), max_norm)"
+            )
         elif isinstance(t_list, Iterable) and not isinstance(t_list, (str, bytes)):
             fix = "pass list(...) of it (a generator or iterator can be read only once)"
         else:

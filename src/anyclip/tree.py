@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast, overload
 
 from anyclip import _clip
 from anyclip._compat import is_array
+from anyclip._keywords import hints_keywords
 from anyclip._sparse import is_sparse
-from anyclip._typing import Nonfinite
+from anyclip._typing import ArrayT, Axes, DTypeLike, Nonfinite, Operand
 
 __all__ = [
     "clip_by_average_norm",
@@ -44,6 +45,7 @@ __all__ = [
 ]
 
 TreeT = TypeVar("TreeT")
+K = TypeVar("K")
 Rebuild = Callable[[Iterator[Any]], Any]
 
 
@@ -134,6 +136,7 @@ def _jax_structure(node: Any, leaves: list[Any]) -> Rebuild | None:
     return lambda it: jax.tree_util.tree_unflatten(treedef, [next(it) for _ in range(n)])
 
 
+@hints_keywords
 def flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     """The leaves of ``tree`` (arrays and ``None``) and a function that rebuilds the structure.
 
@@ -161,6 +164,7 @@ def flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     return leaves, unflatten
 
 
+@hints_keywords
 def map_leaves(fn: Callable[[Any], Any], tree: TreeT) -> TreeT:
     """Apply ``fn`` to every array leaf of ``tree``; ``None`` leaves stay ``None``.
 
@@ -186,7 +190,8 @@ def map_leaves(fn: Callable[[Any], Any], tree: TreeT) -> TreeT:
     return cast(TreeT, unflatten([None if leaf is None else fn(leaf) for leaf in leaves]))
 
 
-def clip_by_value(tree: TreeT, clip_value_min: Any, clip_value_max: Any) -> TreeT:
+@hints_keywords
+def clip_by_value(tree: TreeT, clip_value_min: Operand, clip_value_max: Operand) -> TreeT:
     """:func:`anyclip.clip_by_value` on every leaf of ``tree``.
 
     Examples
@@ -199,8 +204,9 @@ def clip_by_value(tree: TreeT, clip_value_min: Any, clip_value_max: Any) -> Tree
     return map_leaves(lambda t: _clip.clip_by_value(t, clip_value_min, clip_value_max), tree)
 
 
+@hints_keywords
 def clip_by_norm(
-    tree: TreeT, clip_norm: Any, axes: Any = None, *, accumulate_dtype: Any = None
+    tree: TreeT, clip_norm: Operand, axes: Axes = None, *, accumulate_dtype: DTypeLike = None
 ) -> TreeT:
     """:func:`anyclip.clip_by_norm` on every leaf of ``tree``, each with its own norm.
 
@@ -216,7 +222,8 @@ def clip_by_norm(
     )
 
 
-def clip_by_average_norm(tree: TreeT, clip_norm: Any) -> TreeT:
+@hints_keywords
+def clip_by_average_norm(tree: TreeT, clip_norm: Operand) -> TreeT:
     """:func:`anyclip.clip_by_average_norm` on every leaf of ``tree`` (float32 leaves only).
 
     Parameters
@@ -240,7 +247,24 @@ def clip_by_average_norm(tree: TreeT, clip_norm: Any) -> TreeT:
     return map_leaves(lambda t: _clip.clip_by_average_norm(t, clip_norm), tree)
 
 
-def global_norm(tree: Any, *, accumulate_dtype: Any = "widest", group: Any = None) -> Any:
+@overload
+def global_norm(
+    tree: Mapping[Any, ArrayT | None], *, accumulate_dtype: DTypeLike = "widest", group: Any = None
+) -> ArrayT: ...
+
+
+@overload
+def global_norm(
+    tree: Sequence[ArrayT | None], *, accumulate_dtype: DTypeLike = "widest", group: Any = None
+) -> ArrayT: ...
+
+
+@overload
+def global_norm(tree: Any, *, accumulate_dtype: DTypeLike = "widest", group: Any = None) -> Any: ...
+
+
+@hints_keywords
+def global_norm(tree: Any, *, accumulate_dtype: DTypeLike = "widest", group: Any = None) -> Any:
     """:func:`anyclip.global_norm` of all leaves of ``tree``.
 
     Parameters
@@ -271,12 +295,73 @@ def global_norm(tree: Any, *, accumulate_dtype: Any = "widest", group: Any = Non
     return _clip.global_norm(leaves, accumulate_dtype=accumulate_dtype, group=group)
 
 
+@overload
+def clip_by_global_norm(
+    tree: dict[K, ArrayT],
+    clip_norm: Operand,
+    use_norm: ArrayT | None = None,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    nonfinite: Nonfinite = "tf",
+    group: Any = None,
+) -> tuple[dict[K, ArrayT], ArrayT]: ...
+
+
+@overload
+def clip_by_global_norm(
+    tree: dict[K, ArrayT | None],
+    clip_norm: Operand,
+    use_norm: ArrayT | None = None,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    nonfinite: Nonfinite = "tf",
+    group: Any = None,
+) -> tuple[dict[K, ArrayT | None], ArrayT]: ...
+
+
+@overload
+def clip_by_global_norm(
+    tree: list[ArrayT],
+    clip_norm: Operand,
+    use_norm: ArrayT | None = None,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    nonfinite: Nonfinite = "tf",
+    group: Any = None,
+) -> tuple[list[ArrayT], ArrayT]: ...
+
+
+@overload
+def clip_by_global_norm(
+    tree: list[ArrayT | None],
+    clip_norm: Operand,
+    use_norm: ArrayT | None = None,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    nonfinite: Nonfinite = "tf",
+    group: Any = None,
+) -> tuple[list[ArrayT | None], ArrayT]: ...
+
+
+@overload
 def clip_by_global_norm(
     tree: TreeT,
-    clip_norm: Any,
+    clip_norm: Operand,
+    use_norm: Any | None = None,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    nonfinite: Nonfinite = "tf",
+    group: Any = None,
+) -> tuple[TreeT, Any]: ...
+
+
+@hints_keywords
+def clip_by_global_norm(
+    tree: TreeT,
+    clip_norm: Operand,
     use_norm: Any = None,
     *,
-    accumulate_dtype: Any = "widest",
+    accumulate_dtype: DTypeLike = "widest",
     nonfinite: Nonfinite = "tf",
     group: Any = None,
 ) -> tuple[TreeT, Any]:

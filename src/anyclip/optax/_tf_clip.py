@@ -10,9 +10,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from jax.typing import ArrayLike
 
 from anyclip import _clip, tree
 from anyclip._compat import namespace
+from anyclip._keywords import hints_keywords
 from anyclip._policy import check_nonfinite, keras_option, resolve_accumulate_dtype
 from anyclip._typing import DTypeLike, Nonfinite
 
@@ -68,10 +70,11 @@ def _max_norm(max_norm: Any, clip_norm: Any) -> Any:
     return max_norm if clip_norm is None else clip_norm
 
 
+@hints_keywords
 def clip_by_global_norm(
-    max_norm: Any = None,
+    max_norm: ArrayLike | None = None,
     *,
-    clip_norm: Any = None,
+    clip_norm: ArrayLike | None = None,
     accumulate_dtype: DTypeLike = "widest",
     nonfinite: Nonfinite = "tf",
     norm_in_state: bool = False,
@@ -177,6 +180,7 @@ def _stateless(fn: Any) -> optax.GradientTransformation:
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
+@hints_keywords
 def clip_by_norm(
     clip_norm: float, axes: Any = None, *, accumulate_dtype: Any = None
 ) -> optax.GradientTransformation:
@@ -195,6 +199,7 @@ def clip_by_norm(
     )
 
 
+@hints_keywords
 def clip_by_value(clip_value_min: float, clip_value_max: float) -> optax.GradientTransformation:
     """Clip every update leaf to ``[clip_value_min, clip_value_max]`` (TF's ``clip_by_value``).
 
@@ -209,6 +214,7 @@ def clip_by_value(clip_value_min: float, clip_value_max: float) -> optax.Gradien
     return _stateless(lambda u: tree.clip_by_value(u, clip_value_min, clip_value_max))
 
 
+@hints_keywords
 def clip(max_delta: float) -> optax.GradientTransformation:
     """``optax.clip``'s signature: every update leaf to ``[-max_delta, max_delta]``, as TF.
 
@@ -226,6 +232,7 @@ def clip(max_delta: float) -> optax.GradientTransformation:
     return _stateless(lambda u: tree.clip_by_value(u, -max_delta, max_delta))
 
 
+@hints_keywords
 def keras_clipping(
     *,
     clipnorm: float | None = None,

@@ -21,6 +21,7 @@ from anyclip._kernels import _base
 from anyclip._kernels._base import partials
 from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor, zero_partial
 from anyclip._kernels._torch import TorchKernels
+from anyclip._keywords import hints_keywords
 from anyclip._policy import (
     as_operand,
     check_nonfinite,
@@ -365,6 +366,7 @@ def _scale_(
                 g.mul_(s)
 
 
+@hints_keywords
 @torch.no_grad()
 def get_total_norm(
     tensors: Parameters,
@@ -446,6 +448,7 @@ def get_total_norm(
     return norm
 
 
+@hints_keywords
 @torch.no_grad()
 def clip_grads_with_norm_(
     parameters: Parameters,
@@ -537,6 +540,7 @@ def _total_norm_arg(total_norm: Any) -> torch.Tensor:
     return total_norm
 
 
+@hints_keywords
 @torch.no_grad()
 def clip_grad_norm_(
     parameters: Parameters,
@@ -704,6 +708,7 @@ def _refuse_second_bound(foreach: Any) -> None:
     raise TypeError(msg)
 
 
+@hints_keywords
 @torch.no_grad()
 def clip_grad_value_(
     parameters: Parameters,
@@ -760,6 +765,7 @@ def clip_grad_value_(
                 g.clamp_max_(v).clamp_min_(-v)
 
 
+@hints_keywords
 @torch.no_grad()
 def clip_grad_by_value_(
     parameters: Parameters,
@@ -793,6 +799,7 @@ def clip_grad_by_value_(
         v.copy_(_clip.clip_by_value(v, clip_value_min, clip_value_max))
 
 
+@hints_keywords
 @torch.no_grad()
 def clip_grad_by_norm_(
     parameters: Parameters,
@@ -832,6 +839,7 @@ def clip_grad_by_norm_(
         v.copy_(_clip.clip_by_norm(v, clip_norm, axes, accumulate_dtype=accumulate_dtype))
 
 
+@hints_keywords
 def keras_clipping(
     optimizer: torch.optim.Optimizer,
     *,

@@ -29,18 +29,25 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 from anyclip import _clip
-from anyclip._compat import is_array
+from anyclip._adaptive import adaptive_clip, clip_by_block_rms, norm
+from anyclip._compat import is_array, namespace
+from anyclip._per_example import per_example_clip, per_example_layer_clip
 from anyclip._sparse import is_sparse
 from anyclip._typing import Nonfinite
 
 __all__ = [
+    "adaptive_clip",
     "clip_by_average_norm",
+    "clip_by_block_rms",
     "clip_by_global_norm",
     "clip_by_norm",
     "clip_by_value",
     "flatten",
     "global_norm",
     "map_leaves",
+    "norm",
+    "per_example_clip",
+    "per_example_layer_clip",
 ]
 
 TreeT = TypeVar("TreeT")
@@ -186,8 +193,21 @@ def map_leaves(fn: Callable[[Any], Any], tree: TreeT) -> TreeT:
     return cast(TreeT, unflatten([None if leaf is None else fn(leaf) for leaf in leaves]))
 
 
+def _unbounded(t: Any, upper: bool) -> Any:
+    """The bound that leaves every value of ``t`` in place: +-inf, or the integer extreme."""
+    xp = namespace(t)
+    if xp.isdtype(t.dtype, "integral"):
+        info = xp.iinfo(t.dtype)
+        return info.max if upper else info.min
+    return float("inf") if upper else float("-inf")
+
+
 def clip_by_value(tree: TreeT, clip_value_min: Any, clip_value_max: Any) -> TreeT:
     """:func:`anyclip.clip_by_value` on every leaf of ``tree``.
+
+    A ``None`` bound leaves that side unclipped, as ``optax.tree.clip`` (``jnp.clip``) does;
+    both ``None`` return the leaves unchanged. The top-level :func:`anyclip.clip_by_value`
+    keeps TF's refusal of ``None``.
 
     Examples
     --------
@@ -195,8 +215,18 @@ def clip_by_value(tree: TreeT, clip_value_min: Any, clip_value_max: Any) -> Tree
     >>> from anyclip import tree
     >>> tree.clip_by_value([np.array([-3.0, 3.0], dtype=np.float32)], -1.0, 1.0)
     [array([-1.,  1.], dtype=float32)]
+    >>> tree.clip_by_value([np.array([-3.0, 3.0], dtype=np.float32)], None, 1.0)
+    [array([-3.,  1.], dtype=float32)]
     """
-    return map_leaves(lambda t: _clip.clip_by_value(t, clip_value_min, clip_value_max), tree)
+    if clip_value_min is None and clip_value_max is None:
+        return map_leaves(lambda t: t, tree)
+
+    def clip(t: Any) -> Any:
+        lo = _unbounded(t, False) if clip_value_min is None else clip_value_min
+        hi = _unbounded(t, True) if clip_value_max is None else clip_value_max
+        return _clip.clip_by_value(t, lo, hi)
+
+    return map_leaves(clip, tree)
 
 
 def clip_by_norm(
@@ -268,6 +298,14 @@ def global_norm(tree: Any, *, accumulate_dtype: Any = "widest", group: Any = Non
     array(13.)
     """
     leaves, _ = flatten(tree)
+    for i, leaf in enumerate(leaves):
+        if is_array(leaf) and namespace(leaf).isdtype(leaf.dtype, "complex floating"):
+            msg = (
+                f"`tree` leaves must be real for tree.global_norm (TF's tf.linalg.global_norm "
+                f"refuses complex), got {leaf.dtype} at leaf {i}; use anyclip.tree.norm(tree), "
+                "optax's tree norm, which accepts complex leaves"
+            )
+            raise TypeError(msg)
     return _clip.global_norm(leaves, accumulate_dtype=accumulate_dtype, group=group)
 
 

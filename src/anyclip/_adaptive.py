@@ -125,7 +125,7 @@ def _core_abs_sq(xp: Namespace, x: Any) -> Any:
 def _core_tree_norm(
     xp: Namespace, arrays: Sequence[Any], ord: float, squared: bool, acc: Any, like: Any
 ) -> Any:
-    """optax's ``tree.norm``: per-leaf sums (or maxima) added (compared) leaf after leaf.
+    """The tree norm of optax: per-leaf sums (or maxima) added (compared) leaf after leaf.
 
     Every leaf is cast to the real dtype ``acc`` first (no-op for one dtype).
     """
@@ -158,14 +158,20 @@ def _core_tree_norm(
         return as_array(total * total if squared else total)
 
 
+def _real_number(value: Any) -> float | None:
+    """``value`` as a float when it is a real number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
 def _norm_ord(ord: Any) -> float:
-    if ord is None or (isinstance(ord, numbers.Real) and not isinstance(ord, bool) and ord == 2):
+    o = _real_number(ord)
+    if ord is None or o == 2:
         return 2.0
-    if isinstance(ord, numbers.Real) and not isinstance(ord, bool) and ord == 1:
+    if o == 1:
         return 1.0
-    if (isinstance(ord, numbers.Real) and not isinstance(ord, bool) and ord == math.inf) or (
-        isinstance(ord, str) and ord in ("inf", "infinity")
-    ):
+    if o == math.inf or (isinstance(ord, str) and ord in ("inf", "infinity")):
         return math.inf
     msg = f"`ord` must be 1, 2 (or None) or inf (or 'inf'), as optax.tree.norm's, got {ord!r}"
     raise ValueError(msg)
@@ -276,7 +282,7 @@ def clip_by_block_rms(tree: TreeT, threshold: Any) -> TreeT:
     arrays = [a for a in leaves if a is not None]
     xp = namespace(*arrays, names=_leaf_names(len(arrays), "tree"))
     _floating_leaves(xp, arrays, "tree", ("real", "complex"))
-    out = []
+    out: list[Any] = []
     with quiet(xp):
         for leaf in leaves:
             if leaf is None:
@@ -307,9 +313,9 @@ def unit_axes(shape: Sequence[int], layout: str, axis: Any = None) -> tuple[int,
     ndim = len(shape)
     if axis is not None:
         axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
-        out = []
+        out: list[int] = []
         for a in axes:
-            if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not -ndim <= a < ndim:
+            if isinstance(a, bool) or not isinstance(a, int) or not -ndim <= a < ndim:
                 msg = (
                     f"`axis` must hold integers in [-{ndim}, {ndim}) for a leaf of shape "
                     f"{tuple(shape)}, got {axis!r}; pass axes that every leaf has"
@@ -385,9 +391,8 @@ def _core_agc(
 
 
 def _norm_type(norm_type: Any) -> float:
-    ok = isinstance(norm_type, numbers.Real) and not isinstance(norm_type, bool)
-    p = float(norm_type) if ok else math.nan
-    if not p > 0:
+    p = _real_number(norm_type)
+    if p is None or not p > 0:
         msg = f"`norm_type` must be a number > 0 (2.0, 1.0, inf, ...), got {norm_type!r}"
         raise ValueError(msg)
     return p
@@ -403,8 +408,7 @@ def adaptive_clip(
     layout: Layout = "optax",
     norm_type: float = 2.0,
 ) -> TreeT:
-    """Adaptive gradient clipping (AGC): each unit's gradient norm at most ``clipping`` times
-    its parameter norm.
+    """Adaptive gradient clipping (AGC): a unit's gradient norm <= ``clipping`` * its weight norm.
 
     For every leaf, with norms taken over the axes one unit spans (:func:`unit_axes`)::
 
@@ -481,8 +485,10 @@ def adaptive_clip(
         raise ValueError(msg)
     pairs = [(g, p) for g, p in zip(g_leaves, p_leaves, strict=True) if g is not None]
     arrays = [a for pair in pairs for a in pair]
-    xp = namespace(*arrays, names=[n for i in range(len(pairs)) for n in (f"grads leaf {i}",
-                                                                          f"params leaf {i}")])
+    xp = namespace(
+        *arrays,
+        names=[n for i in range(len(pairs)) for n in (f"grads leaf {i}", f"params leaf {i}")],
+    )
     _floating_leaves(xp, [g for g, _ in pairs], "grads")
     if any(p is None for _, p in pairs):
         msg = "`params` must have an array wherever `grads` has one, got None"

@@ -211,7 +211,7 @@ def per_example_clip(
     Notes
     -----
     The sum over the examples is one ``tensordot`` of the factors with each leaf (optax's
-    and Opacus's reduction); TF Privacy multiplies, then ``reduce_sum``\\ s over the
+    and Opacus's reduction); TF Privacy multiplies, then sums with ``reduce_sum`` over the
     microbatches, which rounds differently in the last place or two.
 
     Examples

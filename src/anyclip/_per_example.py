@@ -56,7 +56,9 @@ def _core_sq_norms(xp: Namespace, arrays: Sequence[Any], acc: Any, half: bool) -
         flat = xp.reshape(a, (a.shape[0], -1))
         if flat.dtype != acc:
             flat = xp.astype(flat, acc)
-        s = xp.vecdot(flat, flat, axis=-1)  # no squared copy of the leaf
+        # a plain sum of squares: exact float32 on every device (a dot product may run in
+        # TF32 on GPUs), batched by torch.func.vmap; XLA fuses the square into the sum
+        s = xp.sum(flat * flat, axis=-1)
         if half:
             s = s / constant(xp, 2.0, acc, s)
         total = s if total is None else total + s

@@ -14,11 +14,13 @@ libraries differ only in the factor each example's gradient is multiplied by bef
 * Opacus (``style="opacus"``, ``DPOptimizer.clip_and_accumulate``):
   ``minimum(c / (norm + 1e-6), 1)``.
 
-The per-example norms come from one ``vecdot`` per leaf over the flattened example axes, and
-the weighted sum over the batch from one ``tensordot`` per leaf (as optax's and Opacus's
-``einsum``): no Python loop over examples, no clipped copy of the per-example gradients, so
-the memory is the per-example gradients plus the output. Everything is array-API code: it
-runs on every backend, under ``jax.jit``/``jax.vmap``, ``torch.compile`` and ``torch.func``.
+The per-example sums of squares are one reduction per leaf over its flattened example axes,
+and the weighted sum over the batch one ``tensordot`` per leaf (as optax's and Opacus's
+``einsum``): no Python loop over examples and no clipped copy of the per-example gradients.
+The peak memory is the per-example gradients, the output and one temporary square of a
+single leaf (which XLA fuses into its reduction under ``jax.jit``). Everything is array-API
+code: it runs on every backend, under ``jax.jit``/``jax.vmap``, ``torch.compile`` and
+``torch.func.vmap``.
 """
 
 from __future__ import annotations

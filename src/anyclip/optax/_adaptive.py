@@ -60,9 +60,9 @@ def adaptive_grad_clip(
     --------
     >>> import jax.numpy as jnp
     >>> import anyclip.optax
-    >>> params = {"w": jnp.array([[3.0, 0.0], [4.0, 1.0]])}
+    >>> params = {"w": jnp.array([[3.0, 0.0], [4.0, 1.0]], dtype=jnp.float32)}
     >>> tx = anyclip.optax.adaptive_grad_clip(0.01)
-    >>> updates, _ = tx.update({"w": jnp.array([[0.3, 0.0], [0.4, 0.001]])}, tx.init(params), params)
+    >>> updates, _ = tx.update({"w": jnp.array([[0.3, 0.0], [0.4, 0.001]], jnp.float32)}, tx.init(params), params)
     >>> updates["w"]
     Array([[0.03 , 0.   ],
            [0.04 , 0.001]], dtype=float32)
@@ -100,7 +100,7 @@ def clip_by_block_rms(threshold: Any) -> optax.GradientTransformation:
     >>> import jax.numpy as jnp
     >>> import anyclip.optax
     >>> tx = anyclip.optax.clip_by_block_rms(1.0)
-    >>> tx.update([jnp.array([3.0, -4.0, 0.0, 0.0])], tx.init(None))[0]
+    >>> tx.update([jnp.array([3.0, -4.0, 0.0, 0.0], dtype=jnp.float32)], tx.init(None))[0]
     [Array([ 1.2, -1.6,  0. ,  0. ], dtype=float32)]
     """
 

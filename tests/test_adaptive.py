@@ -177,7 +177,10 @@ def test_adaptive_clip_matches_optax(backend, optax_ref, shape, dtype):
     params, grads = _agc_data(shape, dtype)
     tx = optax_ref.adaptive_grad_clip(0.02)
     want = _ref(lambda u, p: tx.update(u, tx.init(p), p)[0], grads, params)
-    got = tree.adaptive_clip(_on(backend, grads, dtype), _on(backend, params, dtype), 0.02)
+    g, p = _on(backend, grads, dtype), _on(backend, params, dtype)
+    g["frozen"], p["frozen"] = None, backend.asarray(np.ones(3), dtype)  # a None gradient
+    got = tree.adaptive_clip(g, p, 0.02)
+    assert got["frozen"] is None
     assert not np.array_equal(want["p"], grads["p"])  # the case clips something
     assert_array(got["p"], want["p"], backend=backend, dtype=dtype, ulp=ULP)
 

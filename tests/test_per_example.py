@@ -64,7 +64,10 @@ def _ref(fn: Any, *trees: Any) -> Any:
 @pytest.mark.parametrize("clip", CLIPS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_per_example_clip_matches_tf_and_opacus(backend, style, clip, dtype):
-    got, norms = tree.per_example_clip(_on(backend, _inputs(dtype), dtype), clip, style=style)
+    grads: dict[str, Any] = _on(backend, _inputs(dtype), dtype)
+    grads["frozen"] = None  # kept as None, as in every anyclip.tree function
+    got, norms = tree.per_example_clip(grads, clip, style=style)
+    assert got["frozen"] is None
     for n in LEAVES:
         want = REF[f"{style}/{dtype}/{clip!r}/{n}"]
         assert_array(got[n], want, backend=backend, dtype=dtype, ulp=ULP, what=n)

@@ -14,6 +14,11 @@ may have different floating dtypes: the global norm is accumulated in ``accumula
 ``accumulate_dtype=None`` and one dtype, results are TF's bit for bit. A sparse array (a torch
 sparse tensor, a JAX ``BCOO``) is one leaf, handled as the top-level functions handle it.
 
+Rules TF does not have, from optax, timm, TF Privacy and Opacus, live in their own modules and
+are re-exported here: :func:`norm` and :func:`clip_by_block_rms` (optax's), :func:`adaptive_clip`
+(AGC, optax's and timm's layouts) from :mod:`anyclip._adaptive`; :func:`per_example_clip` and
+:func:`per_example_layer_clip` (DP-SGD) from :mod:`anyclip._per_example`.
+
 >>> import numpy as np
 >>> from anyclip import tree
 >>> grads = {"w": np.array([3.0, 4.0], dtype=np.float32), "b": None}

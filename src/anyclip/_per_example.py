@@ -14,11 +14,13 @@ libraries differ only in the factor each example's gradient is multiplied by bef
 * Opacus (``style="opacus"``, ``DPOptimizer.clip_and_accumulate``):
   ``minimum(c / (norm + 1e-6), 1)``.
 
-The per-example sums of squares are one reduction per leaf over its flattened example axes,
-and the weighted sum over the batch one ``tensordot`` per leaf (as optax's and Opacus's
-``einsum``): no Python loop over examples and no clipped copy of the per-example gradients.
-The peak memory is the per-example gradients, the output and one temporary square of a
-single leaf (which XLA fuses into its reduction under ``jax.jit``). Everything is array-API
+The per-example sums of squares are one reduction per leaf over its flattened example axes
+(:meth:`anyclip._kernels.Kernels.row_squares`: ``einsum`` on NumPy, ``vecdot`` on torch, a sum
+that XLA fuses with the square under ``jax.jit``), and the weighted sum over the batch one
+``tensordot`` per leaf (as optax's and Opacus's ``einsum``): no Python loop over examples and
+no clipped copy of the per-example gradients, so the memory is the per-example gradients plus
+the output. (The generic code, and torch while it records a gradient or runs under
+``torch.func``, square one leaf at a time.) Everything is array-API
 code: it runs on every backend, under ``jax.jit``/``jax.vmap``, ``torch.compile`` and
 ``torch.func.vmap``.
 """
@@ -32,6 +34,7 @@ from typing import Any, Literal, TypeVar, cast
 from anyclip._adaptive import scalar_operand
 from anyclip._compat import dtype_name, namespace
 from anyclip._core import global_scale
+from anyclip._kernels import Kernels, kernels_for
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import dtype_kind, resolve_accumulate_dtype
 from anyclip._typing import DTypeLike, Namespace
@@ -47,7 +50,9 @@ _OPACUS_EPS = 1e-6
 
 
 # ------------------------------------------------------------------------- core
-def _core_sq_norms(xp: Namespace, arrays: Sequence[Any], acc: Any, half: bool) -> Any:
+def _core_sq_norms(
+    xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any, half: bool
+) -> Any:
     """The per-example sum of squares of every leaf together, shape ``(batch,)``, in ``acc``.
 
     ``half`` (TF's rule): the sum of each leaf's ``l2_loss = sum(t * t) / 2``, as
@@ -58,21 +63,21 @@ def _core_sq_norms(xp: Namespace, arrays: Sequence[Any], acc: Any, half: bool) -
         flat = xp.reshape(a, (a.shape[0], -1))
         if flat.dtype != acc:
             flat = xp.astype(flat, acc)
-        # a plain sum of squares: exact float32 on every device (a dot product may run in
-        # TF32 on GPUs), batched by torch.func.vmap; XLA fuses the square into the sum
-        s = xp.sum(flat * flat, axis=-1)
+        s = kernels.row_squares(xp, flat)  # NumPy and torch: no squared copy of the leaf
         if half:
             s = s / constant(xp, 2.0, acc, s)
         total = s if total is None else total + s
     return total
 
 
-def _core_norms(xp: Namespace, arrays: Sequence[Any], acc: Any, style: str) -> Any:
+def _core_norms(
+    xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any, style: str
+) -> Any:
     """The per-example global norms, shape ``(batch,)``."""
     if style == "tf":
-        total = _core_sq_norms(xp, arrays, acc, half=True)
+        total = _core_sq_norms(xp, kernels, arrays, acc, half=True)
         return sqrt(xp, total * constant(xp, 2.0, acc, total))
-    return sqrt(xp, _core_sq_norms(xp, arrays, acc, half=False))
+    return sqrt(xp, _core_sq_norms(xp, kernels, arrays, acc, half=False))
 
 
 def _core_factors(xp: Namespace, norms: Any, c: Any, style: str) -> Any:
@@ -147,7 +152,7 @@ def _clip_and_sum(
     xp: Namespace, arrays: Sequence[Any], c: Any, acc: Any, style: str
 ) -> tuple[list[Any], Any]:
     with quiet(xp):
-        norms = _core_norms(xp, arrays, acc, style)
+        norms = _core_norms(xp, kernels_for(xp, arrays, acc), arrays, acc, style)
         factors = _core_factors(xp, norms, c, style)
         return [_core_weighted_sum(xp, factors, a) for a in arrays], norms
 

@@ -277,3 +277,27 @@ def test_per_example_clip_errors_name_the_argument():
         tree.per_example_clip([np.ones((4, 3), np.int64)], 1.0)
     with pytest.raises(ValueError, match=r"`l2_norm_clip` must be a number or a 0-d array"):
         tree.per_example_clip([ok], np.ones(2, np.float32))
+
+
+# ----------------------------------------------------------------------- memory
+@pytest.mark.parametrize("style", ["tf", "optax", "opacus"])
+def test_per_example_clip_makes_no_copy_of_the_gradients_numpy(style):
+    # tracemalloc sees NumPy's buffers: the call may allocate the output and per-example
+    # vectors, never a square or a clipped copy of the per-example gradients (1x the input)
+    import tracemalloc
+
+    rng = np.random.default_rng(1)
+    grads = {
+        "w": rng.standard_normal((32, 200, 50)).astype(np.float32),
+        "b": rng.standard_normal((32, 50)).astype(np.float32),
+    }
+    tree.per_example_clip(grads, 1.0, style=style)  # warm-up (caches, constants)
+    size = sum(v.nbytes for v in grads.values())
+    tracemalloc.start()
+    try:
+        out, _ = tree.per_example_clip(grads, 1.0, style=style)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    output = sum(v.nbytes for v in out.values())
+    assert peak < output + 0.1 * size, (peak, output, size)

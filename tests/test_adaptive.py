@@ -408,3 +408,15 @@ def test_torch_adaptive_clip_grad_errors(backend):
     with pytest.raises(TypeError, match=r"`parameters` must be a tensor or an iterable"):
         adaptive_clip_grad_({"w": p})  # type: ignore[arg-type]
     assert_array(p.grad, np.ones((2, 3), np.float32), backend=backend, dtype="float32")
+
+
+def test_optax_adapters_have_optaxs_signatures(optax_ref):
+    import inspect
+
+    import anyclip.optax as ao
+
+    for name in ("adaptive_grad_clip", "clip_by_block_rms"):
+        ours = inspect.signature(getattr(ao, name)).parameters
+        theirs = inspect.signature(getattr(optax_ref, name)).parameters
+        positional = [(n, p.default) for n, p in ours.items() if p.kind is not p.KEYWORD_ONLY]
+        assert positional == [(n, p.default) for n, p in theirs.items()], name

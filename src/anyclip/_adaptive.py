@@ -127,14 +127,14 @@ def _core_tree_norm(
 ) -> Any:
     """The tree norm of optax: per-leaf sums (or maxima) added (compared) leaf after leaf.
 
-    Every leaf is cast to the real dtype ``acc`` first (no-op for one dtype).
+    A real leaf is cast to the real dtype ``acc`` first (no-op for one dtype); a complex
+    leaf is reduced in its own dtype (its magnitudes are real) and the result cast.
     """
 
     def cast(x: Any) -> Any:
-        kind_acc = acc if not xp.isdtype(x.dtype, "complex floating") else None
-        if kind_acc is not None and x.dtype != acc:
-            return xp.astype(x, acc)
-        return x
+        if xp.isdtype(x.dtype, "complex floating") or x.dtype == acc:
+            return x
+        return xp.astype(x, acc)
 
     with quiet(xp):
         if ord == 2:

@@ -104,3 +104,30 @@ def test_jax_jit_memory_plan_is_no_worse_than_casting_first():
     ours = memory.jit_ratios("anyclip", names, 1 << 16)
     naive = memory.jit_ratios("naive (cast all first)", names, 1 << 16)
     assert all(ours[n] <= naive[n] + 1e-6 for n in names), (ours, naive)
+
+
+def test_rules_benchmark_command_writes_table(tmp_path):
+    """``python -m benchmarks.rules --small``: per-example clipping and AGC against optax."""
+    pytest.importorskip("optax")
+    out = tmp_path / "rules.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.rules",
+            "--small",
+            "--budget",
+            "0.01",
+            "--output",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    table = out.read_text()
+    for op in ("per_example_clip", "adaptive_grad_clip", "clip_by_block_rms"):
+        assert f"| {op} |" in table

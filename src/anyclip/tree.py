@@ -14,6 +14,11 @@ may have different floating dtypes: the global norm is accumulated in ``accumula
 ``accumulate_dtype=None`` and one dtype, results are TF's bit for bit. A sparse array (a torch
 sparse tensor, a JAX ``BCOO``) is one leaf, handled as the top-level functions handle it.
 
+Rules TF does not have, from optax, timm, TF Privacy and Opacus, live in their own modules and
+are re-exported here: :func:`norm` and :func:`clip_by_block_rms` (optax's), :func:`adaptive_clip`
+(AGC, optax's and timm's layouts) from :mod:`anyclip._adaptive`; :func:`per_example_clip` and
+:func:`per_example_layer_clip` (DP-SGD) from :mod:`anyclip._per_example`.
+
 >>> import numpy as np
 >>> from anyclip import tree
 >>> grads = {"w": np.array([3.0, 4.0], dtype=np.float32), "b": None}
@@ -29,19 +34,26 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast, overload
 
 from anyclip import _clip
-from anyclip._compat import is_array
+from anyclip._adaptive import adaptive_clip, clip_by_block_rms, norm
+from anyclip._compat import is_array, namespace
 from anyclip._keywords import hints_keywords
+from anyclip._per_example import per_example_clip, per_example_layer_clip
 from anyclip._sparse import is_sparse
 from anyclip._typing import ArrayT, Axes, DTypeLike, Nonfinite, Operand
 
 __all__ = [
+    "adaptive_clip",
     "clip_by_average_norm",
+    "clip_by_block_rms",
     "clip_by_global_norm",
     "clip_by_norm",
     "clip_by_value",
     "flatten",
     "global_norm",
     "map_leaves",
+    "norm",
+    "per_example_clip",
+    "per_example_layer_clip",
 ]
 
 TreeT = TypeVar("TreeT")
@@ -190,9 +202,24 @@ def map_leaves(fn: Callable[[Any], Any], tree: TreeT) -> TreeT:
     return cast(TreeT, unflatten([None if leaf is None else fn(leaf) for leaf in leaves]))
 
 
+def _unbounded(t: Any, upper: bool) -> Any:
+    """The bound that leaves every value of ``t`` in place: +-inf, or the integer extreme."""
+    xp = namespace(t)
+    if xp.isdtype(t.dtype, "integral"):
+        info = xp.iinfo(t.dtype)
+        return info.max if upper else info.min
+    return float("inf") if upper else float("-inf")
+
+
 @hints_keywords
-def clip_by_value(tree: TreeT, clip_value_min: Operand, clip_value_max: Operand) -> TreeT:
+def clip_by_value(
+    tree: TreeT, clip_value_min: Operand | None, clip_value_max: Operand | None
+) -> TreeT:
     """:func:`anyclip.clip_by_value` on every leaf of ``tree``.
+
+    A ``None`` bound leaves that side unclipped, as ``optax.tree.clip`` (``jnp.clip``) does;
+    both ``None`` return the leaves unchanged. The top-level :func:`anyclip.clip_by_value`
+    keeps TF's refusal of ``None``.
 
     Examples
     --------
@@ -200,8 +227,18 @@ def clip_by_value(tree: TreeT, clip_value_min: Operand, clip_value_max: Operand)
     >>> from anyclip import tree
     >>> tree.clip_by_value([np.array([-3.0, 3.0], dtype=np.float32)], -1.0, 1.0)
     [array([-1.,  1.], dtype=float32)]
+    >>> tree.clip_by_value([np.array([-3.0, 3.0], dtype=np.float32)], None, 1.0)
+    [array([-3.,  1.], dtype=float32)]
     """
-    return map_leaves(lambda t: _clip.clip_by_value(t, clip_value_min, clip_value_max), tree)
+    if clip_value_min is None and clip_value_max is None:
+        return map_leaves(lambda t: t, tree)
+
+    def clip(t: Any) -> Any:
+        lo = _unbounded(t, False) if clip_value_min is None else clip_value_min
+        hi = _unbounded(t, True) if clip_value_max is None else clip_value_max
+        return _clip.clip_by_value(t, lo, hi)
+
+    return map_leaves(clip, tree)
 
 
 @hints_keywords
@@ -292,6 +329,14 @@ def global_norm(tree: Any, *, accumulate_dtype: DTypeLike = "widest", group: Any
     array(13.)
     """
     leaves, _ = flatten(tree)
+    for i, leaf in enumerate(leaves):
+        if is_array(leaf) and namespace(leaf).isdtype(leaf.dtype, "complex floating"):
+            msg = (
+                f"`tree` leaves must be real for tree.global_norm (TF's tf.linalg.global_norm "
+                f"refuses complex), got {leaf.dtype} at leaf {i}; use anyclip.tree.norm(tree), "
+                "optax's tree norm, which accepts complex leaves"
+            )
+            raise TypeError(msg)
     return _clip.global_norm(leaves, accumulate_dtype=accumulate_dtype, group=group)
 
 

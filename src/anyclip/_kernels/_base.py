@@ -85,6 +85,15 @@ class Kernels:
         """``owned / divisor``; ``owned`` is a temporary the core made, which may be reused."""
         return owned / divisor
 
+    def row_squares(self, xp: Namespace, rows: Any) -> Any:
+        """``sum(rows * rows, axis=-1)`` of a 2-D array: one sum of squares per row.
+
+        The per-example sums of squares of per-example clipping (one row per example). The
+        generic code makes the square (XLA fuses it into the sum under ``jax.jit``);
+        overrides sum without it.
+        """
+        return reduce_sum(xp, rows * rows, -1, keepdims=False)
+
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """``sum(l2_loss(t) for t in arrays)`` with ``l2_loss(t) = sum(t * t) * 0.5``.
 

@@ -140,6 +140,17 @@ class TorchKernels(Kernels):
         fast = self._l2norm(xp, t, axes)
         return super().clip_norm2(xp, t, axes) if fast is None else fast
 
+    def row_squares(self, xp: Namespace, rows: Any) -> Any:
+        """As :meth:`Kernels.row_squares`; by ``vecdot`` (no ``rows * rows``) where it may.
+
+        Only when no gradient is recorded and ``torch.func`` does not wrap ``rows``.
+        """
+        if not _fast_ok([rows]):
+            return super().row_squares(xp, rows)
+        import torch
+
+        return torch.linalg.vecdot(rows, rows)
+
     def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
         """``owned / divisor`` in place, when no gradient is recorded through either."""
         import torch

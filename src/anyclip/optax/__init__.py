@@ -34,6 +34,7 @@ Importing this package imports jax and optax; ``import anyclip`` alone does not.
 
 from __future__ import annotations
 
+from anyclip.optax._adaptive import adaptive_grad_clip, clip_by_block_rms
 from anyclip.optax._tf_clip import (
     ClipByGlobalNormState,
     clip,
@@ -45,6 +46,8 @@ from anyclip.optax._tf_clip import (
 
 __all__ = [
     "ClipByGlobalNormState",
+    "adaptive_grad_clip",
+    "clip_by_block_rms",
     "clip_by_global_norm",
     "clip_by_norm",
     "clip",

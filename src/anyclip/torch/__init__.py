@@ -32,6 +32,7 @@ tensor([0.6000, 0.8000])
 
 from __future__ import annotations
 
+from anyclip.torch._adaptive import adaptive_clip_grad_
 from anyclip.torch._clip_grad import (
     NonfiniteNormError,
     clip_grad_by_norm_,
@@ -45,6 +46,7 @@ from anyclip.torch._clip_grad import (
 
 __all__ = [
     "NonfiniteNormError",
+    "adaptive_clip_grad_",
     "clip_grad_by_norm_",
     "clip_grad_by_value_",
     "clip_grad_norm_",

@@ -1,0 +1,514 @@
+"""optax's tree norm, block-RMS clipping and adaptive gradient clipping (AGC, optax and timm).
+
+Layer: public (argument checks, namespace resolution, docstrings; :mod:`anyclip.tree`,
+:mod:`anyclip.torch` and :mod:`anyclip.optax` re-export or call these) over this module's own
+array-API core (the functions whose names start with ``_core_``: validated arrays in, arrays
+out, no Python ``if`` on an array value, so they trace under ``jax.jit`` and
+``torch.compile``).
+
+The rules are optax 0.2.8's (``optax.tree.norm``, ``optax.clip_by_block_rms``,
+``optax.adaptive_grad_clip``) and timm's ``adaptive_clip_grad``. optax and timm write AGC with
+one formula, ``where(g_norm < max_norm, g, g * (max_norm / maximum(g_norm, 1e-6)))`` with
+``max_norm = clipping * maximum(p_norm, eps)``; they differ only in which axes a unit spans
+(:func:`unit_axes`) and in timm's ``norm_type``. So the formula is written once here and the
+layouts are data.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar, cast
+
+from anyclip._compat import dtype_name, is_array, namespace
+from anyclip._numerics import as_array, constant, quiet, sqrt
+from anyclip._policy import dtype_kind, resolve_accumulate_dtype, widest_float
+from anyclip._typing import Namespace
+
+__all__ = [
+    "adaptive_clip",
+    "clip_by_block_rms",
+    "norm",
+    "scalar_operand",
+    "unit_axes",
+]
+
+TreeT = TypeVar("TreeT")
+Layout = Literal["optax", "timm"]
+LAYOUTS: tuple[str, ...] = ("optax", "timm")
+
+#: ``unitwise_clip``'s floor on the gradient norm (optax ``div_eps``, timm ``clamp(min=1e-6)``).
+_DIV_EPS = 1e-6
+
+
+# ------------------------------------------------------------------ arguments
+def _flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    from anyclip.tree import flatten  # anyclip.tree imports this module
+
+    return flatten(tree)
+
+
+def _leaf_names(n: int, arg: str) -> list[str]:
+    return [f"{arg} leaf {i}" for i in range(n)]
+
+
+def _floating_leaves(
+    xp: Namespace, arrays: Sequence[Any], arg: str, kinds: tuple[str, ...] = ("real",)
+) -> None:
+    """Refuse leaves whose dtype kind is not in ``kinds``, naming the argument and the leaf."""
+    for i, a in enumerate(arrays):
+        kind = dtype_kind(xp, a.dtype)
+        if kind not in kinds:
+            want = "a real floating dtype" if kinds == ("real",) else "a floating dtype"
+            msg = (
+                f"`{arg}` leaves must have {want}, got {dtype_name(a.dtype)} at leaf {i}; "
+                "cast it with astype (for example to float32)"
+            )
+            raise TypeError(msg)
+
+
+def scalar_operand(
+    xp: Namespace,
+    value: Any,
+    dtype: Any,
+    like: Any,
+    name: str,
+    *,
+    positive: bool = False,
+    nonnegative: bool = False,
+) -> Any:
+    """``value`` (a real Python number or a 0-d real array) as a 0-d array of ``dtype``.
+
+    A Python number is checked on the host (``positive``: ``> 0``; ``nonnegative``: ``>= 0``);
+    an array is only cast (reading its value would sync the device).
+    """
+    if isinstance(value, bool) or not (isinstance(value, numbers.Real) or is_array(value)):
+        msg = f"`{name}` must be a real number or a 0-d array, got {type(value).__name__}"
+        raise TypeError(msg)
+    if not is_array(value):
+        v = float(value)
+        if math.isnan(v) or (positive and v <= 0) or (nonnegative and v < 0):
+            want = "> 0" if positive else ">= 0" if nonnegative else "a number"
+            msg = f"`{name}` must be {want}, got {value!r}; pass a {want} value"
+            raise ValueError(msg)
+        return constant(xp, v, dtype, like)
+    if tuple(value.shape) != ():
+        msg = (
+            f"`{name}` must be a number or a 0-d array, got an array of shape "
+            f"{tuple(value.shape)}; pass one value for every leaf"
+        )
+        raise ValueError(msg)
+    if namespace(value) is not xp:
+        return constant(xp, value, dtype, like)
+    return xp.astype(value, dtype) if value.dtype != dtype else value
+
+
+def _real_dtype(xp: Namespace, dtype: Any) -> Any:
+    name = dtype_name(dtype)
+    if name == "complex64":
+        return xp.float32
+    if name == "complex128":
+        return xp.float64
+    return dtype
+
+
+# ------------------------------------------------------------------- tree norm
+def _core_abs_sq(xp: Namespace, x: Any) -> Any:
+    """``|x| ** 2``: ``x * x``, or ``re * re + im * im`` for complex ``x`` (optax's ``abs_sq``)."""
+    if xp.isdtype(x.dtype, "complex floating"):
+        re, im = xp.real(x), xp.imag(x)
+        return re * re + im * im
+    return x * x
+
+
+def _core_tree_norm(
+    xp: Namespace, arrays: Sequence[Any], ord: float, squared: bool, acc: Any, like: Any
+) -> Any:
+    """The tree norm of optax: per-leaf sums (or maxima) added (compared) leaf after leaf.
+
+    A real leaf is cast to the real dtype ``acc`` first (no-op for one dtype); a complex
+    leaf is reduced in its own dtype (its magnitudes are real) and the result cast.
+    """
+
+    def cast(x: Any) -> Any:
+        if xp.isdtype(x.dtype, "complex floating") or x.dtype == acc:
+            return x
+        return xp.astype(x, acc)
+
+    with quiet(xp):
+        if ord == 2:
+            total = constant(xp, 0.0, acc, like)
+            for x in arrays:
+                s = xp.sum(_core_abs_sq(xp, cast(x)))
+                total = total + (s if s.dtype == acc else xp.astype(s, acc))
+            return as_array(total if squared else sqrt(xp, total))
+        if ord == 1:
+            total = constant(xp, 0.0, acc, like)
+            for x in arrays:
+                s = xp.sum(xp.abs(cast(x)))
+                total = total + (s if s.dtype == acc else xp.astype(s, acc))
+        else:
+            total = constant(xp, -math.inf, acc, like)
+            for x in arrays:
+                if math.prod(x.shape) == 0:  # optax skips empty leaves
+                    continue
+                s = xp.max(xp.abs(cast(x)))
+                total = xp.maximum(total, s if s.dtype == acc else xp.astype(s, acc))
+        return as_array(total * total if squared else total)
+
+
+def _real_number(value: Any) -> float | None:
+    """``value`` as a float when it is a real number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
+def _norm_ord(ord: Any) -> float:
+    o = _real_number(ord)
+    if ord is None or o == 2:
+        return 2.0
+    if o == 1:
+        return 1.0
+    if o == math.inf or (isinstance(ord, str) and ord in ("inf", "infinity")):
+        return math.inf
+    msg = f"`ord` must be 1, 2 (or None) or inf (or 'inf'), as optax.tree.norm's, got {ord!r}"
+    raise ValueError(msg)
+
+
+def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
+    """The vector norm of all leaves of ``tree`` together, as ``optax.tree.norm``.
+
+    ``ord=2``: ``sqrt(sum(|x| ** 2))`` over every element of every leaf; ``ord=1``:
+    ``sum(|x|)``; ``ord=inf``: ``max(|x|)``. Unlike :func:`anyclip.tree.global_norm` (TF's
+    ``tf.linalg.global_norm``, which refuses complex arrays), complex leaves are accepted and
+    count through their magnitude, as optax counts them.
+
+    Parameters
+    ----------
+    tree : nested structure of arrays
+        Leaves of floating or complex dtypes, possibly different; ``None`` leaves are skipped.
+    ord : {2, 1, inf, None, "inf", "infinity"}, optional
+        The order of the norm (``None`` is 2), as in optax.
+    squared : bool, optional
+        Return the norm squared (for ``ord=2``, the sum of squares without a root).
+
+    Returns
+    -------
+    array
+        A 0-d array of the widest real dtype of the leaves (float32 for complex64), on the
+        first leaf's device. Each leaf is cast to that dtype before it is reduced (optax
+        reduces each leaf in its own dtype, then promotes: the two agree for a tree of one
+        dtype). An empty tree gives a NumPy float32 ``0`` (``-inf`` for ``ord=inf``).
+
+    Raises
+    ------
+    ValueError
+        If ``ord`` is not 1, 2 or inf.
+    TypeError
+        If a leaf is not floating or complex.
+
+    See Also
+    --------
+    optax.tree.norm : The optax function this mirrors.
+    anyclip.tree.global_norm : TF's global norm (real leaves, TF's exact operation order).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> grads = {"w": np.array([3.0, -4.0], dtype=np.float32), "b": None}
+    >>> tree.norm(grads), tree.norm(grads, ord=1), tree.norm(grads, ord=np.inf)
+    (array(5., dtype=float32), array(7., dtype=float32), array(4., dtype=float32))
+    >>> tree.norm([np.array([3 + 4j], dtype=np.complex64)], squared=True)
+    array(25., dtype=float32)
+    """
+    o = _norm_ord(ord)
+    leaves, _ = _flatten(tree)
+    arrays = [a for a in leaves if a is not None]
+    xp = namespace(*arrays, names=_leaf_names(len(arrays), "tree"))
+    _floating_leaves(xp, arrays, "tree", ("real", "complex"))
+    acc = resolve_accumulate_dtype(xp, "widest", [_real_dtype(xp, a.dtype) for a in arrays])
+    return _core_tree_norm(xp, arrays, o, bool(squared), acc, arrays[0] if arrays else None)
+
+
+# ------------------------------------------------------------------- block RMS
+def _core_block_rms(xp: Namespace, u: Any, threshold: Any) -> Any:
+    """``u / maximum(1, sqrt(mean(|u| ** 2)) / threshold)`` (optax's ``clip_by_block_rms``)."""
+    sq = _core_abs_sq(xp, u)
+    size = constant(xp, float(math.prod(u.shape)), sq.dtype, sq)
+    rms = sqrt(xp, xp.sum(sq) / size)
+    denom = xp.maximum(constant(xp, 1.0, sq.dtype, sq), rms / threshold)
+    return as_array(u / denom)
+
+
+def clip_by_block_rms(tree: TreeT, threshold: Any) -> TreeT:
+    """Scale every leaf so that its root mean square is at most ``threshold``, as optax's.
+
+    Each leaf ``u`` becomes ``u / maximum(1, sqrt(mean(|u| ** 2)) / threshold)``: the
+    transformation ``optax.clip_by_block_rms(threshold)`` applies to each block (each leaf).
+
+    Parameters
+    ----------
+    tree : nested structure of arrays
+        Leaves of floating or complex dtypes; ``None`` leaves are kept.
+    threshold : number or 0-d array
+        The largest RMS of a leaf, converted to each leaf's (real) dtype.
+
+    Returns
+    -------
+    same structure as ``tree``
+        Every leaf keeps its dtype, shape and device. An empty leaf stays empty.
+
+    Raises
+    ------
+    TypeError
+        If a leaf is not floating or complex, or ``threshold`` is not a number or 0-d array.
+
+    See Also
+    --------
+    optax.clip_by_block_rms : The optax transformation this mirrors
+        (:func:`anyclip.optax.clip_by_block_rms` is its drop-in).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> tree.clip_by_block_rms({"w": np.array([3.0, -4.0, 0.0, 0.0], np.float32)}, 1.0)
+    {'w': array([ 1.2, -1.6,  0. ,  0. ], dtype=float32)}
+    """
+    leaves, unflatten = _flatten(tree)
+    arrays = [a for a in leaves if a is not None]
+    xp = namespace(*arrays, names=_leaf_names(len(arrays), "tree"))
+    _floating_leaves(xp, arrays, "tree", ("real", "complex"))
+    out: list[Any] = []
+    with quiet(xp):
+        for leaf in leaves:
+            if leaf is None:
+                out.append(None)
+                continue
+            t = scalar_operand(xp, threshold, _real_dtype(xp, leaf.dtype), leaf, "threshold")
+            out.append(_core_block_rms(xp, leaf, t))
+    return cast(TreeT, unflatten(out))
+
+
+# ------------------------------------------------------------------------- AGC
+def unit_axes(shape: Sequence[int], layout: str, axis: Any = None) -> tuple[int, ...] | None:
+    """The axes one AGC unit spans for a leaf of ``shape``; ``None`` is every axis.
+
+    ``axis`` (an int or a tuple of ints) overrides the layout. ``layout="optax"`` is optax
+    0.2.8's ``unitwise_norm``: every axis for a leaf with at most one axis longer than 1,
+    axis 0 for rank 2 and 3 (``IO``, multi-head ``HIO``), axes 0-2 for rank 4 (``HWIO``),
+    axes 0-3 for rank 5 (``DHWIO``), refused otherwise. ``layout="timm"`` is timm's
+    ``unitwise_norm``: every axis for rank 0 and 1, every axis but the first otherwise
+    (torch's ``OI``, ``OIHW``, ``OIDHW``: one unit per output channel).
+
+    Examples
+    --------
+    >>> from anyclip._adaptive import unit_axes
+    >>> unit_axes((3, 3, 8, 16), "optax"), unit_axes((16, 8, 3, 3), "timm")
+    ((0, 1, 2), (1, 2, 3))
+    """
+    ndim = len(shape)
+    if axis is not None:
+        axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+        out: list[int] = []
+        for a in axes:
+            if isinstance(a, bool) or not isinstance(a, int) or not -ndim <= a < ndim:
+                msg = (
+                    f"`axis` must hold integers in [-{ndim}, {ndim}) for a leaf of shape "
+                    f"{tuple(shape)}, got {axis!r}; pass axes that every leaf has"
+                )
+                raise ValueError(msg)
+            out.append(int(a) % ndim)
+        if len(set(out)) != len(out):
+            msg = f"`axis` must not repeat an axis, got {axis!r}"
+            raise ValueError(msg)
+        return tuple(out)
+    if layout == "timm":
+        return None if ndim <= 1 else tuple(range(1, ndim))
+    if layout != "optax":
+        msg = f"`layout` must be one of {LAYOUTS}, got {layout!r}"
+        raise ValueError(msg)
+    if sum(1 for n in shape if n != 1) <= 1:  # optax: jnp.squeeze(x).ndim <= 1
+        return None
+    if ndim in (2, 3):
+        return (0,)
+    if ndim == 4:
+        return (0, 1, 2)
+    if ndim == 5:
+        return (0, 1, 2, 3)
+    msg = (
+        f"`layout='optax'` infers the unit axes for ranks 1 to 5 only, got a leaf of shape "
+        f"{tuple(shape)}; pass `axis=` (the axes one unit spans) or `layout='timm'`"
+    )
+    raise ValueError(msg)
+
+
+def _core_unit_norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None, p: float) -> Any:
+    """The ``p``-norm of ``x`` over ``axes`` (``None``: all), with the reduced axes kept."""
+    if p == 2:
+        return sqrt(xp, xp.sum(_core_abs_sq(xp, x), axis=axes, keepdims=True))
+    a = xp.abs(x)
+    if p == math.inf:
+        if math.prod(x.shape) == 0:
+            return xp.sum(a, axis=axes, keepdims=True)  # 0, the norm of nothing
+        return xp.max(a, axis=axes, keepdims=True)
+    if p == 1:
+        return xp.sum(a, axis=axes, keepdims=True)
+    pp = constant(xp, p, a.dtype, a)
+    return xp.sum(a**pp, axis=axes, keepdims=True) ** constant(xp, 1.0 / p, a.dtype, a)
+
+
+def _core_agc(
+    xp: Namespace,
+    g: Any,
+    p: Any,
+    clipping: Any,
+    eps: Any,
+    axes: tuple[int, ...] | None,
+    norm_type: float,
+) -> Any:
+    """``where(g_norm < max_norm, g, g * (max_norm / maximum(g_norm, 1e-6)))``.
+
+    ``max_norm = clipping * maximum(p_norm, eps)``; ``clipping`` and ``eps`` are 0-d arrays
+    of ``p``'s real dtype. For ``g`` and ``p`` of different dtypes the arithmetic is in the
+    wider one and the result is cast to ``g``'s dtype (as timm's ``copy_`` into the gradient).
+    """
+    work = widest_float(xp, [_real_dtype(xp, g.dtype), _real_dtype(xp, p.dtype)])
+    gw = g if _real_dtype(xp, g.dtype) == work else xp.astype(g, work)
+    pw = p if _real_dtype(xp, p.dtype) == work else xp.astype(p, work)
+    if clipping.dtype != work:
+        clipping, eps = xp.astype(clipping, work), xp.astype(eps, work)
+    p_norm = _core_unit_norm(xp, pw, axes, norm_type)
+    max_norm = xp.maximum(p_norm, eps) * clipping
+    g_norm = _core_unit_norm(xp, gw, axes, norm_type)
+    floor = constant(xp, _DIV_EPS, g_norm.dtype, g_norm)
+    clipped = gw * (max_norm / xp.maximum(g_norm, floor))
+    out = xp.where(g_norm < max_norm, gw, clipped)
+    return as_array(out if out.dtype == g.dtype else xp.astype(out, g.dtype))
+
+
+def _norm_type(norm_type: Any) -> float:
+    p = _real_number(norm_type)
+    if p is None or not p > 0:
+        msg = f"`norm_type` must be a number > 0 (2.0, 1.0, inf, ...), got {norm_type!r}"
+        raise ValueError(msg)
+    return p
+
+
+def adaptive_clip(
+    grads: TreeT,
+    params: Any,
+    clipping: Any = 0.01,
+    eps: Any = 1e-3,
+    *,
+    axis: Any = None,
+    layout: Layout = "optax",
+    norm_type: float = 2.0,
+) -> TreeT:
+    """Adaptive gradient clipping (AGC): a unit's gradient norm <= ``clipping`` * its weight norm.
+
+    For every leaf, with norms taken over the axes one unit spans (:func:`unit_axes`)::
+
+        max_norm = clipping * maximum(p_norm, eps)
+        g = where(g_norm < max_norm, g, g * (max_norm / maximum(g_norm, 1e-6)))
+
+    optax's ``adaptive_grad_clip`` and timm's ``adaptive_clip_grad`` both compute this; they
+    differ in which axes form a unit. ``layout="optax"`` (default) infers them from the rank
+    for JAX's layouts (``IO``, ``HWIO``, ``DHWIO``: the output channel is last);
+    ``layout="timm"`` reduces over every axis but the first, for torch's (``OI``, ``OIHW``:
+    the output channel is first). Passing a torch model's gradients with the default
+    layout, or a JAX model's with ``"timm"``, clips along the wrong axes.
+
+    Parameters
+    ----------
+    grads : nested structure of arrays
+        The gradients; ``None`` leaves are kept.
+    params : nested structure of arrays
+        The parameters, with the structure of ``grads`` and the same shape leaf by leaf (a
+        ``None`` gradient may face any parameter).
+    clipping : number or 0-d array, optional
+        The largest ratio of gradient norm to parameter norm (optax ``clipping``, timm
+        ``clip_factor``); a number must be ``> 0``.
+    eps : number or 0-d array, optional
+        The floor on the parameter norm, so that zero-initialised parameters still move.
+    axis : int or tuple of ints, optional
+        The axes one unit spans, for every leaf; overrides ``layout`` (optax's ``axis``).
+    layout : {"optax", "timm"}, optional
+        Whose rule infers the unit axes when ``axis`` is not given.
+    norm_type : float, optional
+        The order of the unit norms (timm's ``norm_type``: 2, 1, inf or any ``p > 0``).
+
+    Returns
+    -------
+    same structure as ``grads``
+        Every leaf keeps its dtype, shape and device.
+
+    Raises
+    ------
+    ValueError
+        If ``clipping <= 0``, ``layout`` is unknown, ``layout="optax"`` meets a leaf of rank
+        above 5 (pass ``axis=``), ``axis`` does not fit a leaf, a leaf of ``params`` has
+        another shape than its gradient, or ``params`` has another number of leaves.
+    TypeError
+        If a leaf is not of a real floating dtype.
+
+    See Also
+    --------
+    optax.adaptive_grad_clip : optax's transformation (:func:`anyclip.optax.adaptive_grad_clip`).
+    timm.utils.agc.adaptive_clip_grad : timm's in-place torch function
+        (:func:`anyclip.torch.adaptive_clip_grad_`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> params = {"w": np.array([[3.0, 0.0], [4.0, 1.0]], np.float32)}  # IO: two units
+    >>> grads = {"w": np.array([[0.3, 0.0], [0.4, 0.001]], np.float32)}
+    >>> tree.adaptive_clip(grads, params, clipping=0.01)["w"]
+    array([[0.03 , 0.   ],
+           [0.04 , 0.001]], dtype=float32)
+    """
+    if layout not in LAYOUTS:
+        msg = f"`layout` must be one of {LAYOUTS}, got {layout!r}"
+        raise ValueError(msg)
+    p_ord = _norm_type(norm_type)
+    g_leaves, unflatten = _flatten(grads)
+    p_leaves, _ = _flatten(params)
+    if len(g_leaves) != len(p_leaves):
+        msg = (
+            f"`params` must have the structure of `grads`: got {len(p_leaves)} leaves in "
+            f"`params` and {len(g_leaves)} in `grads`; pass the parameters the gradients are of"
+        )
+        raise ValueError(msg)
+    pairs = [(g, p) for g, p in zip(g_leaves, p_leaves, strict=True) if g is not None]
+    arrays = [a for pair in pairs for a in pair]
+    xp = namespace(
+        *arrays,
+        names=[n for i in range(len(pairs)) for n in (f"grads leaf {i}", f"params leaf {i}")],
+    )
+    _floating_leaves(xp, [g for g, _ in pairs], "grads")
+    if any(p is None for _, p in pairs):
+        msg = "`params` must have an array wherever `grads` has one, got None"
+        raise ValueError(msg)
+    _floating_leaves(xp, [p for _, p in pairs], "params")
+    out: list[Any] = []
+    with quiet(xp):
+        for i, (g, p) in enumerate(zip(g_leaves, p_leaves, strict=True)):
+            if g is None:
+                out.append(None)
+                continue
+            if tuple(g.shape) != tuple(p.shape):
+                msg = (
+                    f"`params` leaf {i} must have its gradient's shape {tuple(g.shape)}, got "
+                    f"{tuple(p.shape)}; pass the parameters in the order of the gradients"
+                )
+                raise ValueError(msg)
+            axes = unit_axes(tuple(g.shape), layout, axis)
+            pdt = _real_dtype(xp, p.dtype)
+            c = scalar_operand(xp, clipping, pdt, p, "clipping", positive=True)
+            e = scalar_operand(xp, eps, pdt, p, "eps", nonnegative=True)
+            out.append(_core_agc(xp, g, p, c, e, axes, p_ord))
+    return cast(TreeT, unflatten(out))

@@ -1,0 +1,326 @@
+"""Per-example (DP-SGD) clipping: TF Privacy's, optax's and Opacus's rules, batched.
+
+Layer: public (argument checks, namespace resolution, docstrings; :mod:`anyclip.tree`
+re-exports the functions) over this module's own array-API core (the ``_core_`` functions).
+
+Every leaf of ``grads`` holds one gradient per example along its first axis. The three
+libraries differ only in the factor each example's gradient is multiplied by before the sum:
+
+* TF Privacy (``style="tf"``): ``tf.clip_by_global_norm(grads, l2_norm_clip)`` on each
+  example, i.e. ``c * minimum(1 / norm, 1 / c)``, NaN for a non-finite norm (TF's factor,
+  :func:`anyclip._core.global_scale`), with TF's global norm ``sqrt(sum(l2_loss) * 2)``;
+* optax (``style="optax"``, ``optax.per_example_global_norm_clip``):
+  ``nan_to_num(minimum(c / norm, 1), nan=1)``;
+* Opacus (``style="opacus"``, ``DPOptimizer.clip_and_accumulate``):
+  ``minimum(c / (norm + 1e-6), 1)``.
+
+The per-example sums of squares are one reduction per leaf over its flattened example axes
+(:meth:`anyclip._kernels.Kernels.row_squares`: ``einsum`` on NumPy, ``vecdot`` on torch, a sum
+that XLA fuses with the square under ``jax.jit``), and the weighted sum over the batch one
+``tensordot`` per leaf (as optax's and Opacus's ``einsum``): no Python loop over examples and
+no clipped copy of the per-example gradients, so the memory is the per-example gradients plus
+the output. (The generic code, and torch while it records a gradient or runs under
+``torch.func``, square one leaf at a time.) Everything is array-API
+code: it runs on every backend, under ``jax.jit``/``jax.vmap``, ``torch.compile`` and
+``torch.func.vmap``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar, cast
+
+from anyclip._adaptive import scalar_operand
+from anyclip._compat import dtype_name, namespace
+from anyclip._core import global_scale
+from anyclip._kernels import Kernels, kernels_for
+from anyclip._numerics import as_array, constant, quiet, sqrt
+from anyclip._policy import dtype_kind, resolve_accumulate_dtype
+from anyclip._typing import DTypeLike, Namespace
+
+__all__ = ["STYLES", "per_example_clip", "per_example_layer_clip"]
+
+TreeT = TypeVar("TreeT")
+Style = Literal["tf", "optax", "opacus"]
+STYLES: tuple[str, ...] = ("tf", "optax", "opacus")
+
+#: Opacus adds this to the per-sample norm before dividing (``max_grad_norm / (norm + 1e-6)``).
+_OPACUS_EPS = 1e-6
+
+
+# ------------------------------------------------------------------------- core
+def _core_sq_norms(
+    xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any, half: bool
+) -> Any:
+    """The per-example sum of squares of every leaf together, shape ``(batch,)``, in ``acc``.
+
+    ``half`` (TF's rule): the sum of each leaf's ``l2_loss = sum(t * t) / 2``, as
+    ``tf.linalg.global_norm`` adds them (times 2 later).
+    """
+    total = None
+    for a in arrays:
+        flat = xp.reshape(a, (a.shape[0], -1))
+        if flat.dtype != acc:
+            flat = xp.astype(flat, acc)
+        s = kernels.row_squares(xp, flat)  # NumPy and torch: no squared copy of the leaf
+        if half:
+            s = s / constant(xp, 2.0, acc, s)
+        total = s if total is None else total + s
+    return total
+
+
+def _core_norms(
+    xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any, style: str
+) -> Any:
+    """The per-example global norms, shape ``(batch,)``."""
+    if style == "tf":
+        total = _core_sq_norms(xp, kernels, arrays, acc, half=True)
+        return sqrt(xp, total * constant(xp, 2.0, acc, total))
+    return sqrt(xp, _core_sq_norms(xp, kernels, arrays, acc, half=False))
+
+
+def _core_factors(xp: Namespace, norms: Any, c: Any, style: str) -> Any:
+    """The factor each example's gradient is multiplied by, shape ``(batch,)``."""
+    one = constant(xp, 1.0, norms.dtype, norms)
+    if style == "tf":
+        return global_scale(xp, c, norms, "tf")
+    if style == "opacus":
+        return xp.minimum(c / (norms + constant(xp, _OPACUS_EPS, norms.dtype, norms)), one)
+    m = xp.minimum(c / norms, one)
+    # jnp.nan_to_num(m, nan=1.0): NaN -> 1, -inf -> the lowest finite value (c < 0 over 0)
+    m = xp.where(xp.isnan(m), one, m)
+    lowest = constant(xp, float(xp.finfo(norms.dtype).min), norms.dtype, norms)
+    return xp.where(m == constant(xp, -math.inf, norms.dtype, norms), lowest, m)
+
+
+def _core_weighted_sum(xp: Namespace, factors: Any, a: Any) -> Any:
+    """``sum_b factors[b] * a[b]`` as one ``tensordot``, in ``a``'s dtype."""
+    f = factors if factors.dtype == a.dtype else xp.astype(factors, a.dtype)
+    return as_array(xp.tensordot(f, a, axes=1))
+
+
+# -------------------------------------------------------------------- arguments
+def _flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    from anyclip.tree import flatten  # anyclip.tree imports this module
+
+    return flatten(tree)
+
+
+def _check_style(style: Any) -> str:
+    if style not in STYLES:
+        msg = (
+            f"`style` must be one of {STYLES} (TF Privacy's, optax's or Opacus's rule), "
+            f"got {style!r}"
+        )
+        raise ValueError(msg)
+    return cast(str, style)
+
+
+def _batched(leaves: list[Any]) -> tuple[Namespace, list[Any]]:
+    """The namespace and the array leaves; refuse leaves without one shared batch axis."""
+    arrays = [a for a in leaves if a is not None]
+    if not arrays:
+        msg = (
+            "`grads` must hold at least one array (with the examples along axis 0), got a tree "
+            "without arrays"
+        )
+        raise ValueError(msg)
+    xp = namespace(*arrays, names=[f"grads leaf {i}" for i in range(len(arrays))])
+    for i, a in enumerate(arrays):
+        if dtype_kind(xp, a.dtype) != "real":
+            msg = (
+                f"`grads` leaves must have a real floating dtype, got {dtype_name(a.dtype)} "
+                f"at leaf {i}; cast it with astype (for example to float32)"
+            )
+            raise TypeError(msg)
+    first = tuple(arrays[0].shape)
+    for i, a in enumerate(arrays):
+        shape = tuple(a.shape)
+        if len(shape) == 0 or shape[0] != first[0]:
+            got = "a 0-d array" if not shape else f"{shape[0]} examples (shape {shape})"
+            msg = (
+                f"`grads` leaves must all have the batch (examples) axis first, of one length: "
+                f"leaf 0 has {first[0] if first else 0} examples (shape {first}), leaf {i} has "
+                f"{got}; stack per-example gradients along axis 0 (jax.vmap, torch.func.vmap)"
+            )
+            raise ValueError(msg)
+    return xp, arrays
+
+
+def _clip_and_sum(
+    xp: Namespace, arrays: Sequence[Any], c: Any, acc: Any, style: str
+) -> tuple[list[Any], Any]:
+    with quiet(xp):
+        norms = _core_norms(xp, kernels_for(xp, arrays, acc), arrays, acc, style)
+        factors = _core_factors(xp, norms, c, style)
+        return [_core_weighted_sum(xp, factors, a) for a in arrays], norms
+
+
+def per_example_clip(
+    grads: TreeT,
+    l2_norm_clip: Any,
+    *,
+    style: Style = "tf",
+    accumulate_dtype: DTypeLike = "widest",
+) -> tuple[TreeT, Any]:
+    """Clip each example's gradient to a global L2 norm, then sum over the examples (DP-SGD).
+
+    Every leaf holds the per-example gradients along its first axis (``jax.vmap`` of
+    ``jax.grad``, ``torch.func.vmap`` of ``torch.func.grad``, Opacus's ``grad_sample``). Each
+    example's gradients (all leaves together) are scaled by a factor of its global norm, and
+    the scaled gradients summed over the examples. ``style`` picks whose factor:
+
+    * ``"tf"`` (default): TF Privacy's ``tf.clip_by_global_norm(grads, l2_norm_clip)`` per
+      example (microbatch), ``c * minimum(1 / norm, 1 / c)``; a non-finite norm makes that
+      example's factor NaN (and so the sum), as TF;
+    * ``"optax"``: ``optax.per_example_global_norm_clip``, ``minimum(c / norm, 1)`` with
+      NaN read as 1 (so a zero gradient with ``c = 0`` is kept, and an infinite norm
+      scales by 0);
+    * ``"opacus"``: Opacus's ``min(c / (norm + 1e-6), 1)`` (clips slightly even at
+      ``norm == c``; NaN propagates).
+
+    Parameters
+    ----------
+    grads : nested structure of arrays
+        Leaves of real floating dtypes, each with the examples along axis 0 (one batch size
+        for all leaves); ``None`` leaves are kept.
+    l2_norm_clip : number or 0-d array
+        The largest global norm of one example's gradients (``>= 0`` for a number).
+    style : {"tf", "optax", "opacus"}, optional
+        Whose clipping factor (see above).
+    accumulate_dtype : dtype, str or "widest", optional
+        The dtype the norms are computed in (default: the widest leaf dtype).
+
+    Returns
+    -------
+    clipped_sum : same structure as ``grads``
+        Each leaf summed over the examples after clipping: its shape without the first
+        axis, its dtype (the factors are cast to it, as TF casts its scale) and device.
+    norms : array
+        The per-example global norms before clipping, shape ``(batch,)``, in
+        ``accumulate_dtype``. optax returns the number of clipped examples instead; it is
+        ``sum(norms > l2_norm_clip)`` (``sum(factors < 1)`` under ``"optax"``), one
+        reduction of this array, and the norms also feed adaptive clipping (quantile) rules.
+
+    Raises
+    ------
+    ValueError
+        If a leaf is 0-d or the leaves' first axes differ (naming both leaves), ``grads``
+        has no array, ``style`` is unknown, or a number ``l2_norm_clip`` is negative or NaN.
+    TypeError
+        If a leaf is not of a real floating dtype.
+
+    See Also
+    --------
+    optax.per_example_global_norm_clip : optax's rule (``style="optax"``).
+    tf.clip_by_global_norm : TF Privacy's per-microbatch clipping (``style="tf"``).
+    per_example_layer_clip : The per-layer variant.
+
+    Notes
+    -----
+    The sum over the examples is one ``tensordot`` of the factors with each leaf (optax's
+    and Opacus's reduction); TF Privacy multiplies, then sums with ``reduce_sum`` over the
+    microbatches, which rounds differently in the last place or two.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> g = [np.array([[0, 0, 0], [0, 3, 4], [4, 0, 3], [3, 4, 0]], np.float32)]
+    >>> clipped, norms = tree.per_example_clip(g, 1.25, style="optax")
+    >>> clipped, norms
+    ([array([1.75, 1.75, 1.75], dtype=float32)], array([0., 5., 5., 5.], dtype=float32))
+    >>> int((norms > 1.25).sum())  # optax's second result: the number clipped
+    3
+    """
+    s = _check_style(style)
+    leaves, unflatten = _flatten(grads)
+    xp, arrays = _batched(leaves)
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [a.dtype for a in arrays])
+    c = scalar_operand(xp, l2_norm_clip, acc, arrays[0], "l2_norm_clip", nonnegative=True)
+    sums, norms = _clip_and_sum(xp, arrays, c, acc, s)
+    it = iter(sums)
+    return cast(TreeT, unflatten([None if a is None else next(it) for a in leaves])), norms
+
+
+def per_example_layer_clip(
+    grads: TreeT,
+    l2_norm_clip: Any,
+    *,
+    uniform: bool = True,
+    style: Style = "optax",
+    accumulate_dtype: DTypeLike = "widest",
+) -> tuple[TreeT, TreeT]:
+    """Per-example clipping with a norm and a clip norm per leaf (layer), then the sum.
+
+    ``optax.per_example_layer_norm_clip``: with ``K`` array leaves and ``C = l2_norm_clip``,
+    leaf ``i`` is clipped on its own (:func:`per_example_clip` of that leaf alone, with the
+    factor of ``style``) to ``C / sqrt(K)`` (``uniform=True``) or ``C * sqrt(D_i / D)``
+    (``D_i`` elements per example in leaf ``i``, ``D`` in all leaves). The squares of the
+    per-leaf clip norms add up to ``C ** 2``, so the sum of one example's clipped gradients
+    has a global norm of at most ``C``.
+
+    Parameters
+    ----------
+    grads : nested structure of arrays
+        As in :func:`per_example_clip`.
+    l2_norm_clip : number or 0-d array
+        The overall clip norm ``C``.
+    uniform : bool, optional
+        Split ``C`` evenly over the leaves (default) or in proportion to their sizes.
+    style : {"optax", "tf", "opacus"}, optional
+        Whose clipping factor (default optax's, whose function this mirrors).
+    accumulate_dtype : dtype, str or "widest", optional
+        As in :func:`per_example_clip`.
+
+    Returns
+    -------
+    clipped_sum : same structure as ``grads``
+        Each leaf clipped per example and summed over the examples.
+    norms : same structure as ``grads``
+        Each leaf's per-example norms, shape ``(batch,)`` (optax returns the per-leaf number
+        of clipped examples: ``sum(norms_i > C_i)``).
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`per_example_clip`.
+
+    See Also
+    --------
+    optax.per_example_layer_norm_clip : The optax function this mirrors.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from anyclip import tree
+    >>> g = {"a": np.array([[3.0, 4.0], [0.3, 0.4]], np.float32),
+    ...      "b": np.array([[0.0], [2.0]], np.float32)}
+    >>> clipped, norms = tree.per_example_layer_clip(g, 2 ** 0.5)  # each leaf clipped to 1
+    >>> clipped["a"], clipped["b"], norms["a"]
+    (array([0.90000004, 1.2       ], dtype=float32), array([1.], dtype=float32), array([5. , 0.5], dtype=float32))
+    """  # noqa: E501
+    s = _check_style(style)
+    leaves, unflatten = _flatten(grads)
+    xp, arrays = _batched(leaves)
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [a.dtype for a in arrays])
+    c = scalar_operand(xp, l2_norm_clip, acc, arrays[0], "l2_norm_clip", nonnegative=True)
+    sizes = [math.prod(a.shape[1:]) for a in arrays]
+    total = sum(sizes)
+    sums: list[Any] = []
+    norms: list[Any] = []
+    for a, d in zip(arrays, sizes, strict=True):
+        # optax: global_l2_norm_clip * (1.0 / num_layers) ** 0.5, or * (D_i / D) ** 0.5
+        share = (1.0 / len(arrays)) ** 0.5 if uniform else (d / total) ** 0.5 if total else 0.0
+        if isinstance(l2_norm_clip, (int, float)):
+            c_i = constant(xp, float(l2_norm_clip) * share, acc, a)  # in Python, as optax's
+        else:
+            c_i = c * constant(xp, share, acc, a)
+        (summed,), n = _clip_and_sum(xp, [a], c_i, acc, s)
+        sums.append(summed)
+        norms.append(n)
+    it_s, it_n = iter(sums), iter(norms)
+    clipped = unflatten([None if a is None else next(it_s) for a in leaves])
+    per_leaf = unflatten([None if a is None else next(it_n) for a in leaves])
+    return cast(TreeT, clipped), cast(TreeT, per_leaf)

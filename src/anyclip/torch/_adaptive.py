@@ -1,0 +1,94 @@
+"""timm's ``adaptive_clip_grad`` (AGC) as an in-place drop-in over :mod:`anyclip.tree`.
+
+Layer: public adapter; :mod:`anyclip.torch` re-exports the names in ``__all__``. The formula is
+:func:`anyclip.tree.adaptive_clip` with ``layout="timm"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from anyclip import tree
+from anyclip.torch._clip_grad import Parameters, _tensors
+
+__all__ = ["adaptive_clip_grad_"]
+
+
+def adaptive_clip_grad_(
+    parameters: Parameters,
+    clip_factor: float = 0.01,
+    eps: float = 1e-3,
+    norm_type: float = 2.0,
+) -> None:
+    """Adaptive gradient clipping in place, with timm's ``adaptive_clip_grad`` signature.
+
+    For every parameter ``p`` with a gradient, per output unit (every axis but the first:
+    torch's ``OI``, ``OIHW``; the whole tensor for a bias)::
+
+        max_norm = clip_factor * maximum(norm(p), eps)
+        p.grad = where(norm(g) < max_norm, g, g * (max_norm / maximum(norm(g), 1e-6)))
+
+    with norms of order ``norm_type`` (:func:`anyclip.tree.adaptive_clip` with
+    ``layout="timm"``). The gradient keeps its dtype and device; parameters without a
+    gradient are skipped. Runs without a host sync, under ``torch.compile`` too.
+
+    Parameters
+    ----------
+    parameters : Tensor or iterable of Tensors
+        The parameters whose ``.grad`` is clipped (``model.parameters()``).
+    clip_factor : float, optional
+        The largest ratio of a unit's gradient norm to its parameter norm (``> 0``).
+    eps : float, optional
+        The floor on the parameter norm.
+    norm_type : float, optional
+        The order of the unit norms (2, 1, inf or any ``p > 0``).
+
+    Returns
+    -------
+    None
+        As timm's.
+
+    Raises
+    ------
+    ValueError
+        If ``clip_factor <= 0`` or ``norm_type <= 0``.
+    TypeError
+        If ``parameters`` is not a tensor or an iterable of tensors, or a gradient is sparse.
+
+    See Also
+    --------
+    timm.utils.agc.adaptive_clip_grad : The timm function this mirrors.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from anyclip.torch import adaptive_clip_grad_
+    >>> p = torch.nn.Parameter(torch.tensor([[3.0, 4.0], [0.0, 1.0]]))  # OI: two units
+    >>> p.grad = torch.tensor([[0.3, 0.4], [0.0, 0.001]])
+    >>> adaptive_clip_grad_([p], clip_factor=0.01)
+    >>> p.grad
+    tensor([[0.0300, 0.0400],
+            [0.0000, 0.0010]])
+    """
+    factor: Any = clip_factor
+    if isinstance(factor, (int, float)) and not factor > 0:
+        msg = f"`clip_factor` must be > 0, got {clip_factor!r}; pass a positive ratio (0.01)"
+        raise ValueError(msg)
+    params = [p for p in _tensors(parameters, "parameters") if p.grad is not None]
+    for i, p in enumerate(params):
+        if p.grad is not None and p.grad.is_sparse:
+            msg = (
+                f"`parameters[{i}]` has a sparse gradient; AGC needs dense unit norms: pass "
+                "the dense parameters only, or densify with p.grad = p.grad.to_dense()"
+            )
+            raise TypeError(msg)
+    if not params:
+        return
+    with torch.no_grad():
+        grads = [p.grad.detach() for p in params if p.grad is not None]
+        data = [p.detach() for p in params]
+        new = tree.adaptive_clip(grads, data, clip_factor, eps, layout="timm", norm_type=norm_type)
+        for g, n in zip(grads, new, strict=True):
+            g.copy_(n)

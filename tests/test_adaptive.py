@@ -1,0 +1,424 @@
+"""optax's tree norm, block RMS and AGC, and timm's AGC, against the references themselves.
+
+* optax 0.2.8, live: ``optax.tree.norm``, ``optax.tree.clip``, ``optax.clip_by_block_rms``
+  and ``optax.adaptive_grad_clip``, run with JAX on the same NumPy data; anyclip runs on every
+  backend and is compared (namespace, dtype, shape, device, then values).
+* timm's ``adaptive_clip_grad``: ``tests/data/timm_agc.npz``, written by
+  ``tests/data/make_timm_agc.py`` from timm's own function (timm needs a torchvision built for
+  the pinned torch, so it is not a test dependency).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import anyclip
+from anyclip import tree
+from anyclip_conformance import Backend, assert_array
+
+DATA = Path(__file__).with_name("data")
+TIMM = dict(np.load(DATA / "timm_agc.npz"))
+TIMM_CASES = sorted({k.rsplit("/", 1)[0] for k in TIMM if k != "provenance"})
+TIMM_EPS = 1e-3
+
+#: the norms are reductions (optax: one XLA reduce; anyclip: the backend's sum)
+ULP = 4
+torch_backends = pytest.mark.parametrize("backend", ["torch", "torch-cuda"], indirect=True)
+jax_backends = pytest.mark.parametrize("backend", ["jax", "jax-gpu"], indirect=True)
+
+
+@pytest.fixture
+def optax_ref() -> Any:
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)  # float64 references (the jax backend sets it too)
+    return pytest.importorskip("optax")
+
+
+def _ref(fn: Any, *trees: Any) -> Any:
+    """``fn`` (optax's) on JAX copies of the NumPy ``trees``, returned as NumPy."""
+    import jax
+    import jax.numpy as jnp
+
+    out = fn(*[jax.tree.map(jnp.asarray, t) for t in trees])
+    return jax.tree.map(np.asarray, out)
+
+
+def _on(backend: Backend, data: dict[str, Any], dtype: str) -> dict[str, Any]:
+    backend.dtype(dtype)  # skips a dtype the backend lacks
+    return {k: None if v is None else backend.asarray(v, dtype) for k, v in data.items()}
+
+
+def _tree_data(dtype: str) -> dict[str, Any]:
+    rng = np.random.default_rng(5)
+    return {
+        "w": rng.standard_normal((3, 4)).astype(dtype),
+        "b": (rng.standard_normal(5) * 3).astype(dtype),
+        "none": None,
+        "k": rng.standard_normal((2, 2, 2)).astype(dtype),
+    }
+
+
+# ------------------------------------------------------------------ tree.norm
+@pytest.mark.parametrize("ord", [2, None, 1, math.inf, "inf"])
+@pytest.mark.parametrize("squared", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tree_norm_matches_optax(backend, optax_ref, ord, squared, dtype):
+    data = _tree_data(dtype)
+    want = _ref(lambda t: optax_ref.tree.norm(t, ord=ord, squared=squared), data)
+    got = tree.norm(_on(backend, data, dtype), ord=ord, squared=squared)
+    assert_array(got, want, backend=backend, dtype=dtype, ulp=ULP)
+
+
+@pytest.mark.parametrize("ord", [2, 1, math.inf])
+def test_tree_norm_complex_matches_optax(backend, optax_ref, ord):
+    rng = np.random.default_rng(6)
+    z = (rng.standard_normal((3, 2)) + 1j * rng.standard_normal((3, 2))).astype(np.complex64)
+    data = {"z": z, "r": rng.standard_normal(4).astype(np.float32)}
+    want = _ref(lambda t: optax_ref.tree.norm(t, ord=ord), data)
+    backend.dtype("complex64")
+    got = tree.norm({"z": backend.asarray(z, "complex64"), "r": backend.asarray(data["r"])}, ord)
+    assert_array(got, want, backend=backend, dtype="float32", ulp=ULP)
+
+
+def test_tree_norm_inf_skips_empty_leaves(backend, optax_ref):
+    data = {"e": np.zeros((0, 3), np.float32), "v": np.array([-2.0, 1.5], np.float32)}
+    want = _ref(lambda t: optax_ref.tree.norm(t, ord=math.inf), data)
+    got = tree.norm(_on(backend, data, "float32"), ord=math.inf)
+    assert_array(got, want, backend=backend, dtype="float32")
+
+
+def test_global_norm_refuses_complex_and_points_at_tree_norm(backend):
+    backend.dtype("complex64")
+    z = backend.asarray(np.array([3 + 4j], np.complex64), "complex64")
+    with pytest.raises(TypeError, match=r"`tree` leaves must be real.*anyclip\.tree\.norm"):
+        tree.global_norm({"z": z})
+
+
+def test_tree_norm_bad_ord():
+    with pytest.raises(ValueError, match=r"`ord` must be 1, 2.*got 3"):
+        tree.norm([np.ones(2)], ord=3)
+
+
+# ------------------------------------------------------------ tree.clip_by_value
+@pytest.mark.parametrize(("lo", "hi"), [(None, 0.5), (-0.5, None), (None, None)])
+def test_tree_clip_by_value_none_bound_matches_optax_tree_clip(backend, optax_ref, lo, hi):
+    data = {"w": np.array([-2.0, -0.25, 0.0, 0.75, np.inf, -np.inf], np.float32), "n": None}
+    want = _ref(lambda t: optax_ref.tree.clip(t, lo, hi), {"w": data["w"]})
+    got = tree.clip_by_value(_on(backend, data, "float32"), lo, hi)
+    assert got["n"] is None
+    assert_array(got["w"], want["w"], backend=backend, dtype="float32")
+
+
+def test_tree_clip_by_value_none_bound_integers(backend, make):
+    got = tree.clip_by_value([make([-5, 0, 7], "int32")], None, 3)
+    # jnp.clip(x, None, 3) of int32 is minimum(x, 3)
+    assert_array(got[0], np.array([-5, 0, 3], np.int32), backend=backend, dtype="int32")
+
+
+def test_top_level_clip_by_value_keeps_tfs_refusal_of_none(make):
+    with pytest.raises(
+        ValueError, match=r"`clip_value_min` must be a number or an array, got None"
+    ):
+        anyclip.clip_by_value(make([1.0, 2.0]), None, 1.0)
+
+
+# ------------------------------------------------------------------- block RMS
+@pytest.mark.parametrize("threshold", [0.05, 1.0, 100.0])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_clip_by_block_rms_matches_optax(backend, optax_ref, threshold, dtype):
+    data = _tree_data(dtype)
+    tx = optax_ref.clip_by_block_rms(threshold)
+    want = _ref(
+        lambda u: tx.update(u, tx.init(u))[0], {k: v for k, v in data.items() if v is not None}
+    )
+    got = tree.clip_by_block_rms(_on(backend, data, dtype), threshold)
+    assert got["none"] is None
+    for k, v in want.items():
+        assert_array(got[k], v, backend=backend, dtype=dtype, ulp=ULP, what=k)
+
+
+@jax_backends
+def test_optax_clip_by_block_rms_transformation(backend, optax_ref):
+    import anyclip.optax as ao
+
+    data = {k: v for k, v in _tree_data("float32").items() if v is not None}
+    ref_tx, tx = optax_ref.clip_by_block_rms(0.3), ao.clip_by_block_rms(0.3)
+    want = _ref(lambda u: ref_tx.update(u, ref_tx.init(u))[0], data)
+    upd = _on(backend, data, "float32")
+    state = tx.init(upd)
+    assert state == optax_ref.EmptyState()
+    got, _ = backend.module.jit(tx.update)(upd, state)
+    for k, v in want.items():
+        assert_array(got[k], v, backend=backend, dtype="float32", ulp=ULP, what=k)
+
+
+# ------------------------------------------------------------------ AGC: optax
+#: JAX's layouts (output channel last), one of each rank optax infers, plus a squeezable one
+AGC_SHAPES = [(7,), (1, 6), (5, 4), (2, 5, 4), (3, 3, 4, 5), (2, 2, 2, 3, 4)]
+
+
+def _agc_data(shape: tuple[int, ...], dtype: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    rng = np.random.default_rng([7, *shape])
+    p = rng.standard_normal(shape) * 0.5
+    # gradient units from far below to far above the threshold: some clipped, some not
+    scales = np.geomspace(1e-4, 1.0, shape[-1])
+    g = rng.standard_normal(shape) * scales
+    p[..., 0] = 0.0  # a zero unit: eps sets its threshold
+    return {"p": p.astype(dtype)}, {"p": g.astype(dtype)}
+
+
+@pytest.mark.parametrize("shape", AGC_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_adaptive_clip_matches_optax(backend, optax_ref, shape, dtype):
+    params, grads = _agc_data(shape, dtype)
+    tx = optax_ref.adaptive_grad_clip(0.02)
+    want = _ref(lambda u, p: tx.update(u, tx.init(p), p)[0], grads, params)
+    g, p = _on(backend, grads, dtype), _on(backend, params, dtype)
+    g["frozen"], p["frozen"] = None, backend.asarray(np.ones(3), dtype)  # a None gradient
+    got = tree.adaptive_clip(g, p, 0.02)
+    assert got["frozen"] is None
+    assert not np.array_equal(want["p"], grads["p"])  # the case clips something
+    assert_array(got["p"], want["p"], backend=backend, dtype=dtype, ulp=ULP)
+
+
+@pytest.mark.parametrize("axis", [1, (0, 2), -1])
+def test_adaptive_clip_axis_matches_optax(backend, optax_ref, axis):
+    params, grads = _agc_data((3, 4, 5), "float32")
+    tx = optax_ref.adaptive_grad_clip(0.02, axis=axis)
+    want = _ref(lambda u, p: tx.update(u, tx.init(p), p)[0], grads, params)
+    got = tree.adaptive_clip(
+        _on(backend, grads, "float32"), _on(backend, params, "float32"), 0.02, axis=axis
+    )
+    assert_array(got["p"], want["p"], backend=backend, dtype="float32", ulp=ULP)
+
+
+@jax_backends
+def test_optax_adaptive_grad_clip_trains_as_optax_under_jit(backend, optax_ref):
+    import jax
+
+    import anyclip.optax as ao
+
+    params, grads = _agc_data((3, 3, 4, 5), "float32")
+    params["b"], grads["b"] = params["p"][0, 0, 0], grads["p"][0, 0, 0] * 10
+
+    def run(clip: Any) -> Any:
+        tx = optax_ref.chain(clip, optax_ref.sgd(0.5))
+        p = jax.tree.map(backend.asarray, params)
+        g = jax.tree.map(backend.asarray, grads)
+        state = tx.init(p)
+
+        @jax.jit
+        def step(p: Any, state: Any) -> Any:
+            updates, state = tx.update(jax.tree.map(lambda a, b: a + 0.1 * b, g, p), state, p)
+            return optax_ref.apply_updates(p, updates), state
+
+        for _ in range(3):
+            p, state = step(p, state)
+        return p
+
+    want = jax.tree.map(np.asarray, run(optax_ref.adaptive_grad_clip(0.02)))
+    got = run(ao.adaptive_grad_clip(0.02))
+    for k, v in want.items():
+        assert_array(got[k], v, backend=backend, dtype="float32", ulp=ULP, what=k)
+
+
+@jax_backends
+def test_optax_adaptive_grad_clip_needs_params(backend, optax_ref):
+    import anyclip.optax as ao
+
+    tx = ao.adaptive_grad_clip(0.01)
+    with pytest.raises(ValueError, match="`params` must be passed"):
+        tx.update({"w": backend.asarray([1.0])}, tx.init(None))
+
+
+# ------------------------------------------------------------------- AGC: timm
+def _timm_case(case: str) -> tuple[str, float, float]:
+    dtype, _, norm_type, clip = case.split("/")
+    return dtype, float(norm_type), float(clip)
+
+
+def test_timm_data_provenance():
+    prov = json.loads(str(TIMM["provenance"]))
+    assert prov["timm_commit"] and prov["torch"] and "adaptive_clip_grad" in prov["call"]
+    assert len(TIMM_CASES) == 64
+
+
+@pytest.mark.parametrize("case", TIMM_CASES)
+def test_adaptive_clip_timm_layout_matches_timm(backend, case):
+    dtype, norm_type, clip = _timm_case(case)
+    p = backend.asarray(TIMM[f"{case}/p"], dtype) if backend.has_dtype(dtype) else None
+    if p is None:
+        pytest.skip(f"{backend.name} has no {dtype}")
+    g = backend.asarray(TIMM[f"{case}/g"], dtype)
+    got = tree.adaptive_clip([g], [p], clip, TIMM_EPS, layout="timm", norm_type=norm_type)
+    assert_array(got[0], TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ULP)
+
+
+@torch_backends
+@pytest.mark.parametrize("case", [c for c in TIMM_CASES if "float32" in c])
+def test_torch_adaptive_clip_grad_matches_timm(backend, case):
+    from anyclip.torch import adaptive_clip_grad_
+
+    torch = backend.module
+    dtype, norm_type, clip = _timm_case(case)
+    p = torch.nn.Parameter(backend.asarray(TIMM[f"{case}/p"], dtype))
+    p.grad = backend.asarray(TIMM[f"{case}/g"], dtype)
+    grad_before = p.grad
+    frozen = torch.nn.Parameter(backend.asarray(TIMM[f"{case}/p"], dtype))  # no gradient
+    assert adaptive_clip_grad_([frozen, p], clip, TIMM_EPS, norm_type) is None
+    assert p.grad is grad_before  # in place, as timm's copy_
+    assert frozen.grad is None
+    assert_array(p.grad, TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ULP)
+    assert_array(p.detach(), TIMM[f"{case}/p"], backend=backend, dtype=dtype)
+
+
+def test_torch_adaptive_clip_grad_has_timms_signature():
+    import inspect
+
+    at = pytest.importorskip("anyclip.torch")
+    params = inspect.signature(at.adaptive_clip_grad_).parameters
+    assert [(n, p.default) for n, p in params.items()] == [
+        ("parameters", inspect.Parameter.empty),
+        ("clip_factor", 0.01),
+        ("eps", 1e-3),
+        ("norm_type", 2.0),
+    ]
+
+
+# ------------------------------------------------------------- AGC: gradients
+def test_adaptive_clip_gradients_match_optax(grad_backend, optax_ref):
+    import jax
+    import jax.numpy as jnp
+
+    backend = grad_backend
+    params, grads = _agc_data((5, 4), "float64")
+    weights = np.random.default_rng(3).standard_normal((5, 4))
+    tx = optax_ref.adaptive_grad_clip(0.02)
+
+    def ref_loss(g: Any, p: Any) -> Any:
+        out = tx.update({"p": g}, tx.init({"p": p}), {"p": p})[0]["p"]
+        return jnp.sum(out * weights)
+
+    want = jax.grad(ref_loss, argnums=(0, 1))(jnp.asarray(grads["p"]), jnp.asarray(params["p"]))
+    got = backend.grad(
+        lambda g, p: tree.adaptive_clip([g], [p], 0.02)[0],
+        [backend.asarray(grads["p"], "float64"), backend.asarray(params["p"], "float64")],
+        backend.asarray(weights, "float64"),
+    )
+    for name, w, a in zip(("grads", "params"), want, got, strict=True):
+        # sums of products of opposite signs: ulps of the gradient's scale, not of each entry
+        w = np.asarray(w)
+        scale = float(np.nanmax(np.abs(w)))  # NaN where p_norm = 0, as sqrt at 0 gives
+        assert_array(a, w, backend=backend, dtype="float64", ulp=ULP, scale=scale, what=name)
+
+
+def test_tree_norm_gradient_matches_optax(grad_backend, optax_ref):
+    import jax
+    import jax.numpy as jnp
+
+    backend = grad_backend
+    x = np.random.default_rng(4).standard_normal((3, 4))
+    for ord in (1, 2, math.inf):
+        want = jax.grad(lambda a, o=ord: optax_ref.tree.norm([a], ord=o))(jnp.asarray(x))
+        (got,) = backend.grad(
+            lambda a, o=ord: tree.norm([a], ord=o),
+            [backend.asarray(x, "float64")],
+            backend.asarray(1.0, "float64"),
+        )
+        assert_array(
+            got, np.asarray(want), backend=backend, dtype="float64", ulp=ULP, what=str(ord)
+        )
+
+
+# ------------------------------------------------------------------- compiled
+@jax_backends
+def test_adaptive_clip_and_norm_under_jax_jit(backend, optax_ref):
+    import jax
+
+    params, grads = _agc_data((3, 3, 4, 5), "float32")
+    tx = optax_ref.adaptive_grad_clip(0.02)
+    want = _ref(lambda u, p: tx.update(u, tx.init(p), p)[0], grads, params)
+    g, p = _on(backend, grads, "float32"), _on(backend, params, "float32")
+    got = jax.jit(lambda g, p, c: tree.adaptive_clip(g, p, c))(g, p, backend.asarray(0.02))
+    assert_array(got["p"], want["p"], backend=backend, dtype="float32", ulp=ULP)
+    want_n = _ref(lambda t: optax_ref.tree.norm(t, ord=1), grads)
+    got_n = jax.jit(lambda t: tree.norm(t, ord=1))(g)
+    assert_array(got_n, want_n, backend=backend, dtype="float32", ulp=ULP)
+
+
+@torch_backends
+def test_adaptive_clip_grad_under_torch_compile_fullgraph(backend):
+    from anyclip.torch import adaptive_clip_grad_
+
+    torch = backend.module
+    case = "float32/4x3x3x3/2.0/0.01"
+    p = torch.nn.Parameter(backend.asarray(TIMM[f"{case}/p"]))
+    p.grad = backend.asarray(TIMM[f"{case}/g"])
+    torch._dynamo.reset()
+    try:
+        torch.compile(lambda ps: adaptive_clip_grad_(ps, 0.01), fullgraph=True)([p])
+    finally:
+        torch._dynamo.reset()
+    assert_array(p.grad, TIMM[f"{case}/out"], backend=backend, dtype="float32", ulp=ULP)
+
+
+# ---------------------------------------------------------------------- errors
+def test_adaptive_clip_errors_name_the_argument():
+    p, g = [np.ones((2, 3))], [np.ones((2, 3))]
+    with pytest.raises(ValueError, match=r"`clipping` must be > 0, got 0"):
+        tree.adaptive_clip(g, p, 0.0)
+    with pytest.raises(ValueError, match=r"`clipping` must be > 0, got -0.1"):
+        tree.adaptive_clip(g, p, -0.1)
+    with pytest.raises(
+        ValueError, match=r"`layout` must be one of \('optax', 'timm'\), got 'oihw'"
+    ):
+        tree.adaptive_clip(g, p, layout="oihw")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"`layout='optax'` infers .* ranks 1 to 5.*pass `axis=`"):
+        tree.adaptive_clip([np.ones((2,) * 6)], [np.ones((2,) * 6)])
+    with pytest.raises(ValueError, match=r"`axis` must hold integers in \[-2, 2\)"):
+        tree.adaptive_clip(g, p, axis=2)
+    with pytest.raises(
+        ValueError, match=r"`params` leaf 0 must have its gradient's shape \(2, 3\)"
+    ):
+        tree.adaptive_clip(g, [np.ones((3, 2))])
+    with pytest.raises(ValueError, match=r"`params` must have the structure of `grads`"):
+        tree.adaptive_clip(g, [np.ones((2, 3)), np.ones(2)])
+    with pytest.raises(ValueError, match=r"`norm_type` must be a number > 0"):
+        tree.adaptive_clip(g, p, norm_type=0)
+    with pytest.raises(TypeError, match=r"`grads` leaves must have a real floating dtype, got int"):
+        tree.adaptive_clip([np.ones((2, 3), np.int32)], p)
+
+
+@torch_backends
+def test_torch_adaptive_clip_grad_errors(backend):
+    from anyclip.torch import adaptive_clip_grad_
+
+    torch = backend.module
+    p = torch.nn.Parameter(torch.ones(2, 3))
+    p.grad = torch.ones(2, 3)
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match=r"`clip_factor` must be > 0"):
+            adaptive_clip_grad_([p], clip_factor=bad)
+    with pytest.raises(ValueError, match=r"`norm_type` must be a number > 0"):
+        adaptive_clip_grad_([p], norm_type=-2.0)
+    with pytest.raises(TypeError, match=r"`parameters` must be a tensor or an iterable"):
+        adaptive_clip_grad_({"w": p})  # type: ignore[arg-type]
+    assert_array(p.grad, np.ones((2, 3), np.float32), backend=backend, dtype="float32")
+
+
+def test_optax_adapters_have_optaxs_signatures(optax_ref):
+    import inspect
+
+    import anyclip.optax as ao
+
+    for name in ("adaptive_grad_clip", "clip_by_block_rms"):
+        ours = inspect.signature(getattr(ao, name)).parameters
+        theirs = inspect.signature(getattr(optax_ref, name)).parameters
+        positional = [(n, p.default) for n, p in ours.items() if p.kind is not p.KEYWORD_ONLY]
+        assert positional == [(n, p.default) for n, p in theirs.items()], name

@@ -1,0 +1,303 @@
+"""Per-example (DP-SGD) clipping against TF Privacy's rule, optax's and Opacus's.
+
+* optax 0.2.8, live: ``optax.per_example_global_norm_clip`` and
+  ``optax.per_example_layer_norm_clip`` run with JAX on the same NumPy data.
+* TF 2.21 (``tf.clip_by_global_norm`` per example, then ``reduce_sum``: TF Privacy's rule) and
+  Opacus 1.6.0 (``DPOptimizer.clip_and_accumulate``): ``tests/data/per_example.npz``, written by
+  ``tests/data/make_per_example.py``; ``--live-tf`` reruns the TF part.
+
+Every backend; ``jax.jit``, ``jax.vmap``, ``torch.func.vmap`` and
+``torch.compile(fullgraph=True)``; gradients against optax's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from anyclip import tree
+from anyclip_conformance import Backend, assert_array
+
+DATA = Path(__file__).with_name("data")
+SCRIPT = DATA / "make_per_example.py"
+REF = dict(np.load(DATA / "per_example.npz"))
+LEAVES = ("w", "b", "s")
+CLIPS = (0.0, 0.5, 2.0, 1000.0, math.inf)
+#: a sum over 6 examples of nonnegative terms (tensordot here, reduce_sum/einsum there)
+ULP = 4
+torch_backends = pytest.mark.parametrize("backend", ["torch", "torch-cuda"], indirect=True)
+jax_backends = pytest.mark.parametrize("backend", ["jax", "jax-gpu"], indirect=True)
+
+
+@pytest.fixture
+def optax_ref() -> Any:
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    return pytest.importorskip("optax")
+
+
+def _inputs(dtype: str) -> dict[str, np.ndarray]:
+    return {n: REF[f"in/{dtype}/{n}"] for n in LEAVES}
+
+
+def _on(backend: Backend, data: dict[str, Any], dtype: str) -> dict[str, Any]:
+    backend.dtype(dtype)
+    return {k: backend.asarray(v, dtype) for k, v in data.items()}
+
+
+def _ref(fn: Any, *trees: Any) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    out = fn(*[jax.tree.map(jnp.asarray, t) for t in trees])
+    return jax.tree.map(np.asarray, out)
+
+
+# ------------------------------------------------------------------- TF, Opacus
+@pytest.mark.parametrize("style", ["tf", "opacus"])
+@pytest.mark.parametrize("clip", CLIPS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_per_example_clip_matches_tf_and_opacus(backend, style, clip, dtype):
+    grads: dict[str, Any] = _on(backend, _inputs(dtype), dtype)
+    grads["frozen"] = None  # kept as None, as in every anyclip.tree function
+    got, norms = tree.per_example_clip(grads, clip, style=style)
+    assert got["frozen"] is None
+    for n in LEAVES:
+        want = REF[f"{style}/{dtype}/{clip!r}/{n}"]
+        assert_array(got[n], want, backend=backend, dtype=dtype, ulp=ULP, what=n)
+    assert_array(norms, REF[f"tf/{dtype}/norms"], backend=backend, dtype=dtype, ulp=ULP)
+
+
+def test_reference_provenance():
+    prov = json.loads(str(REF["provenance"]))
+    assert prov["tensorflow"].startswith("2.21")
+    assert prov["opacus"] and prov["seed"]
+
+
+@pytest.mark.live_tf
+def test_committed_tf_reference_is_tfs():
+    # the committed TF part is still what TF 2.21 gives (run with --live-tf)
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed")
+    spec = importlib.util.spec_from_file_location("make_per_example", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for dtype in script.DTYPES:
+        for clip in script.CLIPS:
+            sums, norms = script.run_tf(script.inputs(dtype), clip)
+            for n, s in sums.items():
+                np.testing.assert_array_equal(s, REF[f"tf/{dtype}/{clip!r}/{n}"])
+            np.testing.assert_array_equal(norms, REF[f"tf/{dtype}/norms"])
+
+
+# ------------------------------------------------------------------------ optax
+def _optax_data(dtype: str) -> dict[str, np.ndarray]:
+    """Mixed signs and a zero example (optax's NaN -> 1 at c = 0)."""
+    rng = np.random.default_rng(23)
+    data = {
+        "w": rng.standard_normal((5, 3, 2)),
+        "b": rng.standard_normal((5, 4)) * 3,
+    }
+    for v in data.values():
+        v[0] = 0.0
+    return {k: v.astype(dtype) for k, v in data.items()}
+
+
+def _sum_scale(data: dict[str, np.ndarray], k: str) -> float:
+    """The size of the largest term of the sum over the examples (cancellation-free ulps)."""
+    return float(np.max(np.sum(np.abs(data[k]), axis=0)))
+
+
+@pytest.mark.parametrize("clip", [0.0, 0.5, 3.0, math.inf])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_per_example_clip_matches_optax(backend, optax_ref, clip, dtype):
+    data = _optax_data(dtype)
+    want, n_clipped = _ref(lambda g: optax_ref.per_example_global_norm_clip(g, clip), data)
+    got, norms = tree.per_example_clip(_on(backend, data, dtype), clip, style="optax")
+    for k in data:
+        assert_array(
+            got[k],
+            want[k],
+            backend=backend,
+            dtype=dtype,
+            ulp=ULP,
+            scale=_sum_scale(data, k),
+            what=k,
+        )
+    assert int(np.sum(backend.to_numpy(norms) > clip)) == int(n_clipped)
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+@pytest.mark.parametrize("clip", [0.5, 3.0])
+def test_per_example_layer_clip_matches_optax(backend, optax_ref, uniform, clip):
+    data = _optax_data("float32")
+    want, n_clipped = _ref(
+        lambda g: optax_ref.per_example_layer_norm_clip(g, clip, uniform=uniform), data
+    )
+    got, norms = tree.per_example_layer_clip(_on(backend, data, "float32"), clip, uniform=uniform)
+    total = sum(v[0].size for v in data.values())
+    share = {k: 0.5**0.5 if uniform else (v[0].size / total) ** 0.5 for k, v in data.items()}
+    for k in data:
+        assert_array(
+            got[k],
+            want[k],
+            backend=backend,
+            dtype="float32",
+            ulp=ULP,
+            scale=_sum_scale(data, k),
+            what=k,
+        )
+        assert np.sum(backend.to_numpy(norms[k]) > np.float32(clip * share[k])) == n_clipped[k]
+
+
+def test_per_example_nonfinite_rules(optax_ref):
+    # an inf example: optax scales it by 0 (c / inf), TF's factor is NaN, Opacus's 0
+    g = [np.array([[3.0, 4.0], [np.inf, 0.0], [0.0, 0.0]], np.float32)]
+    want, _ = _ref(lambda t: optax_ref.per_example_global_norm_clip(t, 1.0), g)
+    got, norms = tree.per_example_clip(g, 1.0, style="optax")
+    np.testing.assert_array_equal(got[0], want[0])  # inf * 0 = NaN in both sums
+    assert np.isposinf(norms[1])
+    tf_sum, _ = tree.per_example_clip(g, 1.0, style="tf")
+    assert np.isnan(tf_sum[0]).all()
+
+
+# --------------------------------------------------------- vmap, jit, compile
+@jax_backends
+def test_per_example_clip_under_jit_and_vmap(backend, optax_ref):
+    import jax
+
+    data = _optax_data("float32")
+    # vmap over groups of examples: each group clipped and summed on its own
+    grouped = {k: np.stack([v[:2], v[2:4]]) for k, v in data.items()}
+    want = _ref(jax.vmap(lambda g: optax_ref.per_example_global_norm_clip(g, 0.5)[0]), grouped)
+    got = jax.jit(jax.vmap(lambda g: tree.per_example_clip(g, 0.5, style="optax")[0]))(
+        _on(backend, grouped, "float32")
+    )
+    for k in data:
+        assert_array(
+            got[k],
+            want[k],
+            backend=backend,
+            dtype="float32",
+            ulp=ULP,
+            scale=_sum_scale(data, k),
+            what=k,
+        )
+
+
+@torch_backends
+def test_per_example_clip_under_torch_func_vmap_and_grad(backend, optax_ref):
+    import jax
+
+    torch = backend.module
+    data = _optax_data("float32")
+    grouped = {k: np.stack([v[:2], v[2:4]]) for k, v in data.items()}
+    want = _ref(jax.vmap(lambda g: optax_ref.per_example_global_norm_clip(g, 0.5)[0]), grouped)
+    got = torch.func.vmap(lambda g: tree.per_example_clip(g, 0.5, style="optax")[0])(
+        _on(backend, grouped, "float32")
+    )
+    for k in data:
+        assert_array(
+            got[k],
+            want[k],
+            backend=backend,
+            dtype="float32",
+            ulp=ULP,
+            scale=_sum_scale(data, k),
+            what=k,
+        )
+
+
+@torch_backends
+def test_per_example_clip_under_torch_compile_fullgraph(backend):
+    torch = backend.module
+    grads = _on(backend, _inputs("float32"), "float32")
+    torch._dynamo.reset()
+    try:
+        fn = torch.compile(lambda g: tree.per_example_clip(g, 0.5, style="tf"), fullgraph=True)
+        got, norms = fn(grads)
+    finally:
+        torch._dynamo.reset()
+    for n in LEAVES:
+        want = REF[f"tf/float32/0.5/{n}"]
+        assert_array(got[n], want, backend=backend, dtype="float32", ulp=ULP, what=n)
+    assert_array(norms, REF["tf/float32/norms"], backend=backend, dtype="float32", ulp=ULP)
+
+
+def test_per_example_clip_gradient_matches_optax(grad_backend, optax_ref):
+    import jax
+    import jax.numpy as jnp
+
+    backend = grad_backend
+    data = {k: v[1:] for k, v in _optax_data("float64").items()}  # no zero example
+    weights = np.random.default_rng(8).standard_normal((3, 2))
+
+    def ref_loss(w: Any, b: Any) -> Any:
+        out = optax_ref.per_example_global_norm_clip({"w": w, "b": b}, 2.0)[0]
+        return jnp.sum((out["w"] + jnp.sum(out["b"])) * weights)
+
+    want = jax.grad(ref_loss, argnums=(0, 1))(jnp.asarray(data["w"]), jnp.asarray(data["b"]))
+
+    def ours(w: Any, b: Any) -> Any:
+        out = tree.per_example_clip({"w": w, "b": b}, 2.0, style="optax")[0]
+        return out["w"] + backend.xp.sum(out["b"])
+
+    got = backend.grad(
+        ours,
+        [backend.asarray(data["w"], "float64"), backend.asarray(data["b"], "float64")],
+        backend.asarray(weights, "float64"),
+    )
+    for name, w, a in zip(("w", "b"), want, got, strict=True):
+        w = np.asarray(w)
+        scale = float(np.max(np.abs(w)))
+        assert_array(a, w, backend=backend, dtype="float64", ulp=ULP, scale=scale, what=name)
+
+
+# ----------------------------------------------------------------------- errors
+def test_per_example_clip_errors_name_the_argument():
+    ok = np.ones((4, 3), np.float32)
+    with pytest.raises(ValueError, match=r"`grads` leaves must all have the batch.*leaf 1 has 3"):
+        tree.per_example_clip([ok, np.ones((3, 3), np.float32)], 1.0)
+    with pytest.raises(ValueError, match=r"`grads` leaves .* leaf 1 has a 0-d array"):
+        tree.per_example_clip([ok, np.ones((), np.float32)], 1.0)
+    with pytest.raises(ValueError, match=r"`grads` must hold at least one array"):
+        tree.per_example_clip({"a": None}, 1.0)
+    with pytest.raises(ValueError, match=r"`style` must be one of \('tf', 'optax', 'opacus'\)"):
+        tree.per_example_clip([ok], 1.0, style="jax")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"`l2_norm_clip` must be >= 0, got -1"):
+        tree.per_example_clip([ok], -1.0)
+    with pytest.raises(TypeError, match=r"`grads` leaves must have a real floating dtype"):
+        tree.per_example_clip([np.ones((4, 3), np.int64)], 1.0)
+    with pytest.raises(ValueError, match=r"`l2_norm_clip` must be a number or a 0-d array"):
+        tree.per_example_clip([ok], np.ones(2, np.float32))
+
+
+# ----------------------------------------------------------------------- memory
+@pytest.mark.parametrize("style", ["tf", "optax", "opacus"])
+def test_per_example_clip_makes_no_copy_of_the_gradients_numpy(style):
+    # tracemalloc sees NumPy's buffers: the call may allocate the output and per-example
+    # vectors, never a square or a clipped copy of the per-example gradients (1x the input)
+    import tracemalloc
+
+    rng = np.random.default_rng(1)
+    grads = {
+        "w": rng.standard_normal((32, 200, 50)).astype(np.float32),
+        "b": rng.standard_normal((32, 50)).astype(np.float32),
+    }
+    tree.per_example_clip(grads, 1.0, style=style)  # warm-up (caches, constants)
+    size = sum(v.nbytes for v in grads.values())
+    tracemalloc.start()
+    try:
+        out, _ = tree.per_example_clip(grads, 1.0, style=style)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    output = sum(v.nbytes for v in out.values())
+    assert peak < output + 0.1 * size, (peak, output, size)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from anyclip._compat import dtype_name, is_array, namespace
+from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import dtype_kind, resolve_accumulate_dtype, widest_float
 from anyclip._typing import Namespace
@@ -177,6 +178,7 @@ def _norm_ord(ord: Any) -> float:
     raise ValueError(msg)
 
 
+@hints_keywords
 def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
     """The vector norm of all leaves of ``tree`` together, as ``optax.tree.norm``.
 
@@ -243,6 +245,7 @@ def _core_block_rms(xp: Namespace, u: Any, threshold: Any) -> Any:
     return as_array(u / denom)
 
 
+@hints_keywords
 def clip_by_block_rms(tree: TreeT, threshold: Any) -> TreeT:
     """Scale every leaf so that its root mean square is at most ``threshold``, as optax's.
 
@@ -398,6 +401,7 @@ def _norm_type(norm_type: Any) -> float:
     return p
 
 
+@hints_keywords
 def adaptive_clip(
     grads: TreeT,
     params: Any,

@@ -35,6 +35,7 @@ from anyclip._adaptive import scalar_operand
 from anyclip._compat import dtype_name, namespace
 from anyclip._core import global_scale
 from anyclip._kernels import Kernels, kernels_for
+from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import dtype_kind, resolve_accumulate_dtype
 from anyclip._typing import DTypeLike, Namespace
@@ -157,6 +158,7 @@ def _clip_and_sum(
         return [_core_weighted_sum(xp, factors, a) for a in arrays], norms
 
 
+@hints_keywords
 def per_example_clip(
     grads: TreeT,
     l2_norm_clip: Any,
@@ -244,6 +246,7 @@ def per_example_clip(
     return cast(TreeT, unflatten([None if a is None else next(it) for a in leaves])), norms
 
 
+@hints_keywords
 def per_example_layer_clip(
     grads: TreeT,
     l2_norm_clip: Any,

@@ -12,6 +12,7 @@ import optax
 
 from anyclip import tree
 from anyclip._adaptive import Layout
+from anyclip._keywords import hints_keywords
 
 __all__ = ["adaptive_grad_clip", "clip_by_block_rms"]
 
@@ -22,6 +23,7 @@ _NO_PARAMS = (
 )
 
 
+@hints_keywords
 def adaptive_grad_clip(
     clipping: Any, eps: Any = 1e-3, axis: Any = None, *, layout: Layout = "optax"
 ) -> optax.GradientTransformation:
@@ -76,6 +78,7 @@ def adaptive_grad_clip(
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
+@hints_keywords
 def clip_by_block_rms(threshold: Any) -> optax.GradientTransformation:
     """``optax.clip_by_block_rms``: every update leaf to a root mean square <= ``threshold``.
 

@@ -11,11 +11,13 @@ from typing import Any
 import torch
 
 from anyclip import tree
+from anyclip._keywords import hints_keywords
 from anyclip.torch._clip_grad import Parameters, _tensors
 
 __all__ = ["adaptive_clip_grad_"]
 
 
+@hints_keywords
 def adaptive_clip_grad_(
     parameters: Parameters,
     clip_factor: float = 0.01,

@@ -19,6 +19,7 @@ from typing import Any
 
 from anyclip import _core
 from anyclip import _gradients as g
+from anyclip._compat import dtype_name
 from anyclip._numerics import reduce_sum, sqrt
 from anyclip._typing import Namespace
 
@@ -30,6 +31,19 @@ __all__ = [
     "norms",
     "unit_norm",
 ]
+
+
+def _divide(xp: Namespace, a: Any, b: Any) -> Any:
+    """``a / b``, correctly rounded; float16 through float32, as TF's (Eigen's) half division.
+
+    The float32 quotient rounded to float16 is the correctly rounded float16 quotient. Taking
+    that route keeps XLA (which turns a division by a broadcast array into a multiplication by
+    its reciprocal) from overflowing ``1 / 1.19e-7``, float16's epsilon, into ``inf``, which
+    made an all-zero float16 slice NaN on JAX where Keras gives 0.
+    """
+    if dtype_name(a.dtype) != "float16":
+        return a / b
+    return xp.astype(xp.astype(a, xp.float32) / xp.astype(b, xp.float32), a.dtype)
 
 
 def norms(xp: Namespace, w: Any, axes: tuple[int, ...] | None) -> Any:
@@ -51,13 +65,13 @@ def max_norm(
     """``w * (clip(norms, 0, max_value) / (epsilon + norms))``: Keras's ``MaxNorm``."""
     n = norms(xp, w, axes)
     desired = _core.clip_by_value(xp, n, xp.zeros_like(max_value), max_value)
-    return w * (desired / (epsilon + n))
+    return w * _divide(xp, desired, epsilon + n)
 
 
 @_core._entry
 def unit_norm(xp: Namespace, w: Any, epsilon: Any, axes: tuple[int, ...] | None) -> Any:
     """``w / (epsilon + norms)``: Keras's ``UnitNorm``."""
-    return w / (epsilon + norms(xp, w, axes))
+    return _divide(xp, w, epsilon + norms(xp, w, axes))
 
 
 @_core._entry
@@ -78,7 +92,7 @@ def min_max_norm(
     """
     n = norms(xp, w, axes)
     desired = rate * _core.clip_by_value(xp, n, min_value, max_value) + one_minus_rate * n
-    return w * (desired / (epsilon + n))
+    return w * _divide(xp, desired, epsilon + n)
 
 
 @_core._entry

@@ -37,7 +37,7 @@ DOCS = ROOT / "docs"
 PAGES = sorted("" if p.stem == "index" else f"{p.stem}/" for p in DOCS.glob("*.md"))
 #: Modules whose ``__all__`` the API page documents; the adapters are read from source, so the
 #: check does not need torch or optax.
-API_MODULES = ("tree", "torch", "optax")
+API_MODULES = ("tree", "constraints", "torch", "optax")
 
 
 def _missing(what: str) -> None:
@@ -222,7 +222,10 @@ def test_page_has_no_broken_internal_link(dom, site, base_url, page):
 
 def _source_all(module: str) -> list[str]:
     """``__all__`` of ``anyclip.<module>``, read from its source (no framework import)."""
-    tree = ast.parse((ROOT / "src" / "anyclip" / f"{module}.py").read_text(encoding="utf-8"))
+    path = ROOT / "src" / "anyclip" / f"{module}.py"
+    if not path.exists():  # a package (anyclip.torch, anyclip.optax)
+        path = ROOT / "src" / "anyclip" / module / "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets

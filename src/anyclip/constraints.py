@@ -38,7 +38,6 @@ from anyclip._policy import (
 from anyclip._typing import ArrayT, Axes, Namespace, Operand, PythonData
 
 __all__ = [
-    "EPSILON",
     "MaxNorm",
     "MinMaxNorm",
     "NonNeg",
@@ -50,7 +49,7 @@ __all__ = [
 ]
 
 #: Keras's default ``keras.config.epsilon()``, added to the norms before dividing.
-EPSILON = 1e-7
+_EPSILON = 1e-7
 
 _WEIGHT = "a real dtype (floating, or integer: Keras computes those in float32)"
 
@@ -96,7 +95,7 @@ def max_norm(
     max_value: Operand = 2.0,
     axis: Axes = 0,
     *,
-    epsilon: Operand = EPSILON,
+    epsilon: Operand = _EPSILON,
 ) -> ArrayT:
     """Scale the slices of ``w`` along ``axis`` to a norm of at most ``max_value``.
 
@@ -159,7 +158,7 @@ def max_norm(
     return cast(ArrayT, _constraints.max_norm(xp, arr, hi, eps, axes))
 
 
-def unit_norm(w: ArrayT | PythonData, axis: Axes = 0, *, epsilon: Operand = EPSILON) -> ArrayT:
+def unit_norm(w: ArrayT | PythonData, axis: Axes = 0, *, epsilon: Operand = _EPSILON) -> ArrayT:
     """Scale the slices of ``w`` along ``axis`` to unit norm.
 
     Keras 3's ``UnitNorm(axis=0)``: ``w / (epsilon + sqrt(sum(w ** 2, axis, keepdims=True)))``.
@@ -216,7 +215,7 @@ def min_max_norm(
     rate: Operand = 1.0,
     axis: Axes = 0,
     *,
-    epsilon: Operand = EPSILON,
+    epsilon: Operand = _EPSILON,
 ) -> ArrayT:
     """Move the norms of the slices of ``w`` along ``axis`` towards ``[min_value, max_value]``.
 
@@ -350,7 +349,7 @@ class MaxNorm:
 
     max_value: Operand = 2.0
     axis: Axes = 0
-    epsilon: Operand = EPSILON
+    epsilon: Operand = _EPSILON
 
     def __call__(self, w: ArrayT) -> ArrayT:
         """:func:`max_norm` of ``w`` with these arguments."""
@@ -370,7 +369,7 @@ class UnitNorm:
     """
 
     axis: Axes = 0
-    epsilon: Operand = EPSILON
+    epsilon: Operand = _EPSILON
 
     def __call__(self, w: ArrayT) -> ArrayT:
         """:func:`unit_norm` of ``w`` with these arguments."""
@@ -395,7 +394,7 @@ class MinMaxNorm:
     max_value: Operand = 1.0
     rate: Operand = 1.0
     axis: Axes = 0
-    epsilon: Operand = EPSILON
+    epsilon: Operand = _EPSILON
 
     def __call__(self, w: ArrayT) -> ArrayT:
         """:func:`min_max_norm` of ``w`` with these arguments."""

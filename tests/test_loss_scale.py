@@ -47,7 +47,10 @@ def _check(weights: list[np.ndarray], scales: list[float], k: int) -> None:
 
 def _far(weights: list[np.ndarray]) -> bool:
     last = gen.STEPS - 1
-    return max(float(np.max(np.abs(w - REF[f"step{last}/{i}"]))) for i, w in enumerate(weights)) > WRONG
+    return (
+        max(float(np.max(np.abs(w - REF[f"step{last}/{i}"]))) for i, w in enumerate(weights))
+        > WRONG
+    )
 
 
 torch_backends = pytest.mark.parametrize("backend", ["torch", "torch-cuda"], indirect=True)

@@ -109,4 +109,3 @@ def legacy_non_neg(xp: Namespace, w: Any, zero: Any) -> Any:
     and ``-inf`` gives NaN (``-inf * 0``).
     """
     return w * xp.astype(w >= zero, w.dtype)
-

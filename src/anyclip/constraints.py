@@ -337,7 +337,7 @@ def non_neg(w: ArrayT | PythonData, *, legacy: bool = False) -> ArrayT:
 # ------------------------------------------------------------- Keras's classes
 @dataclasses.dataclass(frozen=True)
 class MaxNorm:
-    """Keras's ``MaxNorm(max_value=2, axis=0)`` as a callable: ``MaxNorm(3)(w)`` is :func:`max_norm`.
+    """Keras's ``MaxNorm(max_value=2, axis=0)`` as a callable: ``MaxNorm(3)(w)``, :func:`max_norm`.
 
     Examples
     --------
@@ -420,4 +420,3 @@ class NonNeg:
     def __call__(self, w: ArrayT) -> ArrayT:
         """:func:`non_neg` of ``w``."""
         return non_neg(w, legacy=self.legacy)
-

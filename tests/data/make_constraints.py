@@ -170,7 +170,9 @@ def run_training(data: dict[str, np.ndarray], model_name: str, optimizer: str) -
 
     cons = [None if c is None else _constraint(*c) for c in MODELS[model_name]]
     layers = [
-        keras.layers.Dense(3, activation="tanh", kernel_constraint=cons[0], bias_constraint=cons[1]),
+        keras.layers.Dense(
+            3, activation="tanh", kernel_constraint=cons[0], bias_constraint=cons[1]
+        ),
         keras.layers.Dense(2, kernel_constraint=cons[2], bias_constraint=cons[3]),
     ]
     model = keras.Sequential([keras.Input((4,)), *layers])

@@ -1,4 +1,4 @@
-"""Keras 3's ``LossScaleOptimizer`` under ``mixed_float16``, run live: ``test_loss_scale.py``'s data.
+"""Keras 3's ``LossScaleOptimizer`` under ``mixed_float16``, run live: test_loss_scale.py's data.
 
 Usage: ``python tests/data/make_loss_scale.py [OUT.npz]`` (default: ``loss_scale.npz`` next to
 this script). Needs TensorFlow 2.21 with Keras 3; the tests read the committed file, and with

@@ -34,7 +34,6 @@ tensor([0.6000, 0.8000])
 
 from __future__ import annotations
 
-from anyclip.torch._constraints import constrain_, constrain_after_step
 from anyclip.torch._clip_grad import (
     NonfiniteNormError,
     clip_grad_by_norm_,
@@ -45,6 +44,7 @@ from anyclip.torch._clip_grad import (
     get_total_norm,
     keras_clipping,
 )
+from anyclip.torch._constraints import constrain_, constrain_after_step
 
 __all__ = [
     "NonfiniteNormError",

@@ -20,10 +20,11 @@ Constraint = Callable[[torch.Tensor], torch.Tensor]
 Constraints = Mapping[Any, Constraint]
 
 
-def _resolve(
-    module_or_params: torch.nn.Module | Iterable[torch.Tensor], constraints: Constraints
-) -> list[tuple[torch.Tensor, Constraint]]:
-    """``(parameter, constraint)`` pairs; names are looked up in ``module_or_params``."""
+def _resolve(module_or_params: Any, constraints: Any) -> list[tuple[torch.Tensor, Constraint]]:
+    """``(parameter, constraint)`` pairs; names are looked up in ``module_or_params``.
+
+    The arguments are typed ``Any`` here: they come from users and are checked at run time.
+    """
     if not isinstance(constraints, Mapping):
         msg = (
             "`constraints` must be a mapping {parameter name or parameter: constraint}, got "

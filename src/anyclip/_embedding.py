@@ -17,7 +17,7 @@ from anyclip import _core
 from anyclip._clip import _clip_norm_operand
 from anyclip._compat import dtype_name, library, namespace
 from anyclip._kernels import kernels_for
-from anyclip._policy import FLOATS, as_input, require_kind, tf_attr, tf_words
+from anyclip._policy import FLOATS, as_input, require_kind, tf_attr, tf_type, tf_words
 from anyclip._typing import ArrayT, Namespace, Operand, PythonData
 
 __all__ = ["embedding_lookup"]
@@ -107,7 +107,7 @@ def embedding_lookup(
     index = as_input(ids, xp, "ids")
     if dtype_name(index.dtype) not in _ID_DTYPES:
         allowed = ", ".join(_ID_DTYPES)
-        words = f"Value for attr 'Tindices' of {dtype_name(index.dtype)} is not in the list of "
+        words = f"Value for attr 'Tindices' of {tf_type(index.dtype)} is not in the list of "
         msg = (
             f"`ids` must have an integer dtype ({allowed}, as TF's gather), got "
             f"{dtype_name(index.dtype)}; cast it with astype(ids, int32)"

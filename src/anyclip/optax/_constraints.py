@@ -67,8 +67,9 @@ def constrain(params: ParamsT, constraints: Any) -> ParamsT:
     >>> import optax
     >>> from anyclip.constraints import MaxNorm, NonNeg
     >>> from anyclip.optax import constrain
-    >>> params = {"w": jnp.array([[3.0], [4.0]]), "b": jnp.array([-1.0, 2.0])}
-    >>> updates = {"w": jnp.zeros((2, 1)), "b": jnp.zeros(2)}
+    >>> f32 = jnp.float32
+    >>> params = {"w": jnp.array([[3.0], [4.0]], f32), "b": jnp.array([-1.0, 2.0], f32)}
+    >>> updates = {"w": jnp.zeros((2, 1), f32), "b": jnp.zeros(2, f32)}
     >>> params = optax.apply_updates(params, updates)
     >>> params = constrain(params, {"w": MaxNorm(1.0), "b": NonNeg()})
     >>> params["w"].ravel(), params["b"]

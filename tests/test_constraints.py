@@ -89,10 +89,12 @@ def test_legacy_non_neg_differs_in_sign_and_at_minus_inf():
 
 
 def test_epsilon_is_rounded_to_the_weight_dtype(backend, make, check):
-    # Keras adds epsilon as a weak scalar: 1e-7 becomes 1.19e-7 in float16, so a unit norm
-    # column of float16 is divided by 1 + 1.19e-7 = 1 (rounded): unchanged
-    w = make([[0.6], [0.8]], "float16")
-    check(constraints.unit_norm(w), [[0.6], [0.8]], "float16")
+    # Keras adds epsilon as a weak Python scalar, so it is rounded to w's dtype: in float16,
+    # 1e-7 becomes 1.19e-7, and w / (epsilon + 0) for a norm that underflows shows it
+    for case in ("UnitNorm-tiny16", "UnitNorm-tiny32", "UnitNorm-tinybf16"):
+        w, dtype = _input(make, gen.CASES[case][2])
+        check(constraints.unit_norm(w), REF[f"fn/{case}"], dtype, what=case)
+    assert float(REF["fn/UnitNorm-tiny16"][0, 0]) == 0.5  # Keras's, not 2**-24 / 1e-7
     big = constraints.max_norm(make([[3.0], [4.0]], "float32"), 10.0, epsilon=1.0)
     check(big, np.array([[3.0], [4.0]]) * (np.float32(5) / np.float32(6)), "float32", ulp=1)
 

@@ -57,6 +57,11 @@ def _inputs() -> dict[str, tuple[str, np.ndarray]]:
         "t32": ("float32", t),
         "edge": ("float32", edge),
         "vec": ("float32", np.array([3.0, -4.0, 0.5], f32)),
+        # norms that underflow to 0: the result is w / epsilon, which shows epsilon's rounding
+        # (float16: 2**-24 / 1.19e-7 = 0.5; 1e-7 unrounded would give 0.596)
+        "tiny16": ("float16", np.array([[2.0**-24], [0.0]], np.float16)),
+        "tiny32": ("float32", np.array([[1e-30], [0.0]], f32)),
+        "tinybf16": ("bfloat16", np.array([[1e-30], [0.0]], f32)),
     }
 
 
@@ -99,6 +104,10 @@ CASES.update(
         ),
         "MinMaxNorm-edge": ("MinMaxNorm", {"min_value": 0.5, "max_value": 1.0}, "edge"),
         "NonNeg-edge": ("NonNeg", {}, "edge"),
+        "UnitNorm-tiny16": ("UnitNorm", {}, "tiny16"),
+        "UnitNorm-tiny32": ("UnitNorm", {}, "tiny32"),
+        "UnitNorm-tinybf16": ("UnitNorm", {}, "tinybf16"),
+        "MaxNorm-tiny16": ("MaxNorm", {"max_value": 1.0}, "tiny16"),
         "NonNeg-legacy-edge": ("NonNeg-legacy", {}, "edge"),
     }
 )

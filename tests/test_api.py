@@ -48,6 +48,7 @@ SIGNATURES = {
         ("dim", None),
     ],
     "normalize": [("tensor", EMPTY), ("ord", "euclidean"), ("axis", None), ("name", None)],
+    "embedding_lookup": [("params", EMPTY), ("ids", EMPTY), ("max_norm", None), ("name", None)],
 }
 
 TF_NAMES = {
@@ -59,11 +60,13 @@ TF_NAMES = {
     "norm": "tf.norm",
     "l2_normalize": "tf.math.l2_normalize",
     "normalize": "tf.linalg.normalize",
+    "embedding_lookup": "tf.nn.embedding_lookup",
 }
 
 
 def test_all_lists_the_eight_functions():
-    # the eight TF functions; other public entries (issue 4's `tree`, ...) must be submodules
+    # the TF functions (the eight, and embedding_lookup); other public entries (issue 4's
+    # `tree`, `constraints`, ...) must be submodules
     functions = [n for n in anyclip.__all__ if not inspect.ismodule(getattr(anyclip, n))]
     assert sorted(functions) == sorted(SIGNATURES)
     assert len(anyclip.__all__) == len(set(anyclip.__all__))
@@ -167,6 +170,9 @@ CALLS = {
     "norm": lambda make, **kw: anyclip.norm(make([[1, -2], [3, 4]]), ord=1, axis=0, **kw),
     "l2_normalize": lambda make, **kw: anyclip.l2_normalize(make([3, 4]), **kw),
     "normalize": lambda make, **kw: anyclip.normalize(make([3, 4]), **kw),
+    "embedding_lookup": lambda make, **kw: anyclip.embedding_lookup(
+        make([[3, 4], [0.3, 0.4]]), [1, 0, 1], 1, **kw
+    ),
 }
 
 
@@ -199,6 +205,7 @@ MUTATION_CALLS = {
     "norm": lambda t, lo, hi: anyclip.norm(t, ord=2, axis=(0, 1)),
     "l2_normalize": lambda t, lo, hi: anyclip.l2_normalize(t, axis=0, epsilon=hi),
     "normalize": lambda t, lo, hi: anyclip.normalize(t, ord=1, axis=1),
+    "embedding_lookup": lambda t, lo, hi: anyclip.embedding_lookup(t, [1, 0], max_norm=hi),
 }
 
 

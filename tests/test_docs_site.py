@@ -51,7 +51,7 @@ API_PAGES = [p for p in PAGES if p.startswith("api/")]
 WINDOW = (1280, 900)
 #: Modules whose ``__all__`` the API page documents; the adapters are read from source, so the
 #: check does not need torch or optax.
-API_MODULES = ("tree", "torch", "optax")
+API_MODULES = ("tree", "constraints", "torch", "optax")
 
 
 def _missing(what: str) -> None:

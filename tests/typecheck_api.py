@@ -35,6 +35,10 @@ if TYPE_CHECKING:
         assert_type(normalized, npt.NDArray[np.float32])
         assert_type(n, npt.NDArray[np.float32])
         assert_type(anyclip.global_norm([a, None, a]), npt.NDArray[np.float32])
+        assert_type(anyclip.embedding_lookup(a, [0, 1], 1.0), npt.NDArray[np.float32])
+        assert_type(anyclip.constraints.max_norm(a, 3.0, axis=1), npt.NDArray[np.float32])
+        assert_type(anyclip.constraints.MinMaxNorm(0.5, 1.0)(a), npt.NDArray[np.float32])
+        assert_type(anyclip.constraints.non_neg(a, legacy=True), npt.NDArray[np.float32])
 
     def torch_in_torch_out(t: torch.Tensor) -> None:
         assert_type(anyclip.clip_by_norm(t, 1.0), torch.Tensor)
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
         clipped, norm = anyclip.clip_by_global_norm([t, None], 1.0, nonfinite="skip")
         assert_type(clipped, list[torch.Tensor | None])
         assert_type(norm, torch.Tensor)
+        assert_type(anyclip.constraints.unit_norm(t, axis=[1, 2]), torch.Tensor)
+        assert_type(anyclip.embedding_lookup(t, t, sparse=True), torch.Tensor)
 
     def a_training_step_on_torch(model: torch.nn.Module) -> None:
         # the README's first call: a list in, a list of the same type out (no None in, none out)

@@ -12,7 +12,7 @@ array([0.6, 0.8], dtype=float32)
 
 from __future__ import annotations
 
-from anyclip import tree
+from anyclip import constraints, tree
 from anyclip._clip import (
     clip_by_average_norm,
     clip_by_global_norm,
@@ -20,6 +20,7 @@ from anyclip._clip import (
     clip_by_value,
     global_norm,
 )
+from anyclip._embedding import embedding_lookup
 from anyclip._norms import l2_normalize, norm, normalize
 
 __version__ = "0.1.0"
@@ -29,6 +30,8 @@ __all__ = [
     "clip_by_global_norm",
     "clip_by_norm",
     "clip_by_value",
+    "constraints",
+    "embedding_lookup",
     "global_norm",
     "l2_normalize",
     "norm",

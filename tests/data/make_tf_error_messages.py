@@ -238,6 +238,10 @@ CASES: list[tuple[str, str, list[Any], dict[str, Any]]] = [
     ("normalize-ord-0", "normalize", [_a([3.0, 4.0])], {"ord": 0}),
     ("normalize-axis-out-of-range", "normalize", [_a(M)], {"axis": 3}),
     ("normalize-axis-pair-duplicate", "normalize", [_a(M)], {"axis": {"tuple": [0, 0]}}),
+    # embedding_lookup: GatherV2's index dtypes, Sqrt's dtypes (max_norm's clip_by_norm)
+    ("el-uint8-ids", "embedding_lookup", [_a(M), _a([0], "uint8")], {}),
+    ("el-float-ids", "embedding_lookup", [_a(M), _a([0.0])], {}),
+    ("el-int-params-max-norm", "embedding_lookup", [_a([[3, 4]], "int32"), [0]], {"max_norm": 1.0}),
 ]
 
 #: The TF function each anyclip function mirrors.
@@ -250,6 +254,7 @@ FUNCTIONS = {
     "norm": "norm",
     "l2_normalize": "math.l2_normalize",
     "normalize": "linalg.normalize",
+    "embedding_lookup": "nn.embedding_lookup",
 }
 
 

@@ -8,7 +8,9 @@ positional or by name; TF's ``clip_norm`` also works) and keeps optax's state
 ``anyclip.optax.clip_by_global_norm`` changes the import alone, and checkpoints of the chain
 load either way. Unlike optax's (which divides first and leaves the updates unchanged below
 the threshold) it multiplies by TF's factor. :func:`keras_clipping` gives an optax chain
-Keras's ``clipnorm``, ``clipvalue`` or ``global_clipnorm``.
+Keras's ``clipnorm``, ``clipvalue`` or ``global_clipnorm``. :func:`constrain` applies Keras's weight
+constraints (:mod:`anyclip.constraints`) to the parameters after ``optax.apply_updates``, as
+``optax.projections`` functions are applied.
 
 >>> import jax.numpy as jnp
 >>> import optax
@@ -35,6 +37,7 @@ Importing this package imports jax and optax; ``import anyclip`` alone does not.
 from __future__ import annotations
 
 from anyclip.optax._adaptive import adaptive_grad_clip, clip_by_block_rms
+from anyclip.optax._constraints import constrain
 from anyclip.optax._tf_clip import (
     ClipByGlobalNormState,
     clip,
@@ -51,6 +54,7 @@ __all__ = [
     "clip_by_global_norm",
     "clip_by_norm",
     "clip",
+    "constrain",
     "clip_by_value",
     "keras_clipping",
 ]

@@ -16,7 +16,9 @@ torch's exception classes, and ``max_norm=inf`` leaves the gradients unchanged, 
 Two functions torch lacks give TF's other clippers on gradients: :func:`clip_grad_by_norm_`
 (``tf.clip_by_norm`` on each gradient) and :func:`clip_grad_by_value_` (``tf.clip_by_value``
 with two bounds). :func:`keras_clipping` gives a torch optimizer Keras's ``clipnorm``,
-``clipvalue`` or ``global_clipnorm``.
+``clipvalue`` or ``global_clipnorm``. :func:`constrain_` and :func:`constrain_after_step`
+apply Keras's weight constraints (:mod:`anyclip.constraints`) to parameters, the second after
+every optimizer step as Keras does.
 
 Importing this package imports torch; ``import anyclip`` alone does not.
 
@@ -43,6 +45,7 @@ from anyclip.torch._clip_grad import (
     get_total_norm,
     keras_clipping,
 )
+from anyclip.torch._constraints import constrain_, constrain_after_step
 
 __all__ = [
     "NonfiniteNormError",
@@ -52,6 +55,8 @@ __all__ = [
     "clip_grad_norm_",
     "clip_grad_value_",
     "clip_grads_with_norm_",
+    "constrain_",
+    "constrain_after_step",
     "get_total_norm",
     "keras_clipping",
 ]

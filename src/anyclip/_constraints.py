@@ -1,0 +1,111 @@
+"""Keras 3's weight constraints: the formulas, op for op.
+
+Layer: core, beside :mod:`anyclip._core` (whose ``clip_by_value`` and ``clip_by_norm`` it
+reuses). Every function takes the namespace ``xp`` first and arrays that the public layer
+(:mod:`anyclip.constraints`) has already checked and converted:
+``w`` is floating (or, for :func:`non_neg`, any real dtype), the bounds and ``epsilon`` are 0-d
+arrays of ``w``'s dtype, ``axes`` is a tuple of distinct non-negative axes or ``None``. The
+operation order is Keras 3.15's (``keras/src/constraints/constraints.py``), so results round
+as Keras's do on the TF backend; nothing branches on an array value, so everything traces under
+``jax.jit`` and ``torch.compile``.
+
+The constraints are projections applied after an optimizer step, not differentiated through;
+their gradients are whatever the backend's autodiff gives for these ops.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anyclip import _core
+from anyclip import _gradients as g
+from anyclip._compat import dtype_name
+from anyclip._numerics import reduce_sum, sqrt
+from anyclip._typing import Namespace
+
+__all__ = [
+    "legacy_non_neg",
+    "max_norm",
+    "min_max_norm",
+    "non_neg",
+    "norms",
+    "unit_norm",
+]
+
+
+def _divide(xp: Namespace, a: Any, b: Any) -> Any:
+    """``a / b``, correctly rounded; float16 through float32, as TF's (Eigen's) half division.
+
+    The float32 quotient rounded to float16 is the correctly rounded float16 quotient. Taking
+    that route keeps XLA (which turns a division by a broadcast array into a multiplication by
+    its reciprocal) from overflowing ``1 / 1.19e-7``, float16's epsilon, into ``inf``, which
+    made an all-zero float16 slice NaN on JAX where Keras gives 0.
+    """
+    if dtype_name(a.dtype) != "float16":
+        return a / b
+    return xp.astype(xp.astype(a, xp.float32) / xp.astype(b, xp.float32), a.dtype)
+
+
+def norms(xp: Namespace, w: Any, axes: tuple[int, ...] | None) -> Any:
+    """``sqrt(sum(square(w), axis=axes, keepdims=True))``: Keras's ``norms``.
+
+    ``axes=()`` reduces nothing (TF's ``reduce_sum`` over no axis), giving ``sqrt(w * w)``;
+    torch's ``sum(dim=())`` would reduce every axis, so that case does not call it.
+    """
+    squares = w * w
+    if axes == ():
+        return sqrt(xp, squares)
+    return sqrt(xp, reduce_sum(xp, squares, axes, keepdims=True))
+
+
+@_core._entry
+def max_norm(
+    xp: Namespace, w: Any, max_value: Any, epsilon: Any, axes: tuple[int, ...] | None
+) -> Any:
+    """``w * (clip(norms, 0, max_value) / (epsilon + norms))``: Keras's ``MaxNorm``."""
+    n = norms(xp, w, axes)
+    desired = _core.clip_by_value(xp, n, xp.zeros_like(max_value), max_value)
+    return w * _divide(xp, desired, epsilon + n)
+
+
+@_core._entry
+def unit_norm(xp: Namespace, w: Any, epsilon: Any, axes: tuple[int, ...] | None) -> Any:
+    """``w / (epsilon + norms)``: Keras's ``UnitNorm``."""
+    return _divide(xp, w, epsilon + norms(xp, w, axes))
+
+
+@_core._entry
+def min_max_norm(
+    xp: Namespace,
+    w: Any,
+    min_value: Any,
+    max_value: Any,
+    rate: Any,
+    one_minus_rate: Any,
+    epsilon: Any,
+    axes: tuple[int, ...] | None,
+) -> Any:
+    """``w * ((rate * clip(norms, lo, hi) + (1 - rate) * norms) / (epsilon + norms))``.
+
+    Keras's ``MinMaxNorm``; ``one_minus_rate`` is ``1 - rate`` as Keras computes it (in Python
+    for a Python ``rate``), passed in so that its rounding is the caller's choice.
+    """
+    n = norms(xp, w, axes)
+    desired = rate * _core.clip_by_value(xp, n, min_value, max_value) + one_minus_rate * n
+    return w * _divide(xp, desired, epsilon + n)
+
+
+@_core._entry
+def non_neg(xp: Namespace, w: Any, zero: Any) -> Any:
+    """``maximum(w, 0)``: Keras 3's ``NonNeg`` (NaN stays NaN; negatives become +0)."""
+    return g.maximum(xp, w, zero)
+
+
+@_core._entry
+def legacy_non_neg(xp: Namespace, w: Any, zero: Any) -> Any:
+    """``w * cast(w >= 0, w.dtype)``: tf.keras 2's ``NonNeg``.
+
+    Differs from :func:`non_neg` where the product shows it: a negative ``w`` gives ``-0.0``
+    and ``-inf`` gives NaN (``-inf * 0``).
+    """
+    return w * xp.astype(w >= zero, w.dtype)

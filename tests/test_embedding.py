@@ -1,0 +1,248 @@
+"""``anyclip.embedding_lookup``: TF 2.21's ``tf.nn.embedding_lookup`` with ``max_norm``.
+
+The reference is TF itself: ``tests/data/make_embedding.py`` runs ``tf.nn.embedding_lookup`` on
+the inputs stored with its results in ``tests/data/embedding.npz`` (``--live-tf`` reruns the
+script and checks the file): values, dtypes and shapes for scalar, matrix and empty ids, with
+and without ``max_norm``; TF's ``IndexedSlices`` gradient (values per id, and its dense form);
+its out-of-range messages; and a small model's gradient norm, which ``tf.linalg.global_norm``
+takes over the ``IndexedSlices`` values (a repeated id once per occurrence). The porting
+guide's recipes for that norm (torch ``nn.Embedding(sparse=True)``; JAX, the gradient with
+respect to the looked-up rows) are tested here against it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+import anyclip
+from anyclip_conformance import Backend
+
+from .conftest import ULP_CLIP_NORM, ULP_GLOBAL
+
+DATA = Path(__file__).with_name("data")
+SCRIPT = DATA / "make_embedding.py"
+REF = dict(np.load(DATA / "embedding.npz"))
+
+gen = SimpleNamespace(**runpy.run_path(str(SCRIPT)))
+
+torch_backends = pytest.mark.parametrize("backend", ["torch", "torch-cuda"], indirect=True)
+jax_backends = pytest.mark.parametrize("backend", ["jax", "jax-gpu"], indirect=True)
+
+
+def _args(backend: Backend, make: Any, case: str) -> tuple[Any, Any, Any, str]:
+    name, _, max_norm = gen.CASES[case]
+    params = REF[f"params/{name}"]
+    ids = REF[f"ids/{case}"]
+    dtype = params.dtype.name
+    backend.dtype(ids.dtype.name)  # skips a backend without it (JAX without x64: int64)
+    return make(params, dtype), backend.asarray(ids, ids.dtype.name), max_norm, dtype
+
+
+@pytest.mark.parametrize("case", list(gen.CASES))
+def test_lookup_gives_tf_values(backend, make, check, case):
+    params, ids, max_norm, dtype = _args(backend, make, case)
+    out = anyclip.embedding_lookup(params, ids, max_norm=max_norm)
+    ulp = 0 if max_norm is None else ULP_CLIP_NORM
+    check(out, REF[f"lookup/{case}"], dtype, ulp=ulp, what=case)
+
+
+@pytest.mark.parametrize("case", [c for c in gen.CASES if gen.CASES[c][0] != "p16"])
+def test_dense_gradient_is_tfs_densified(grad_backend, case):
+    backend = grad_backend
+    name, _, max_norm = gen.CASES[case]
+    params = backend.asarray(REF[f"params/{name}"], REF[f"params/{name}"].dtype.name)
+    ids = REF[f"ids/{case}"]
+    if ids.dtype == np.int64 and not backend.has_dtype("int64"):
+        ids = ids.astype(np.int32)
+    ids_b = backend.asarray(ids, ids.dtype.name)
+    expected = REF[f"lookup/{case}"]
+    w = backend.asarray(
+        np.arange(1, expected.size + 1, dtype=np.float64).reshape(expected.shape),
+        expected.dtype.name,
+    )
+    (grad,) = backend.grad(lambda p: anyclip.embedding_lookup(p, ids_b, max_norm), [params], w)
+    got = backend.to_numpy(grad)
+    assert got.dtype == expected.dtype and got.shape == REF[f"params/{name}"].shape
+    np.testing.assert_allclose(got, REF[f"grad/{case}/dense"], rtol=2e-6, atol=1e-6, err_msg=case)
+
+
+@torch_backends
+@pytest.mark.parametrize("case", ["matrix", "matrix-clip", "int64-clip", "scalar-clip"])
+def test_torch_sparse_gradient_is_tfs_indexed_slices(backend, case):
+    torch = backend.module
+    name, _, max_norm = gen.CASES[case]
+    params = torch.tensor(REF[f"params/{name}"], device=backend.device, requires_grad=True)
+    ids = torch.tensor(REF[f"ids/{case}"].astype(np.int64), device=backend.device)
+    out = anyclip.embedding_lookup(params, ids, max_norm, sparse=True)
+    w = torch.arange(1, out.numel() + 1, dtype=out.dtype, device=out.device).reshape(out.shape)
+    (out * w).sum().backward()
+    g = params.grad
+    assert g.layout == torch.sparse_coo  # one row per id (uncoalesced), as TF's values
+    assert g._nnz() == ids.numel()
+    np.testing.assert_array_equal(g._indices()[0].cpu().numpy(), REF[f"grad/{case}/indices"])
+    np.testing.assert_allclose(
+        g._values().cpu().numpy(), REF[f"grad/{case}/values"], rtol=2e-6, atol=1e-6
+    )
+
+
+# ===================================================================== errors
+@pytest.mark.parametrize("case", list(gen.BAD_IDS))
+@pytest.mark.parametrize("backend", ["numpy", "array_api_strict"], indirect=True)
+def test_out_of_range_ids_raise_with_tfs_words(backend, case):
+    params = backend.asarray(REF["params/p32"], "float32")
+    ids = backend.asarray(gen.BAD_IDS[case], "int32")
+    words = str(REF[f"error/{case}"])
+    with pytest.raises(IndexError, match=r"`ids` must be in \[0, 5\)") as info:
+        anyclip.embedding_lookup(params, ids)
+    assert f"(TF: {words})" in str(info.value)
+
+
+@torch_backends
+@pytest.mark.parametrize("case", list(gen.BAD_IDS))
+def test_out_of_range_ids_raise_on_torch(backend, case):
+    if backend.device.type == "cuda":
+        pytest.skip("CUDA reports an out-of-range id by a device-side assert")
+    torch = backend.module
+    params = torch.tensor(REF["params/p32"])
+    with pytest.raises(IndexError, match="index out of range"):
+        anyclip.embedding_lookup(params, torch.tensor(gen.BAD_IDS[case]))
+
+
+@jax_backends
+@pytest.mark.parametrize("case", list(gen.BAD_IDS))
+def test_out_of_range_ids_give_nan_rows_on_jax(backend, case):
+    # JAX cannot raise under jit; a NaN row, never another (negative ids do not wrap around)
+    jnp = backend.module.numpy
+    ids = gen.BAD_IDS[case]
+    out = np.asarray(anyclip.embedding_lookup(jnp.asarray(REF["params/p32"]), jnp.asarray(ids)))
+    bad = (ids < 0) | (ids >= 5)
+    assert np.all(np.isnan(out[bad])) and not np.any(np.isnan(out[~bad]))
+
+
+@pytest.mark.parametrize(
+    ("ids", "max_norm", "error", "match"),
+    [
+        (np.array([1], np.uint8), None, TypeError, r"`ids` must have an integer dtype.*uint8"),
+        (np.array([1.0], np.float32), None, TypeError, r"`ids` must have an integer dtype"),
+        (np.array([1]), "big", TypeError, "`clip_norm` must be a number"),
+    ],
+)
+def test_bad_arguments(ids, max_norm, error, match):
+    with pytest.raises(error, match=match):
+        anyclip.embedding_lookup(REF["params/p32"], ids, max_norm)
+
+
+def test_max_norm_needs_floating_params_and_params_needs_an_axis():
+    with pytest.raises(TypeError, match="`params` must have a floating dtype"):
+        anyclip.embedding_lookup(np.arange(6, dtype=np.int32).reshape(3, 2), [1], max_norm=1.0)
+    np.testing.assert_array_equal(  # without max_norm any dtype, as TF
+        anyclip.embedding_lookup(np.arange(6, dtype=np.int32).reshape(3, 2), [2]), [[4, 5]]
+    )
+    with pytest.raises(ValueError, match="`params` must have at least one axis"):
+        anyclip.embedding_lookup(np.float32(1.0), [0])
+
+
+def test_sparse_is_torch_only():
+    with pytest.raises(TypeError, match="`sparse=True` needs a torch"):
+        anyclip.embedding_lookup(REF["params/p32"], [1], sparse=True)
+
+
+# =========================================== the gradient-norm recipes (docs)
+def _model() -> dict[str, np.ndarray]:
+    return {k: REF[k] for k in gen.model_inputs()}
+
+
+@torch_backends
+@pytest.mark.parametrize("sparse", [True, False])
+def test_torch_recipe_gives_tfs_gradient_norm(backend, sparse):
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    d, dev = _model(), backend.device
+    emb = torch.nn.Embedding(7, 4, sparse=sparse).to(dev)
+    kernel = torch.nn.Parameter(torch.tensor(d["model/kernel"], device=dev))
+    with torch.no_grad():
+        emb.weight.copy_(torch.tensor(d["model/table"]))
+    ids = torch.tensor(d["model/ids"].astype(np.int64), device=dev)
+    y = torch.tensor(d["model/y"], device=dev)
+    torch.mean(torch.square(emb(ids) @ kernel - y)).backward()
+    norm = at.clip_grad_norm_([emb.weight, kernel], gen.CLIP)
+    want = "model/global_norm" if sparse else "model/dense_norm"
+    got = backend.to_numpy(norm)
+    np.testing.assert_allclose(got, REF[want], rtol=ULP_GLOBAL * 2**-23)
+    if sparse:  # TF's number, and TF's clipped gradients
+        assert abs(float(got) - float(REF["model/dense_norm"])) > 1e-2
+        for i, p in enumerate((emb.weight, kernel)):
+            g = p.grad.to_dense() if p.grad.is_sparse else p.grad
+            np.testing.assert_allclose(
+                backend.to_numpy(g), REF[f"model/clipped/{i}"], rtol=1e-5, atol=1e-7
+            )
+
+
+@jax_backends
+def test_jax_recipe_gives_tfs_gradient_norm(backend):
+    jax = backend.module
+    jnp = jax.numpy
+    d = _model()
+    table, kernel = jnp.asarray(d["model/table"]), jnp.asarray(d["model/kernel"])
+    ids, y = jnp.asarray(d["model/ids"]), jnp.asarray(d["model/y"])
+
+    def loss_of_rows(rows: Any, kernel: Any) -> Any:  # the recipe: differentiate the rows
+        return jnp.mean(jnp.square(rows @ kernel - y))
+
+    @jax.jit
+    def norms(table: Any, kernel: Any) -> Any:
+        rows = anyclip.embedding_lookup(table, ids)
+        g_rows, g_kernel = jax.grad(loss_of_rows, argnums=(0, 1))(rows, kernel)
+        dense = jnp.zeros_like(table).at[ids].add(g_rows)  # what jax.grad(table) gives
+        return anyclip.global_norm([g_rows, g_kernel]), anyclip.global_norm([dense, g_kernel])
+
+    tf_like, dense_norm = norms(table, kernel)
+    np.testing.assert_allclose(np.asarray(tf_like), REF["model/global_norm"], rtol=3 * 2**-23)
+    np.testing.assert_allclose(np.asarray(dense_norm), REF["model/dense_norm"], rtol=3 * 2**-23)
+
+
+# ===================================================== jit and torch.compile
+@jax_backends
+def test_under_jax_jit(backend, check):
+    jax = backend.module
+    for case in ("matrix-clip", "3d-clip", "scalar"):
+        name, ids, max_norm = gen.CASES[case]
+        fn = jax.jit(lambda p, i, m=max_norm: anyclip.embedding_lookup(p, i, m))
+        out = fn(backend.asarray(REF[f"params/{name}"], "float32"), backend.asarray(ids, "int32"))
+        check(out, REF[f"lookup/{case}"], "float32", ulp=ULP_CLIP_NORM, what=case)
+
+
+@torch_backends
+def test_under_torch_compile_fullgraph(backend, check):
+    torch = backend.module
+    for case in ("matrix-clip", "3d-clip", "scalar"):
+        name, ids, max_norm = gen.CASES[case]
+        fn = torch.compile(
+            lambda p, i, m=max_norm: anyclip.embedding_lookup(p, i, m), fullgraph=True
+        )
+        out = fn(backend.asarray(REF[f"params/{name}"], "float32"), backend.asarray(ids, "int64"))
+        check(out, REF[f"lookup/{case}"], "float32", ulp=ULP_CLIP_NORM, what=case)
+
+
+# ======================================================================= live
+@pytest.mark.live_tf
+def test_committed_reference_is_tfs(tmp_path):
+    # the committed file is still what TF 2.21 gives (run with --live-tf)
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed")
+    out = tmp_path / "live.npz"
+    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
+    live = dict(np.load(out))
+    assert live.keys() == REF.keys()
+    for k, v in live.items():
+        if k != "provenance":
+            np.testing.assert_array_equal(v, REF[k], err_msg=k)

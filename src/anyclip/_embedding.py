@@ -17,6 +17,7 @@ from anyclip import _core
 from anyclip._clip import _clip_norm_operand
 from anyclip._compat import dtype_name, library, namespace
 from anyclip._kernels import kernels_for
+from anyclip._keywords import hints_keywords
 from anyclip._policy import FLOATS, as_input, require_kind, tf_attr, tf_type, tf_words
 from anyclip._typing import ArrayT, Namespace, Operand, PythonData
 
@@ -26,6 +27,7 @@ __all__ = ["embedding_lookup"]
 _ID_DTYPES = ("int16", "int32", "int64")
 
 
+@hints_keywords
 def embedding_lookup(
     params: ArrayT | PythonData,
     ids: Any,

@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from anyclip import _constraints
 from anyclip._compat import namespace
+from anyclip._keywords import hints_keywords
 from anyclip._policy import (
     as_input,
     as_operand,
@@ -90,6 +91,7 @@ def _epsilon(xp: Namespace, epsilon: Any, w: Any) -> Any:
     return _bound(xp, epsilon, w, "epsilon", None)
 
 
+@hints_keywords
 def max_norm(
     w: ArrayT | PythonData,
     max_value: Operand = 2.0,
@@ -158,6 +160,7 @@ def max_norm(
     return cast(ArrayT, _constraints.max_norm(xp, arr, hi, eps, axes))
 
 
+@hints_keywords
 def unit_norm(w: ArrayT | PythonData, axis: Axes = 0, *, epsilon: Operand = _EPSILON) -> ArrayT:
     """Scale the slices of ``w`` along ``axis`` to unit norm.
 
@@ -208,6 +211,7 @@ def unit_norm(w: ArrayT | PythonData, axis: Axes = 0, *, epsilon: Operand = _EPS
     return cast(ArrayT, _constraints.unit_norm(xp, arr, eps, axes))
 
 
+@hints_keywords
 def min_max_norm(
     w: ArrayT | PythonData,
     min_value: Operand = 0.0,
@@ -281,6 +285,7 @@ def min_max_norm(
     return cast(ArrayT, _constraints.min_max_norm(xp, arr, lo, hi, r, rest, eps, axes))
 
 
+@hints_keywords
 def non_neg(w: ArrayT | PythonData, *, legacy: bool = False) -> ArrayT:
     """Replace the negative weights by zero.
 

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import jax
 
+from anyclip._keywords import hints_keywords
+
 __all__ = ["constrain"]
 
 ParamsT = TypeVar("ParamsT")
@@ -27,6 +29,7 @@ def _is_constraint(node: Any) -> bool:
     return node is None or callable(node)
 
 
+@hints_keywords
 def constrain(params: ParamsT, constraints: Any) -> ParamsT:
     """Project ``params`` with a tree of constraints, as Keras does after every update.
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from anyclip._keywords import hints_keywords
+
 __all__ = ["constrain_", "constrain_after_step"]
 
 Constraint = Callable[[torch.Tensor], torch.Tensor]
@@ -77,6 +79,7 @@ def _apply(pairs: list[tuple[torch.Tensor, Constraint]], only_with_grad: bool) -
             p.copy_(constraint(p.detach()))
 
 
+@hints_keywords
 def constrain_(
     module_or_params: torch.nn.Module | Iterable[torch.Tensor] | torch.Tensor,
     constraints: Constraints,
@@ -125,6 +128,7 @@ def constrain_(
     _apply(_resolve(module_or_params, constraints), only_with_grad=False)
 
 
+@hints_keywords
 def constrain_after_step(
     optimizer: torch.optim.Optimizer,
     module_or_params: torch.nn.Module | Iterable[torch.Tensor] | torch.Tensor,

@@ -41,6 +41,7 @@ from anyclip._policy import (
     cast_like,
     check_broadcastable,
     check_compatible,
+    check_meta,
     check_nonfinite,
     dtype_kind,
     finite_number,
@@ -58,7 +59,14 @@ from anyclip._policy import (
     tf_same_dtype,
     tf_words,
 )
-from anyclip._sparse import densified, through_values, values_list
+from anyclip._sparse import (
+    dense_operand,
+    densified,
+    refuse_sparse_norm,
+    through_values,
+    through_values_or_jagged,
+    values_list,
+)
 from anyclip._typing import (
     Array,
     ArrayT,
@@ -163,7 +171,7 @@ def clip_by_value(
     return cast(Array, _clip_by_value(None, t, clip_value_min, clip_value_max))
 
 
-@through_values
+@through_values_or_jagged
 def _clip_by_value(
     kernels: Kernels | None,
     t: Any,
@@ -172,6 +180,8 @@ def _clip_by_value(
     name: str | None = None,
 ) -> Any:
     """:func:`clip_by_value` without the plain-call fast path (no kernel step to choose)."""
+    clip_value_min = dense_operand(clip_value_min, "clip_value_min")
+    clip_value_max = dense_operand(clip_value_max, "clip_value_max")
     xp = namespace(t, clip_value_min, clip_value_max, names=_BOUNDS)
     t = as_input(t, xp, "t")
     require_kind(xp, t, "t", ("int", "real"), "a real dtype (floating or integer)", tf_attr)
@@ -328,6 +338,7 @@ def _clip_by_norm(
     accumulate_dtype: Any = None,
 ) -> Any:
     """:func:`clip_by_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
+    clip_norm = dense_operand(clip_norm, "clip_norm")
     xp = namespace(t, clip_norm, names=("t", "clip_norm"))
     t = as_input(t, xp, "t")
     require_kind(xp, t, "t", ("real",), FLOATS, tf_attr)
@@ -649,12 +660,15 @@ def _clip_global(
     """
     policy = check_nonfinite(nonfinite)
     items, back = values_list(as_list(t_list))
+    clip_norm = dense_operand(clip_norm, "clip_norm")
+    refuse_sparse_norm(use_norm, "use_norm")
     xp = namespace(
         *items, clip_norm, use_norm, names=ListNames(len(items), ("clip_norm", "use_norm"))
     )
     if group is not None and all(v is None for v in items) and use_norm is None:
         xp = group_namespace(group) or xp  # no array here: still joins the all-reduce
     groups = check_group(xp, group)
+    bools: list[int] = []
     if use_norm is None:
         values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
         use_norm, k = _global_norm_of(kernels, xp, values, accumulate_dtype, groups)
@@ -667,8 +681,11 @@ def _clip_global(
         )
         raise TypeError(msg)
     else:
-        values = real_list(xp, items)
+        values, bools = real_list(xp, items)
         use_norm = native_order(use_norm)
+        for i, v in enumerate(values):
+            if v is not None:
+                check_meta(use_norm, v, "use_norm", f"t_list[{i}]")
         require_kind(xp, use_norm, "use_norm", ("real",), FLOATS, _tf_use_norm_kind)
         present = [v for v in values if v is not None]
         k = kernels if kernels is not None else kernels_for(xp, present or [use_norm])
@@ -686,7 +703,9 @@ def _clip_global(
             raise FloatingPointError(msg)
     # a Python number that converts to a finite value needs no `where` (checked here, no sync)
     at_inf = unclipped_at_inf and not finite_number(clip_norm, xp, norm.dtype)
-    clipped = _core.clip_by_global_norm(xp, k, values, c, norm, policy, unclipped_at_inf=at_inf)
+    clipped = _core.clip_by_global_norm(
+        xp, k, values, c, norm, policy, unclipped_at_inf=at_inf, bools=bools
+    )
     return back(clipped), use_norm
 
 
@@ -777,6 +796,7 @@ def _clip_by_average_norm(
     kernels: Kernels | None, t: Any, clip_norm: Any, name: str | None = None
 ) -> Any:
     """:func:`clip_by_average_norm` (its formula has no kernel step)."""
+    clip_norm = dense_operand(clip_norm, "clip_norm")
     xp = namespace(t, clip_norm, names=("t", "clip_norm"))
     t = as_input(t, xp, "t")
     kind = dtype_kind(xp, t.dtype)

@@ -65,6 +65,7 @@ __all__ = [
     "as_operand",
     "check_broadcastable",
     "check_compatible",
+    "check_meta",
     "check_nonfinite",
     "dtype_kind",
     "finite_number",
@@ -411,6 +412,7 @@ def as_operand(
         raise ValueError(msg)
     if is_array(value):
         value = native_order(value)
+        check_meta(value, like, name)
         if value.dtype != target and is_weak_scalar(value):  # a Python scalar, through jax.jit
             if dtype_kind(xp, value.dtype) == "real" and dtype_kind(xp, target) != "real":
                 msg = (
@@ -433,6 +435,23 @@ def as_operand(
     kind = dtype_kind(xp, target)
     converted = _convert_nested(xp, value, target, kind, name)
     return constant(xp, converted, target, like)
+
+
+def check_meta(value: Any, like: Any, name: str, tname: str = "t") -> None:
+    """``TypeError`` for a torch ``meta`` tensor argument when the input holds data.
+
+    A meta tensor has a shape and a dtype but no values: with meta inputs it gives meta
+    results (shapes and dtypes only, as torch's own functions do), but beside real data no
+    value can come out of it.
+    """
+    if getattr(value, "is_meta", False) and not getattr(like, "is_meta", True):
+        msg = (
+            f"`{name}` is a tensor on the meta device (a shape without values) while `{tname}` "
+            f"is on {like.device}: nothing can be computed from it; pass `{name}` with values "
+            f"(a number, or a tensor on {like.device}), or make `{tname}` a meta tensor too "
+            "for a shape-only run"
+        )
+        raise TypeError(msg)
 
 
 def finite_number(value: Any, xp: Namespace, dtype: Any) -> bool:
@@ -739,17 +758,25 @@ def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -
     return out
 
 
-def real_list(xp: Namespace, t_list: list[Any]) -> list[Any]:
-    """Entries converted to arrays, any real dtype (TF scales integers by a truncated factor)."""
+def real_list(xp: Namespace, t_list: list[Any]) -> tuple[list[Any], list[int]]:
+    """Entries converted to arrays of a real or bool dtype, and the positions of the bool ones.
+
+    For ``clip_by_global_norm`` with ``use_norm`` (no norm to compute): TF scales integers by
+    a truncated factor, and a bool array by the factor cast to bool (its ``*`` on bools is a
+    logical and), measured in TF 2.21.
+    """
     out: list[Any] = []
+    bools: list[int] = []
     for i, v in enumerate(t_list):
         if v is None:
             out.append(None)
             continue
         v = as_input(v, xp, f"t_list[{i}]")
-        require_kind(xp, v, f"t_list[{i}]", ("int", "real"), "a real dtype")
+        kind = require_kind(xp, v, f"t_list[{i}]", ("int", "real", "bool"), "a real or bool dtype")
+        if kind == "bool":
+            bools.append(i)
         out.append(v)
-    return out
+    return out, bools
 
 
 # --------------------------------------------------------------- nonfinite

@@ -141,8 +141,11 @@ def dense_operand(value: Any, name: str) -> Any:
 
 
 def refuse_sparse_norm(value: Any, name: str) -> None:
-    """``TypeError`` for a sparse ``use_norm``: TF computes ``1.0 / use_norm``, which an
-    ``IndexedSlices`` does not support (measured in TF 2.21)."""
+    """``TypeError`` for a sparse ``use_norm``, as TF's for an ``IndexedSlices`` there.
+
+    TF computes ``1.0 / use_norm``, which an ``IndexedSlices`` does not support (measured in
+    TF 2.21).
+    """
     if type(value) is float or not sparse_or_refuse(value, name):
         return
     what = "a JAX BCOO array" if _is_bcoo(value) else f"a sparse tensor (layout {value.layout})"

@@ -343,7 +343,7 @@ def _clip_by_norm(
     t = as_input(t, xp, "t")
     require_kind(xp, t, "t", ("real",), FLOATS, tf_attr)
     ax = normalize_axes(axes, t.ndim, "axes")
-    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [t.dtype])
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [t.dtype], single="clip_by_norm")
     if acc is not None and acc != t.dtype and ax is None:
         like = cast_like(xp, t, acc)  # no cast copy of all of t
         c = _clip_norm_operand(xp, clip_norm, like)
@@ -652,18 +652,22 @@ def _clip_global(
     group: Any,
     *,
     unclipped_at_inf: bool = False,
+    clip_name: str = "clip_norm",
 ) -> tuple[list[Any], Any]:
     """:func:`_clip_by_global_norm`, and for the drop-ins ``unclipped_at_inf``.
+
+    ``clip_name``: the name the caller gave ``clip_norm`` (optax's ``max_norm``), for the
+    error messages.
 
     ``unclipped_at_inf``: a ``clip_norm`` of ``+inf`` leaves the arrays unchanged (the optax
     drop-in, as optax's own; see :func:`anyclip._core.global_scale`).
     """
     policy = check_nonfinite(nonfinite)
     items, back = values_list(as_list(t_list))
-    clip_norm = dense_operand(clip_norm, "clip_norm")
+    clip_norm = dense_operand(clip_norm, clip_name)
     refuse_sparse_norm(use_norm, "use_norm")
     xp = namespace(
-        *items, clip_norm, use_norm, names=ListNames(len(items), ("clip_norm", "use_norm"))
+        *items, clip_norm, use_norm, names=ListNames(len(items), (clip_name, "use_norm"))
     )
     if group is not None and all(v is None for v in items) and use_norm is None:
         xp = group_namespace(group) or xp  # no array here: still joins the all-reduce
@@ -690,10 +694,10 @@ def _clip_global(
         present = [v for v in values if v is not None]
         k = kernels if kernels is not None else kernels_for(xp, present or [use_norm])
     norm = k.local(xp, use_norm)  # a replicated DTensor's value on this rank
-    c = as_operand(clip_norm, xp, norm, "clip_norm", tf=tf_same_dtype)
+    c = as_operand(clip_norm, xp, norm, clip_name, tf=tf_same_dtype)
     if is_array(c):
         c = k.local(xp, c)
-    _check_scale_shapes(values, tuple(c.shape), tuple(norm.shape))
+    _check_scale_shapes(values, tuple(c.shape), tuple(norm.shape), clip_name)
     if policy == "raise":
         with quiet(xp):  # a lazy backend (dask) computes the norm here: no inf/NaN warnings
             finite = bool(xp.all(xp.isfinite(norm)))  # host sync
@@ -714,7 +718,9 @@ def _tf_use_norm_kind(dtype: Any) -> str | None:
     return tf_cannot_convert(1.0, dtype) if "int" in dtype_name(dtype) else None
 
 
-def _check_scale_shapes(values: list[Any], c: tuple[int, ...], n: tuple[int, ...]) -> None:
+def _check_scale_shapes(
+    values: list[Any], c: tuple[int, ...], n: tuple[int, ...], clip_name: str = "clip_norm"
+) -> None:
     """``ValueError`` unless TF's scale ``c * minimum(1 / n, 1 / c)`` can multiply each array.
 
     TF multiplies each array by the scale, of any shape (a larger one enlarges the outputs);
@@ -724,7 +730,7 @@ def _check_scale_shapes(values: list[Any], c: tuple[int, ...], n: tuple[int, ...
     scale = tf_broadcast(n, c)
     if scale is None:
         msg = (
-            f"`clip_norm` of shape {c} must broadcast against the shape {n} of `use_norm`; "
+            f"`{clip_name}` of shape {c} must broadcast against the shape {n} of `use_norm`; "
             f"reshape one of them (a size-1 axis broadcasts){tf_words(tf_incompatible(n, c))}"
         )
         raise ValueError(msg)
@@ -736,7 +742,7 @@ def _check_scale_shapes(values: list[Any], c: tuple[int, ...], n: tuple[int, ...
         shape = tuple(v.shape)
         words = tf_incompatible(shape, scale)
         # One of them cannot broadcast against the array (if both could, so could the scale).
-        check_compatible(c, shape, "clip_norm", f"t_list[{i}]", tf=words)
+        check_compatible(c, shape, clip_name, f"t_list[{i}]", tf=words)
         check_compatible(n, shape, "use_norm", f"t_list[{i}]", tf=words)
 
 

@@ -343,7 +343,7 @@ def _norm(
         require_kind(
             xp, x, "tensor", ("real",), "a real floating dtype when `accumulate_dtype` is set"
         )
-        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single="norm")
         if acc != x.dtype:  # no cast copy of all of x: the kernels cast a block at a time
             k = kernels_for(xp, [x], acc) if kernels is None else kernels
             r = _cast_back(xp, _core.upcast_global_norm(xp, k, [x], acc), x.dtype)
@@ -354,11 +354,11 @@ def _norm(
         require_kind(
             xp, x, "tensor", ("real",), "a real floating dtype when `accumulate_dtype` is set"
         )
-        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single="norm")
         k = kernels_for(xp, [x], acc) if kernels is None else kernels
         r = _core.norm(xp, k, x, canonical_ord, ax, bool(keepdims), acc=acc)
         return _cast_back(xp, r, x.dtype)
-    work = _accumulating(xp, x, accumulate_dtype, "tensor")
+    work = _accumulating(xp, x, accumulate_dtype, "tensor", "norm")
     k = kernels_for(xp, (work,)) if kernels is None else kernels
     r = _core.norm(xp, k, work, canonical_ord, ax, bool(keepdims))
     return r if work is x else _cast_back(xp, r, x.dtype)
@@ -375,12 +375,12 @@ def _cast_back(xp: Namespace, r: Any, dtype: Any) -> Any:
         return xp.astype(r, dtype)
 
 
-def _accumulating(xp: Namespace, x: Any, accumulate_dtype: Any, name: str) -> Any:
+def _accumulating(xp: Namespace, x: Any, accumulate_dtype: Any, name: str, single: str) -> Any:
     """``x`` cast to ``accumulate_dtype`` (itself when None or already that dtype)."""
     if accumulate_dtype is None:
         return x
     require_kind(xp, x, name, ("real",), "a real floating dtype when `accumulate_dtype` is set")
-    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single=single)
     return x if acc == x.dtype else xp.astype(x, acc)
 
 
@@ -487,12 +487,12 @@ def _l2_normalize(
     )
     ax = normalize_axes(axis, x.ndim, "axis")
     if accumulate_dtype is not None and ax is None and kind == "real":
-        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single="l2_normalize")
         eps = as_operand(epsilon, xp, cast_like(xp, x, acc), "epsilon", dtype=acc, tf=tf_expected)
         if acc != x.dtype and eps.ndim == 0:
             k = kernels_for(xp, [x], acc) if kernels is None else kernels
             return _core.upcast_l2_normalize(xp, k, x, eps, acc)  # no cast copy of all of x
-    work = _accumulating(xp, x, accumulate_dtype, "x")
+    work = _accumulating(xp, x, accumulate_dtype, "x", "l2_normalize")
     real_dtype = work.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
     eps = as_operand(epsilon, xp, work, "epsilon", dtype=real_dtype, tf=tf_expected)
     if eps.ndim:

@@ -66,6 +66,7 @@ __all__ = [
     "check_broadcastable",
     "check_compatible",
     "check_meta",
+    "check_operand",
     "check_nonfinite",
     "dtype_kind",
     "finite_number",
@@ -437,6 +438,40 @@ def as_operand(
     return constant(xp, converted, target, like)
 
 
+def check_operand(value: Any, name: str, *, scalar: bool = False) -> None:
+    """Refuse, before any input is seen, an operand that no input could make valid.
+
+    For adapters built before the first update (optax transforms, hooks): what
+    :func:`as_operand` would refuse whatever the input is refused here with its class and
+    words: None (``ValueError``), a complex number, a string or any other object that is not a
+    number, a list of numbers or an array (``TypeError``). ``scalar``: a list (several values)
+    is refused too. Arrays (JAX tracers under ``optax.inject_hyperparams`` included) and NumPy
+    scalars pass: their dtype and shape are checked against the updates.
+    """
+    if type(value) in (int, float, bool) or is_array(value):
+        return
+    if value is None:
+        msg = f"`{name}` must be a number or an array, got None{tf_words(TF_NONE)}"
+        raise ValueError(msg)
+    kind = None
+    if is_numpy_scalar(value):
+        kind = "complex" if value.dtype.kind == "c" else "real"
+    elif not scalar or not isinstance(value, (list, tuple)):
+        try:
+            kind = _python_kind(value)
+        except TypeError:
+            kind = None
+    if kind is None:
+        what = "a real number or an array" if scalar else "a real number, a list or an array"
+        msg = f"`{name}` must be {what}, got {type(value).__name__} {value!r}"
+        if isinstance(value, str):
+            msg += f"; pass the number itself, e.g. {name}=1.0"
+        raise TypeError(msg)
+    if kind == "complex":
+        msg = f"`{name}` must be real (the updates are real), got {value!r}; pass its real part"
+        raise TypeError(msg)
+
+
 def check_meta(value: Any, like: Any, name: str, tname: str = "t") -> None:
     """``TypeError`` for a torch ``meta`` tensor argument when the input holds data.
 
@@ -610,17 +645,28 @@ def cast_like(xp: Namespace, x: Any, acc: Any) -> Any:
     return xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)
 
 
-def resolve_accumulate_dtype(xp: Namespace, value: Any, dtypes: Sequence[Any]) -> Any:
+def resolve_accumulate_dtype(
+    xp: Namespace, value: Any, dtypes: Sequence[Any], *, single: str | None = None
+) -> Any:
     """The dtype ``accumulate_dtype=value`` asks for, given the inputs' ``dtypes``.
 
     ``None`` means TF's behaviour (reduce in the input dtype, refuse mixed dtypes) and is
-    returned as ``None``. ``"widest"`` picks :func:`widest_float` of ``dtypes``. A dtype name
-    (``"float32"``) or a dtype object of the namespace is taken as given; it must be a real
-    floating dtype.
+    returned as ``None``. ``"widest"`` picks :func:`widest_float` of ``dtypes``; a function of
+    one array (``single``, its name) refuses it, as it could only mean the array's own dtype.
+    A dtype name (``"float32"``) or a dtype object of the namespace is taken as given; it must
+    be a real floating dtype.
     """
     if value is None:
         return None
     if isinstance(value, str) and value == "widest":
+        if single is not None:
+            msg = (
+                f"`accumulate_dtype` must be None or a floating dtype for {single}, got "
+                "'widest', which picks the widest dtype of several arrays: of one array it is "
+                "its own dtype, TF's behaviour; pass None for that, or a dtype such as "
+                "'float64' to accumulate in"
+            )
+            raise ValueError(msg)
         if not dtypes:
             return xp.float32
         return widest_float(xp, list(dtypes))

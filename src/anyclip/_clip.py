@@ -653,11 +653,13 @@ def _clip_global(
     *,
     unclipped_at_inf: bool = False,
     clip_name: str = "clip_norm",
+    cast_clip: bool = False,
 ) -> tuple[list[Any], Any]:
     """:func:`_clip_by_global_norm`, and for the drop-ins ``unclipped_at_inf``.
 
     ``clip_name``: the name the caller gave ``clip_norm`` (optax's ``max_norm``), for the
-    error messages.
+    error messages. ``cast_clip``: an array ``clip_norm`` of another dtype is cast to the
+    norm's (optax's drop-in: optax promotes it), not refused as TF does.
 
     ``unclipped_at_inf``: a ``clip_norm`` of ``+inf`` leaves the arrays unchanged (the optax
     drop-in, as optax's own; see :func:`anyclip._core.global_scale`).
@@ -694,7 +696,7 @@ def _clip_global(
         present = [v for v in values if v is not None]
         k = kernels if kernels is not None else kernels_for(xp, present or [use_norm])
     norm = k.local(xp, use_norm)  # a replicated DTensor's value on this rank
-    c = as_operand(clip_norm, xp, norm, clip_name, tf=tf_same_dtype)
+    c = as_operand(clip_norm, xp, norm, clip_name, tf=tf_same_dtype, cast_arrays=cast_clip)
     if is_array(c):
         c = k.local(xp, c)
     _check_scale_shapes(values, tuple(c.shape), tuple(norm.shape), clip_name)

@@ -13,7 +13,7 @@ import optax
 from jax.typing import ArrayLike
 
 from anyclip import _clip, tree
-from anyclip._compat import namespace
+from anyclip._compat import is_array, namespace
 from anyclip._keywords import hints_keywords
 from anyclip._policy import (
     check_nonfinite,
@@ -114,7 +114,8 @@ def clip_by_global_norm(
     ----------
     max_norm : float or array
         The largest global norm (optax's name, first positional as in
-        ``optax.clip_by_global_norm``). ``inf`` leaves the updates unchanged, as optax's.
+        ``optax.clip_by_global_norm``). ``inf`` leaves the updates unchanged, as optax's. An
+        array of another dtype is cast to the norm's, as optax takes it (TF would refuse it).
     clip_norm : float or array, optional
         TF's name for ``max_norm``; pass one of the two.
     accumulate_dtype : dtype, str, "widest" or None, optional
@@ -177,6 +178,7 @@ def clip_by_global_norm(
             group,
             unclipped_at_inf=True,  # max_norm=inf: unchanged, as optax's
             clip_name=c_name,
+            cast_clip=True,  # an array of another dtype, as optax takes it
         )
         return unflatten(clipped), norm
 
@@ -250,7 +252,9 @@ def clip(max_delta: float) -> optax.GradientTransformation:
     """``optax.clip``'s signature: every update leaf to ``[-max_delta, max_delta]``, as TF.
 
     TF's ``clip_by_value(u, -max_delta, max_delta)`` (the upper bound first); the same values
-    as ``optax.clip`` for ``max_delta >= 0``.
+    as ``optax.clip`` for ``max_delta >= 0``. As ``optax.clip``, it takes a number or an array
+    (an array of another dtype is cast to each update's, where TF would refuse it); anything
+    else (a string, None, a list, a complex number) is refused here, not at the first update.
 
     Examples
     --------
@@ -261,7 +265,19 @@ def clip(max_delta: float) -> optax.GradientTransformation:
     [Array([-0.5 ,  0.25,  0.5 ], dtype=float32)]
     """
     check_operand(max_delta, "max_delta", scalar=True)
-    return _stateless(lambda u: tree.clip_by_value(u, -max_delta, max_delta))
+
+    def clip_leaf(g: Any) -> Any:
+        d = _like(max_delta, g)
+        return _clip.clip_by_value(g, -d, d)
+
+    return _stateless(lambda u: tree.map_leaves(clip_leaf, u))
+
+
+def _like(value: Any, leaf: Any) -> Any:
+    """An array ``value`` in ``leaf``'s dtype, as optax's drop-ins promote it (TF refuses)."""
+    if is_array(value) and value.dtype != leaf.dtype:
+        return value.astype(leaf.dtype)
+    return value
 
 
 @hints_keywords

@@ -266,7 +266,8 @@ def clip_by_norm(
     accumulate_dtype : dtype or str, optional
         Not in TF. Compute in this floating dtype (e.g. ``"float32"`` for float16 input, so
         squares cannot overflow) and cast the result back to ``t``'s dtype. ``None`` (default)
-        computes in ``t``'s dtype, as TF.
+        computes in ``t``'s dtype, as TF. ``"widest"`` is a ``ValueError``: of one array it
+        could only mean ``t``'s own dtype.
 
     Returns
     -------

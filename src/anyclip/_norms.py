@@ -273,7 +273,8 @@ def norm(
     accumulate_dtype : dtype or str, optional
         Not in TF. For real floating input: compute in this floating dtype (``"float32"`` for
         float16 input never overflows at 256) and cast the norm back to the input's dtype.
-        ``None`` (default) computes in the input's dtype, as TF.
+        ``None`` (default) computes in the input's dtype, as TF. ``"widest"`` is a
+        ``ValueError``: of one array it could only mean the input's own dtype.
 
     Returns
     -------
@@ -416,7 +417,8 @@ def l2_normalize(
     accumulate_dtype : dtype or str, optional
         Not in TF. For real floating input: compute in this floating dtype and cast the result
         back (float16 in float32: no overflow at 256, and epsilon no longer rounds to 0).
-        ``None`` (default) computes in the input's dtype, as TF.
+        ``None`` (default) computes in the input's dtype, as TF. ``"widest"`` is a
+        ``ValueError``: of one array it could only mean the input's own dtype.
 
     Returns
     -------

@@ -183,3 +183,30 @@ def test_one_array_takes_none_and_dtypes(backend, make, check, acc):
         "float32",
         ULP_CLIP_NORM,
     )
+
+
+@torch_backends
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled")
+def test_torch_clip_grad_norm_takes_a_sparse_max_norm_as_torch(backend, at, make, check):
+    torch = backend.module
+    max_norm = torch.sparse_coo_tensor(
+        torch.tensor([[0, 0]], device=backend.device), make([0.5, 0.5]), (1,)
+    )  # one value stored twice: 1.0 once summed, as torch's own arithmetic densifies it
+    grads = []
+    for fn in (torch.nn.utils.clip_grad_norm_, at.clip_grad_norm_):
+        p = torch.nn.Parameter(torch.zeros(2, device=backend.device))
+        p.grad = make([3.0, 4.0])
+        norm = fn([p], max_norm)
+        check(norm, 5.0, "float32", ULP_GLOBAL)
+        grads.append(p.grad)
+    check(grads[1], grads[0].cpu().numpy(), "float32", ULP_GLOBAL)  # torch adds 1e-6
+    check(grads[1], [0.6, 0.8], "float32", ULP_GLOBAL)
+
+
+@jax_backends
+def test_optax_takes_a_bcoo_max_norm(backend, ao, make, check):
+    from jax.experimental import sparse
+
+    max_norm = sparse.BCOO.fromdense(backend.module.numpy.asarray([6.5]))
+    ours = _update(ao.clip_by_global_norm(max_norm), [make([3.0, 4.0]), make([[12.0]])])
+    check(ours[0], [1.5, 2.0], "float32", ULP_GLOBAL)

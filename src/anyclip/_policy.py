@@ -448,7 +448,11 @@ def check_operand(value: Any, name: str, *, scalar: bool = False) -> None:
     is refused too. Arrays (JAX tracers under ``optax.inject_hyperparams`` included) and NumPy
     scalars pass: their dtype and shape are checked against the updates.
     """
-    if type(value) in (int, float, bool) or is_array(value):
+    if type(value) in (int, float, bool):
+        return
+    from anyclip._sparse import sparse_or_refuse  # the nested and foreign refusals too
+
+    if sparse_or_refuse(value, name) or is_array(value):
         return
     if value is None:
         msg = f"`{name}` must be a number or an array, got None{tf_words(TF_NONE)}"

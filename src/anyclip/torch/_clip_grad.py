@@ -31,7 +31,7 @@ from anyclip._policy import (
     normalize_axes,
     resolve_accumulate_dtype,
 )
-from anyclip._sparse import values_of
+from anyclip._sparse import dense_operand, values_of
 from anyclip._typing import DTypeLike, Nonfinite
 
 __all__ = [
@@ -140,6 +140,7 @@ def _max_norm(max_norm: Any) -> float | torch.Tensor:
     A number goes through ``float()`` (strings such as ``'inf'`` too); a tensor is kept on its
     device (no host sync).
     """
+    max_norm = dense_operand(max_norm, "max_norm")  # a sparse one, as torch takes it
     local = _local(max_norm)
     if not isinstance(local, torch.Tensor):
         return _as_float(max_norm, "max_norm", "1.0")

@@ -52,6 +52,7 @@ from anyclip._compat import (
 )
 from anyclip._kernels._dist import is_dtensor
 from anyclip._numerics import constant, float_overflow_threshold
+from anyclip._sparse import sparse_or_refuse
 from anyclip._typing import Namespace, Nonfinite
 
 __all__ = [
@@ -450,9 +451,7 @@ def check_operand(value: Any, name: str, *, scalar: bool = False) -> None:
     """
     if type(value) in (int, float, bool):
         return
-    from anyclip._sparse import sparse_or_refuse  # the nested and foreign refusals too
-
-    if sparse_or_refuse(value, name) or is_array(value):
+    if sparse_or_refuse(value, name) or is_array(value):  # nested, foreign: refused there
         return
     if value is None:
         msg = f"`{name}` must be a number or an array, got None{tf_words(TF_NONE)}"

@@ -23,6 +23,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from anyclip._compat import is_numpy_scalar
+
 __all__ = [
     "dense_operand",
     "densified",
@@ -127,6 +129,11 @@ def refuse_nested(value: Any, name: str) -> None:
     raise TypeError(msg)
 
 
+#: Python values an argument often is: never sparse, answered without a module-name test
+#: (which ``torch.compile`` cannot trace).
+_PYTHON = (float, int, bool, complex, str, list, tuple, type(None))
+
+
 def dense_operand(value: Any, name: str) -> Any:
     """An argument beside the input (a bound, ``clip_norm``, ``epsilon``), dense.
 
@@ -135,7 +142,7 @@ def dense_operand(value: Any, name: str) -> Any:
     §14): a sparse torch tensor or JAX ``BCOO`` array is made dense the same way. A nested
     tensor is refused (TF's ``RaggedTensor`` there fails or broadcasts raggedly).
     """
-    if type(value) is float or not sparse_or_refuse(value, name):
+    if type(value) in _PYTHON or is_numpy_scalar(value) or not sparse_or_refuse(value, name):
         return value
     return _dense(value)
 
@@ -146,7 +153,7 @@ def refuse_sparse_norm(value: Any, name: str) -> None:
     TF computes ``1.0 / use_norm``, which an ``IndexedSlices`` does not support (measured in
     TF 2.21).
     """
-    if type(value) is float or not sparse_or_refuse(value, name):
+    if type(value) in _PYTHON or is_numpy_scalar(value) or not sparse_or_refuse(value, name):
         return
     what = "a JAX BCOO array" if _is_bcoo(value) else f"a sparse tensor (layout {value.layout})"
     msg = (

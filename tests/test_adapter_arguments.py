@@ -58,6 +58,7 @@ BAD = [
     ("clip_by_norm", None, "accumulate_dtype", "int32", TypeError),
     ("clip_by_norm", None, "accumulate_dtype", "widest", ValueError),
     ("clip_by_global_norm", None, "accumulate_dtype", "int32", TypeError),
+    ("clip_by_global_norm", None, "group", 5, TypeError),
 ]
 GOOD = {"clip_value_min": -1.0, "clip_value_max": 1.0, "clip_norm": 1.0}
 

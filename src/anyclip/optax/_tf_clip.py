@@ -14,6 +14,7 @@ from jax.typing import ArrayLike
 
 from anyclip import _clip, tree
 from anyclip._compat import is_array, namespace
+from anyclip._kernels._dist import check_group
 from anyclip._keywords import hints_keywords
 from anyclip._policy import (
     check_nonfinite,
@@ -145,9 +146,9 @@ def clip_by_global_norm(
     ------
     TypeError
         If neither or both of ``max_norm`` and ``clip_norm`` are given, if the one given is
-        not a real number, a list of them or an array, or if ``accumulate_dtype`` is not a
-        floating dtype (all checked here, not at the first update; the message names the
-        argument as the caller wrote it).
+        not a real number, a list of them or an array, if ``accumulate_dtype`` is not a
+        floating dtype, or ``group`` not axis names (all checked here, not at the first
+        update; the message names the argument as the caller wrote it).
     ValueError
         If ``max_norm`` is None, or ``nonfinite`` is not one of the policies.
 
@@ -165,6 +166,7 @@ def clip_by_global_norm(
     c, c_name = _max_norm(max_norm, clip_norm)
     policy = check_nonfinite(nonfinite)
     _accumulate_dtype(accumulate_dtype)
+    check_group(namespace(jnp.zeros(0)), group)  # axis names, checked before any update
 
     def clip(updates: Any) -> tuple[Any, Any]:
         leaves, unflatten = tree.flatten(updates)

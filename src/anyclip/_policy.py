@@ -475,19 +475,20 @@ def check_operand(value: Any, name: str, *, scalar: bool = False) -> None:
         raise TypeError(msg)
 
 
-def check_meta(value: Any, like: Any, name: str, tname: str = "t") -> None:
+def check_meta(value: Any, like: Any, name: str, tname: str | None = None) -> None:
     """``TypeError`` for a torch ``meta`` tensor argument when the input holds data.
 
     A meta tensor has a shape and a dtype but no values: with meta inputs it gives meta
     results (shapes and dtypes only, as torch's own functions do), but beside real data no
-    value can come out of it.
+    value can come out of it. ``tname`` names the input (default: "the input").
     """
     if getattr(value, "is_meta", False) and not getattr(like, "is_meta", True):
+        what = "the input" if tname is None else f"`{tname}`"
         msg = (
-            f"`{name}` is a tensor on the meta device (a shape without values) while `{tname}` "
+            f"`{name}` is a tensor on the meta device (a shape without values) while {what} "
             f"is on {like.device}: nothing can be computed from it; pass `{name}` with values "
-            f"(a number, or a tensor on {like.device}), or make `{tname}` a meta tensor too "
-            "for a shape-only run"
+            f"(a number, or a tensor on {like.device}), or make {what} a meta tensor too for a "
+            "shape-only run"
         )
         raise TypeError(msg)
 

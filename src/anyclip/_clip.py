@@ -41,6 +41,7 @@ from anyclip._policy import (
     cast_like,
     check_broadcastable,
     check_compatible,
+    check_meta,
     check_nonfinite,
     dtype_kind,
     finite_number,
@@ -58,7 +59,14 @@ from anyclip._policy import (
     tf_same_dtype,
     tf_words,
 )
-from anyclip._sparse import densified, through_values, values_list
+from anyclip._sparse import (
+    dense_operand,
+    densified,
+    refuse_sparse_norm,
+    through_values,
+    through_values_or_jagged,
+    values_list,
+)
 from anyclip._typing import (
     Array,
     ArrayT,
@@ -163,7 +171,7 @@ def clip_by_value(
     return cast(Array, _clip_by_value(None, t, clip_value_min, clip_value_max))
 
 
-@through_values
+@through_values_or_jagged
 def _clip_by_value(
     kernels: Kernels | None,
     t: Any,
@@ -172,6 +180,8 @@ def _clip_by_value(
     name: str | None = None,
 ) -> Any:
     """:func:`clip_by_value` without the plain-call fast path (no kernel step to choose)."""
+    clip_value_min = dense_operand(clip_value_min, "clip_value_min")
+    clip_value_max = dense_operand(clip_value_max, "clip_value_max")
     xp = namespace(t, clip_value_min, clip_value_max, names=_BOUNDS)
     t = as_input(t, xp, "t")
     require_kind(xp, t, "t", ("int", "real"), "a real dtype (floating or integer)", tf_attr)
@@ -256,7 +266,8 @@ def clip_by_norm(
     accumulate_dtype : dtype or str, optional
         Not in TF. Compute in this floating dtype (e.g. ``"float32"`` for float16 input, so
         squares cannot overflow) and cast the result back to ``t``'s dtype. ``None`` (default)
-        computes in ``t``'s dtype, as TF.
+        computes in ``t``'s dtype, as TF. ``"widest"`` is a ``ValueError``: of one array it
+        could only mean ``t``'s own dtype.
 
     Returns
     -------
@@ -328,11 +339,12 @@ def _clip_by_norm(
     accumulate_dtype: Any = None,
 ) -> Any:
     """:func:`clip_by_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
+    clip_norm = dense_operand(clip_norm, "clip_norm")
     xp = namespace(t, clip_norm, names=("t", "clip_norm"))
     t = as_input(t, xp, "t")
     require_kind(xp, t, "t", ("real",), FLOATS, tf_attr)
     ax = normalize_axes(axes, t.ndim, "axes")
-    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [t.dtype])
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [t.dtype], single="clip_by_norm")
     if acc is not None and acc != t.dtype and ax is None:
         like = cast_like(xp, t, acc)  # no cast copy of all of t
         c = _clip_norm_operand(xp, clip_norm, like)
@@ -641,20 +653,29 @@ def _clip_global(
     group: Any,
     *,
     unclipped_at_inf: bool = False,
+    clip_name: str = "clip_norm",
+    cast_clip: bool = False,
 ) -> tuple[list[Any], Any]:
     """:func:`_clip_by_global_norm`, and for the drop-ins ``unclipped_at_inf``.
+
+    ``clip_name``: the name the caller gave ``clip_norm`` (optax's ``max_norm``), for the
+    error messages. ``cast_clip``: an array ``clip_norm`` of another dtype is cast to the
+    norm's (optax's drop-in: optax promotes it), not refused as TF does.
 
     ``unclipped_at_inf``: a ``clip_norm`` of ``+inf`` leaves the arrays unchanged (the optax
     drop-in, as optax's own; see :func:`anyclip._core.global_scale`).
     """
     policy = check_nonfinite(nonfinite)
     items, back = values_list(as_list(t_list))
+    clip_norm = dense_operand(clip_norm, clip_name)
+    refuse_sparse_norm(use_norm, "use_norm")
     xp = namespace(
-        *items, clip_norm, use_norm, names=ListNames(len(items), ("clip_norm", "use_norm"))
+        *items, clip_norm, use_norm, names=ListNames(len(items), (clip_name, "use_norm"))
     )
     if group is not None and all(v is None for v in items) and use_norm is None:
         xp = group_namespace(group) or xp  # no array here: still joins the all-reduce
     groups = check_group(xp, group)
+    bools: list[int] = []
     if use_norm is None:
         values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
         use_norm, k = _global_norm_of(kernels, xp, values, accumulate_dtype, groups)
@@ -667,16 +688,19 @@ def _clip_global(
         )
         raise TypeError(msg)
     else:
-        values = real_list(xp, items)
+        values, bools = real_list(xp, items)
         use_norm = native_order(use_norm)
+        for i, v in enumerate(values):
+            if v is not None:
+                check_meta(use_norm, v, "use_norm", f"t_list[{i}]")
         require_kind(xp, use_norm, "use_norm", ("real",), FLOATS, _tf_use_norm_kind)
         present = [v for v in values if v is not None]
         k = kernels if kernels is not None else kernels_for(xp, present or [use_norm])
     norm = k.local(xp, use_norm)  # a replicated DTensor's value on this rank
-    c = as_operand(clip_norm, xp, norm, "clip_norm", tf=tf_same_dtype)
+    c = as_operand(clip_norm, xp, norm, clip_name, tf=tf_same_dtype, cast_arrays=cast_clip)
     if is_array(c):
         c = k.local(xp, c)
-    _check_scale_shapes(values, tuple(c.shape), tuple(norm.shape))
+    _check_scale_shapes(values, tuple(c.shape), tuple(norm.shape), clip_name)
     if policy == "raise":
         with quiet(xp):  # a lazy backend (dask) computes the norm here: no inf/NaN warnings
             finite = bool(xp.all(xp.isfinite(norm)))  # host sync
@@ -686,7 +710,9 @@ def _clip_global(
             raise FloatingPointError(msg)
     # a Python number that converts to a finite value needs no `where` (checked here, no sync)
     at_inf = unclipped_at_inf and not finite_number(clip_norm, xp, norm.dtype)
-    clipped = _core.clip_by_global_norm(xp, k, values, c, norm, policy, unclipped_at_inf=at_inf)
+    clipped = _core.clip_by_global_norm(
+        xp, k, values, c, norm, policy, unclipped_at_inf=at_inf, bools=bools
+    )
     return back(clipped), use_norm
 
 
@@ -695,7 +721,9 @@ def _tf_use_norm_kind(dtype: Any) -> str | None:
     return tf_cannot_convert(1.0, dtype) if "int" in dtype_name(dtype) else None
 
 
-def _check_scale_shapes(values: list[Any], c: tuple[int, ...], n: tuple[int, ...]) -> None:
+def _check_scale_shapes(
+    values: list[Any], c: tuple[int, ...], n: tuple[int, ...], clip_name: str = "clip_norm"
+) -> None:
     """``ValueError`` unless TF's scale ``c * minimum(1 / n, 1 / c)`` can multiply each array.
 
     TF multiplies each array by the scale, of any shape (a larger one enlarges the outputs);
@@ -705,7 +733,7 @@ def _check_scale_shapes(values: list[Any], c: tuple[int, ...], n: tuple[int, ...
     scale = tf_broadcast(n, c)
     if scale is None:
         msg = (
-            f"`clip_norm` of shape {c} must broadcast against the shape {n} of `use_norm`; "
+            f"`{clip_name}` of shape {c} must broadcast against the shape {n} of `use_norm`; "
             f"reshape one of them (a size-1 axis broadcasts){tf_words(tf_incompatible(n, c))}"
         )
         raise ValueError(msg)
@@ -717,7 +745,7 @@ def _check_scale_shapes(values: list[Any], c: tuple[int, ...], n: tuple[int, ...
         shape = tuple(v.shape)
         words = tf_incompatible(shape, scale)
         # One of them cannot broadcast against the array (if both could, so could the scale).
-        check_compatible(c, shape, "clip_norm", f"t_list[{i}]", tf=words)
+        check_compatible(c, shape, clip_name, f"t_list[{i}]", tf=words)
         check_compatible(n, shape, "use_norm", f"t_list[{i}]", tf=words)
 
 
@@ -777,6 +805,7 @@ def _clip_by_average_norm(
     kernels: Kernels | None, t: Any, clip_norm: Any, name: str | None = None
 ) -> Any:
     """:func:`clip_by_average_norm` (its formula has no kernel step)."""
+    clip_norm = dense_operand(clip_norm, "clip_norm")
     xp = namespace(t, clip_norm, names=("t", "clip_norm"))
     t = as_input(t, xp, "t")
     kind = dtype_kind(xp, t.dtype)

@@ -234,10 +234,24 @@ def clip_by_global_norm(
     nonfinite: Nonfinite = "tf",
     *,
     unclipped_at_inf: bool = False,
+    bools: Sequence[int] = (),
 ) -> list[Any]:
-    """Multiply every array by :func:`global_scale`, cast to the array's dtype."""
+    """Multiply every array by :func:`global_scale`, cast to the array's dtype.
+
+    ``bools``: the positions of bool arrays (with a given ``use_norm`` only). TF casts the
+    scale to bool (``scale != 0``, so NaN is True) and its ``*`` on bools is a logical and.
+    """
     scale = global_scale(xp, clip_norm, use_norm, nonfinite, unclipped_at_inf=unclipped_at_inf)
-    return kernels.scale(xp, t_list, scale)
+    if not bools:
+        return kernels.scale(xp, t_list, scale)
+    numeric = list(t_list)
+    for i in bools:
+        numeric[i] = None
+    out = kernels.scale(xp, numeric, scale)
+    keep = scale != _scalar(xp, 0, scale)
+    for i in bools:
+        out[i] = xp.logical_and(t_list[i], keep)
+    return out
 
 
 @_entry

@@ -33,7 +33,7 @@ from anyclip._policy import (
     tf_incompatible,
     tf_words,
 )
-from anyclip._sparse import densified
+from anyclip._sparse import dense_operand, densified
 from anyclip._typing import ArrayT, Axes, DTypeLike, Namespace, NormOrd, Operand
 
 __all__ = ["l2_normalize", "norm", "normalize"]
@@ -49,13 +49,19 @@ _AXIS_MSG = (
 
 
 def _canonical_ord(ord: Any, is_matrix: bool) -> Any:
-    """``ord`` as ``'euclidean'``, ``'fro'``, ``1``, ``2``, ``math.inf`` or a float ``p > 0``."""
+    """``ord`` as ``'euclidean'``, ``'fro'``, ``1``, ``2``, ``math.inf`` or a float ``p > 0``.
+
+    A complex ``ord`` follows TF 2.21's Python checks (measured): a matrix norm takes any
+    ``ord`` equal to a supported one (``1+0j`` is 1); a vector norm takes a NumPy complex
+    scalar with no imaginary part as its real part, refuses a Python complex with none
+    (``TypeError``: TF compares it with 0) and any complex with one (``ValueError``).
+    """
     if is_matrix:
         if isinstance(ord, str):
             if ord in ("euclidean", "fro"):
                 return ord
-        elif _is_real_number(ord) and ord in (1, 2, math.inf):
-            return {1: 1, 2: 2}.get(ord, math.inf)
+        elif (_is_real_number(ord) or _is_complex_number(ord)) and ord in (1, 2, math.inf):
+            return 1 if ord == 1 else 2 if ord == 2 else math.inf
         msg = (
             f"'ord' must be a supported matrix norm in {_MATRIX_ORDS}, got {ord} "
             "(`ord` of a matrix norm, with two axes)"
@@ -66,6 +72,19 @@ def _canonical_ord(ord: Any, is_matrix: bool) -> Any:
             return ord
         msg = f"'ord' must be a supported vector norm, got {ord} ({_VECTOR_ORDS})"
         raise ValueError(msg)
+    shown = ord
+    if _is_complex_number(ord):
+        if ord.imag != 0:  # not np.isreal(ord): TF refuses it before comparing
+            msg = f"'ord' must be a supported vector norm, got {ord} ({_VECTOR_ORDS})"
+            raise ValueError(msg)
+        if not is_numpy_scalar(ord):  # np.complex128 is a complex too, but compares
+            msg = (
+                f"`ord` of a vector norm must be a real number, got the Python complex {ord!r}; "
+                f"pass its real part, {ord.real!r}"
+                f"{tf_words(_TF_COMPLEX_ORD)}"
+            )
+            raise TypeError(msg)
+        ord = float(ord.real)  # a NumPy complex: TF's checks and kernels use its real part
     if not _is_real_number(ord):
         msg = f"`ord` must be a string or a real number, got {ord!r} of type {type(ord).__name__}"
         raise TypeError(msg)
@@ -76,9 +95,18 @@ def _canonical_ord(ord: Any, is_matrix: bool) -> Any:
     if ord == math.inf:
         return math.inf
     if not ord > 0 and not math.isnan(ord):
-        msg = f"'ord' must be a supported vector norm, got {ord} ({_VECTOR_ORDS})"
+        msg = f"'ord' must be a supported vector norm, got {shown} ({_VECTOR_ORDS})"
         raise ValueError(msg)
     return float(ord)
+
+
+#: TF's words for a Python complex vector ``ord``: its Python check compares ``ord <= 0``.
+_TF_COMPLEX_ORD = "'<=' not supported between instances of 'complex' and 'int'"
+
+
+def _is_complex_number(value: Any) -> bool:
+    """A Python complex or a NumPy complex scalar."""
+    return isinstance(value, complex) or (is_numpy_scalar(value) and value.dtype.kind == "c")
 
 
 def _is_real_number(value: Any) -> bool:
@@ -245,7 +273,8 @@ def norm(
     accumulate_dtype : dtype or str, optional
         Not in TF. For real floating input: compute in this floating dtype (``"float32"`` for
         float16 input never overflows at 256) and cast the norm back to the input's dtype.
-        ``None`` (default) computes in the input's dtype, as TF.
+        ``None`` (default) computes in the input's dtype, as TF. ``"widest"`` is a
+        ``ValueError``: of one array it could only mean the input's own dtype.
 
     Returns
     -------
@@ -315,7 +344,7 @@ def _norm(
         require_kind(
             xp, x, "tensor", ("real",), "a real floating dtype when `accumulate_dtype` is set"
         )
-        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single="norm")
         if acc != x.dtype:  # no cast copy of all of x: the kernels cast a block at a time
             k = kernels_for(xp, [x], acc) if kernels is None else kernels
             r = _cast_back(xp, _core.upcast_global_norm(xp, k, [x], acc), x.dtype)
@@ -326,11 +355,11 @@ def _norm(
         require_kind(
             xp, x, "tensor", ("real",), "a real floating dtype when `accumulate_dtype` is set"
         )
-        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single="norm")
         k = kernels_for(xp, [x], acc) if kernels is None else kernels
         r = _core.norm(xp, k, x, canonical_ord, ax, bool(keepdims), acc=acc)
         return _cast_back(xp, r, x.dtype)
-    work = _accumulating(xp, x, accumulate_dtype, "tensor")
+    work = _accumulating(xp, x, accumulate_dtype, "tensor", "norm")
     k = kernels_for(xp, (work,)) if kernels is None else kernels
     r = _core.norm(xp, k, work, canonical_ord, ax, bool(keepdims))
     return r if work is x else _cast_back(xp, r, x.dtype)
@@ -347,12 +376,12 @@ def _cast_back(xp: Namespace, r: Any, dtype: Any) -> Any:
         return xp.astype(r, dtype)
 
 
-def _accumulating(xp: Namespace, x: Any, accumulate_dtype: Any, name: str) -> Any:
+def _accumulating(xp: Namespace, x: Any, accumulate_dtype: Any, name: str, single: str) -> Any:
     """``x`` cast to ``accumulate_dtype`` (itself when None or already that dtype)."""
     if accumulate_dtype is None:
         return x
     require_kind(xp, x, name, ("real",), "a real floating dtype when `accumulate_dtype` is set")
-    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single=single)
     return x if acc == x.dtype else xp.astype(x, acc)
 
 
@@ -388,7 +417,8 @@ def l2_normalize(
     accumulate_dtype : dtype or str, optional
         Not in TF. For real floating input: compute in this floating dtype and cast the result
         back (float16 in float32: no overflow at 256, and epsilon no longer rounds to 0).
-        ``None`` (default) computes in the input's dtype, as TF.
+        ``None`` (default) computes in the input's dtype, as TF. ``"widest"`` is a
+        ``ValueError``: of one array it could only mean the input's own dtype.
 
     Returns
     -------
@@ -451,6 +481,7 @@ def _l2_normalize(
         raise ValueError(msg)
     if axis is None:
         axis = dim
+    epsilon = dense_operand(epsilon, "epsilon")
     xp = namespace(x, epsilon, names=("x", "epsilon"))
     x = as_input(x, xp, "x")
     kind = require_kind(
@@ -458,12 +489,12 @@ def _l2_normalize(
     )
     ax = normalize_axes(axis, x.ndim, "axis")
     if accumulate_dtype is not None and ax is None and kind == "real":
-        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype])
+        acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single="l2_normalize")
         eps = as_operand(epsilon, xp, cast_like(xp, x, acc), "epsilon", dtype=acc, tf=tf_expected)
         if acc != x.dtype and eps.ndim == 0:
             k = kernels_for(xp, [x], acc) if kernels is None else kernels
             return _core.upcast_l2_normalize(xp, k, x, eps, acc)  # no cast copy of all of x
-    work = _accumulating(xp, x, accumulate_dtype, "x")
+    work = _accumulating(xp, x, accumulate_dtype, "x", "l2_normalize")
     real_dtype = work.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
     eps = as_operand(epsilon, xp, work, "epsilon", dtype=real_dtype, tf=tf_expected)
     if eps.ndim:

@@ -52,6 +52,7 @@ from anyclip._compat import (
 )
 from anyclip._kernels._dist import is_dtensor
 from anyclip._numerics import constant, float_overflow_threshold
+from anyclip._sparse import sparse_or_refuse
 from anyclip._typing import Namespace, Nonfinite
 
 __all__ = [
@@ -65,6 +66,8 @@ __all__ = [
     "as_operand",
     "check_broadcastable",
     "check_compatible",
+    "check_meta",
+    "check_operand",
     "check_nonfinite",
     "dtype_kind",
     "finite_number",
@@ -411,6 +414,7 @@ def as_operand(
         raise ValueError(msg)
     if is_array(value):
         value = native_order(value)
+        check_meta(value, like, name)
         if value.dtype != target and is_weak_scalar(value):  # a Python scalar, through jax.jit
             if dtype_kind(xp, value.dtype) == "real" and dtype_kind(xp, target) != "real":
                 msg = (
@@ -433,6 +437,60 @@ def as_operand(
     kind = dtype_kind(xp, target)
     converted = _convert_nested(xp, value, target, kind, name)
     return constant(xp, converted, target, like)
+
+
+def check_operand(value: Any, name: str, *, scalar: bool = False) -> None:
+    """Refuse, before any input is seen, an operand that no input could make valid.
+
+    For adapters built before the first update (optax transforms, hooks): what
+    :func:`as_operand` would refuse whatever the input is refused here with its class and
+    words: None (``ValueError``), a complex number, a string or any other object that is not a
+    number, a list of numbers or an array (``TypeError``). ``scalar``: a list (several values)
+    is refused too. Arrays (JAX tracers under ``optax.inject_hyperparams`` included) and NumPy
+    scalars pass: their dtype and shape are checked against the updates.
+    """
+    if type(value) in (int, float, bool):
+        return
+    if sparse_or_refuse(value, name) or is_array(value):  # nested, foreign: refused there
+        return
+    if value is None:
+        msg = f"`{name}` must be a number or an array, got None{tf_words(TF_NONE)}"
+        raise ValueError(msg)
+    kind = None
+    if is_numpy_scalar(value):
+        kind = "complex" if value.dtype.kind == "c" else "real"
+    elif not scalar or not isinstance(value, (list, tuple)):
+        try:
+            kind = _python_kind(value)
+        except TypeError:
+            kind = None
+    if kind is None:
+        what = "a real number or an array" if scalar else "a real number, a list or an array"
+        msg = f"`{name}` must be {what}, got {type(value).__name__} {value!r}"
+        if isinstance(value, str):
+            msg += f"; pass the number itself, e.g. {name}=1.0"
+        raise TypeError(msg)
+    if kind == "complex":
+        msg = f"`{name}` must be real (the updates are real), got {value!r}; pass its real part"
+        raise TypeError(msg)
+
+
+def check_meta(value: Any, like: Any, name: str, tname: str | None = None) -> None:
+    """``TypeError`` for a torch ``meta`` tensor argument when the input holds data.
+
+    A meta tensor has a shape and a dtype but no values: with meta inputs it gives meta
+    results (shapes and dtypes only, as torch's own functions do), but beside real data no
+    value can come out of it. ``tname`` names the input (default: "the input").
+    """
+    if getattr(value, "is_meta", False) and not getattr(like, "is_meta", True):
+        what = "the input" if tname is None else f"`{tname}`"
+        msg = (
+            f"`{name}` is a tensor on the meta device (a shape without values) while {what} "
+            f"is on {like.device}: nothing can be computed from it; pass `{name}` with values "
+            f"(a number, or a tensor on {like.device}), or make {what} a meta tensor too for a "
+            "shape-only run"
+        )
+        raise TypeError(msg)
 
 
 def finite_number(value: Any, xp: Namespace, dtype: Any) -> bool:
@@ -591,17 +649,28 @@ def cast_like(xp: Namespace, x: Any, acc: Any) -> Any:
     return xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)
 
 
-def resolve_accumulate_dtype(xp: Namespace, value: Any, dtypes: Sequence[Any]) -> Any:
+def resolve_accumulate_dtype(
+    xp: Namespace, value: Any, dtypes: Sequence[Any], *, single: str | None = None
+) -> Any:
     """The dtype ``accumulate_dtype=value`` asks for, given the inputs' ``dtypes``.
 
     ``None`` means TF's behaviour (reduce in the input dtype, refuse mixed dtypes) and is
-    returned as ``None``. ``"widest"`` picks :func:`widest_float` of ``dtypes``. A dtype name
-    (``"float32"``) or a dtype object of the namespace is taken as given; it must be a real
-    floating dtype.
+    returned as ``None``. ``"widest"`` picks :func:`widest_float` of ``dtypes``; a function of
+    one array (``single``, its name) refuses it, as it could only mean the array's own dtype.
+    A dtype name (``"float32"``) or a dtype object of the namespace is taken as given; it must
+    be a real floating dtype.
     """
     if value is None:
         return None
     if isinstance(value, str) and value == "widest":
+        if single is not None:
+            msg = (
+                f"`accumulate_dtype` must be None or a floating dtype for {single}, got "
+                "'widest', which picks the widest dtype of several arrays: of one array it is "
+                "its own dtype, TF's behaviour; pass None for that, or a dtype such as "
+                "'float64' to accumulate in"
+            )
+            raise ValueError(msg)
         if not dtypes:
             return xp.float32
         return widest_float(xp, list(dtypes))
@@ -739,17 +808,25 @@ def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -
     return out
 
 
-def real_list(xp: Namespace, t_list: list[Any]) -> list[Any]:
-    """Entries converted to arrays, any real dtype (TF scales integers by a truncated factor)."""
+def real_list(xp: Namespace, t_list: list[Any]) -> tuple[list[Any], list[int]]:
+    """Entries converted to arrays of a real or bool dtype, and the positions of the bool ones.
+
+    For ``clip_by_global_norm`` with ``use_norm`` (no norm to compute): TF scales integers by
+    a truncated factor, and a bool array by the factor cast to bool (its ``*`` on bools is a
+    logical and), measured in TF 2.21.
+    """
     out: list[Any] = []
+    bools: list[int] = []
     for i, v in enumerate(t_list):
         if v is None:
             out.append(None)
             continue
         v = as_input(v, xp, f"t_list[{i}]")
-        require_kind(xp, v, f"t_list[{i}]", ("int", "real"), "a real dtype")
+        kind = require_kind(xp, v, f"t_list[{i}]", ("int", "real", "bool"), "a real or bool dtype")
+        if kind == "bool":
+            bools.append(i)
         out.append(v)
-    return out
+    return out, bools
 
 
 # --------------------------------------------------------------- nonfinite

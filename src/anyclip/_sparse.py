@@ -23,12 +23,18 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from anyclip._compat import is_numpy_scalar
+
 __all__ = [
+    "dense_operand",
     "densified",
     "is_sparse",
     "refuse_foreign",
+    "refuse_nested",
+    "refuse_sparse_norm",
     "sparse_or_refuse",
     "through_values",
+    "through_values_or_jagged",
     "values_list",
     "values_of",
     "with_values",
@@ -40,6 +46,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _torch_sparse(value: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor) and value.layout != torch.strided
+
+
+def _is_jagged(value: Any) -> bool:
+    """Whether ``value`` is a torch nested tensor of the jagged layout (``torch.jagged``)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and getattr(value, "layout", None) == torch.jagged
 
 
 def _is_bcoo(value: Any) -> bool:
@@ -67,7 +79,11 @@ def sparse_or_refuse(value: Any, name: str, index: int | None = None) -> bool:
     """
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
-        return bool(value.layout != torch.strided)
+        if value.layout == torch.strided and not value.is_nested:  # the common case
+            return False
+        if value.is_nested:
+            refuse_nested(value, name if index is None else f"{name}[{index}]")
+        return True
     if not type(value).__module__.startswith(_SPARSE_MODULES):
         return False
     if _is_bcoo(value):
@@ -95,6 +111,59 @@ def refuse_foreign(value: Any, name: str) -> None:
         raise TypeError(msg)
 
 
+def refuse_nested(value: Any, name: str) -> None:
+    """``TypeError`` for a torch nested tensor (``torch.nested``) where anyclip takes none.
+
+    TF's counterpart, a ``RaggedTensor``, is taken by ``tf.clip_by_value`` only (TF 2.21,
+    measured: every other function fails converting it), and anyclip takes a jagged nested
+    tensor there only (through its values), with 0-d bounds.
+    """
+    layout = "torch.jagged" if _is_jagged(value) else "torch.strided"
+    msg = (
+        f"`{name}` must be a dense or sparse tensor, got a nested tensor (torch.nested, layout "
+        f"{layout}); only clip_by_value's `t` may be nested (layout torch.jagged, 0-d bounds, "
+        "as TF's clip_by_value takes a RaggedTensor): apply the function to each component "
+        f"(`[f(c) for c in {name}.unbind()]`), to its packed values (`{name}.values()` of a "
+        f"jagged one), or to `{name}.to_padded_tensor(0.0)`"
+    )
+    raise TypeError(msg)
+
+
+#: Python values an argument often is: never sparse, answered without a module-name test
+#: (which ``torch.compile`` cannot trace).
+_PYTHON = (float, int, bool, complex, str, list, tuple, type(None))
+
+
+def dense_operand(value: Any, name: str) -> Any:
+    """An argument beside the input (a bound, ``clip_norm``, ``epsilon``), dense.
+
+    TF converts those arguments with ``convert_to_tensor``, which densifies an
+    ``IndexedSlices`` (repeated indices summed; measured in TF 2.21, ``docs/tf-reference.md``
+    §14): a sparse torch tensor or JAX ``BCOO`` array is made dense the same way. A nested
+    tensor is refused (TF's ``RaggedTensor`` there fails or broadcasts raggedly).
+    """
+    if type(value) in _PYTHON or is_numpy_scalar(value) or not sparse_or_refuse(value, name):
+        return value
+    return _dense(value)
+
+
+def refuse_sparse_norm(value: Any, name: str) -> None:
+    """``TypeError`` for a sparse ``use_norm``, as TF's for an ``IndexedSlices`` there.
+
+    TF computes ``1.0 / use_norm``, which an ``IndexedSlices`` does not support (measured in
+    TF 2.21).
+    """
+    if type(value) in _PYTHON or is_numpy_scalar(value) or not sparse_or_refuse(value, name):
+        return
+    what = "a JAX BCOO array" if _is_bcoo(value) else f"a sparse tensor (layout {value.layout})"
+    msg = (
+        f"`{name}` must be a dense 0-d array (the precomputed global norm), got {what}; pass "
+        f"`{name}.to_dense()` (`.todense()` for BCOO)"
+        " (TF: unsupported operand type(s) for /: 'float' and 'IndexedSlices')"
+    )
+    raise TypeError(msg)
+
+
 def values_of(t: Any, name: str = "t") -> Any:
     """The stored values of a sparse ``t`` (a view where the library gives one).
 
@@ -107,6 +176,9 @@ def values_of(t: Any, name: str = "t") -> Any:
     if not _torch_sparse(t):
         return t
     import torch
+
+    if t.layout == torch.jagged:
+        return t.values()
 
     if t.layout != torch.sparse_coo:
         return t.values()
@@ -134,6 +206,10 @@ def with_values(t: Any, values: Any) -> Any:
         )
     import torch
 
+    if t.layout == torch.jagged:
+        return torch.nested.nested_tensor_from_jagged(
+            values, offsets=t.offsets(), lengths=t.lengths(), jagged_dim=t._ragged_idx
+        )
     if t.layout == torch.sparse_coo:
         return torch.sparse_coo_tensor(
             t._indices(),
@@ -169,10 +245,38 @@ def through_values(fn: F) -> F:
     The result has ``t``'s layout and indices. A ``ValueError`` about shapes (an axis, a
     bound) says that they refer to the stored values, as TF's ``IndexedSlices`` rule does.
     """
+    return _through(fn, jagged=False)
 
+
+def through_values_or_jagged(fn: F) -> F:
+    """:func:`through_values`, and a jagged nested ``t`` through its packed values too.
+
+    For ``clip_by_value``, as TF's takes a ``RaggedTensor`` (elementwise on its flat values);
+    the other arguments must then be 0-d (a bound of another shape would broadcast against
+    the packed values, not against the ragged rows as TF's does).
+    """
+    return _through(fn, jagged=True)
+
+
+def _ndim(value: Any) -> int:
+    if isinstance(value, (list, tuple)):
+        return 1
+    return len(getattr(value, "shape", ()))
+
+
+def _through(fn: F, *, jagged: bool) -> F:
     @functools.wraps(fn)
     def wrapper(kernels: Any, t: Any, *args: Any, **kwargs: Any) -> Any:
-        if not sparse_or_refuse(t, "t"):
+        if jagged and _is_jagged(t):
+            shaped = [a for a in (*args, *kwargs.values()) if not isinstance(a, str) and _ndim(a)]
+            if shaped:
+                msg = (
+                    f"the bounds of a nested `t` (torch.jagged) must be numbers or 0-d arrays, "
+                    f"got one of shape {tuple(getattr(shaped[0], 'shape', ()))}; pass a number, "
+                    "or clip each component (`[f(c) for c in t.unbind()]`)"
+                )
+                raise ValueError(msg)
+        elif not sparse_or_refuse(t, "t"):
             return fn(kernels, t, *args, **kwargs)
         values = values_of(t, "t")
         try:

@@ -99,9 +99,11 @@ def _structure(
         return rebuild_dict
     if isinstance(node, (list, tuple)):
         subs = [_structure(c, leaves, f"{path}[{i}]", enclosing) for i, c in enumerate(node)]
+        if type(node) in (list, tuple):  # the common cases, and the ones torch.compile traces
+            return lambda it: type(node)([s(it) for s in subs])
         if _is_namedtuple(node):
             return lambda it: type(node)(*[s(it) for s in subs])
-        return lambda it: type(node)([s(it) for s in subs])
+        return lambda it: _same_sequence(node, [s(it) for s in subs])
     # NumPy subclasses that are no array-API arrays (after the containers: torch.compile
     # traces this function, and cannot trace a str method on a module name)
     module = type(node).__module__
@@ -115,7 +117,7 @@ def _structure(
     if module.startswith("numpy") and type(node).__name__ == "matrix":
         leaves.append(node)  # converted to a plain 2-D array by the functions, as TF does
         return next
-    jax_tree = _jax_structure(node, leaves)
+    jax_tree = _jax_structure(node, leaves, path, enclosing)
     if jax_tree is not None:
         return jax_tree
     msg = (
@@ -125,27 +127,43 @@ def _structure(
     raise TypeError(msg)
 
 
-def _jax_structure(node: Any, leaves: list[Any]) -> Rebuild | None:
+def _same_sequence(node: Any, values: list[Any]) -> Any:
+    """A list or tuple subclass of ``node``'s type, with ``values`` and ``node``'s attributes."""
+    if isinstance(node, list):
+        out = copy.copy(node)  # keeps the type and the attributes
+        out[:] = values
+        return out
+    out = type(node)(values)
+    if hasattr(node, "__dict__"):
+        out.__dict__.update(node.__dict__)
+    return out
+
+
+def _jax_structure(
+    node: Any, leaves: list[Any], path: str, enclosing: frozenset[int]
+) -> Rebuild | None:
     """A JAX pytree node (only when JAX is already imported: anyclip never imports it)."""
     if "jax" not in sys.modules:
         return None
     import jax
 
-    sub_leaves, treedef = jax.tree_util.tree_flatten(
-        node, is_leaf=lambda x: x is None or is_array(x) or is_sparse(x)
-    )
-    if jax.tree_util.treedef_is_leaf(treedef):  # not a registered container
+    # One level at a time: the node's children go through _structure, so that a dict, list
+    # or tuple inside it (subclasses and their attributes, a defaultdict's factory included)
+    # is rebuilt as anywhere else; JAX treats an OrderedDict subclass as a leaf and rebuilds
+    # only the exact types it registers.
+    children, level = jax.tree_util.tree_flatten(node, is_leaf=lambda x: x is not node)
+    if jax.tree_util.treedef_is_leaf(level):  # not a registered container
         return None
-    bad = [
-        type(leaf).__name__
-        for leaf in sub_leaves
-        if not (leaf is None or is_array(leaf) or is_sparse(leaf))
-    ]
-    if bad:
+    mark = len(leaves)
+    try:
+        subs = [
+            _structure(c, leaves, f"{path}.<{i}>", enclosing | {id(node)})
+            for i, c in enumerate(children)
+        ]
+    except TypeError:  # a bad leaf inside: the message names this node
+        del leaves[mark:]
         return None
-    leaves.extend(sub_leaves)
-    n = len(sub_leaves)
-    return lambda it: jax.tree_util.tree_unflatten(treedef, [next(it) for _ in range(n)])
+    return lambda it: jax.tree_util.tree_unflatten(level, [s(it) for s in subs])
 
 
 @hints_keywords

@@ -102,7 +102,7 @@ def plain_clip_by_value(t: Any, lo: Any, hi: Any) -> Any | None:
     if lib == "torch":
         import torch
 
-        if t.layout != torch.strided:  # sparse: the general path says what to do
+        if t.layout != torch.strided or t.is_nested:  # the general path says what to do
             return None
         return torch.clamp(t, lo, hi)
     if t.ndim == 0:  # NumPy would return a scalar
@@ -124,6 +124,8 @@ def plain_norm(x: Any) -> Any | None:
         # TorchKernels' conditions, spelled out (cheaper than the general check):
         # float32/64, no gradient recorded (TF's at 0 is the core's), 2 to ROW elements
         if x.dtype not in (torch.float32, torch.float64) or x.layout != torch.strided:
+            return None
+        if x.is_nested:
             return None
         if x.requires_grad and torch.is_grad_enabled():
             return None

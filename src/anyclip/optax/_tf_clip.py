@@ -13,9 +13,16 @@ import optax
 from jax.typing import ArrayLike
 
 from anyclip import _clip, tree
-from anyclip._compat import namespace
+from anyclip._compat import is_array, namespace
+from anyclip._kernels._dist import check_group
 from anyclip._keywords import hints_keywords
-from anyclip._policy import check_nonfinite, keras_option, resolve_accumulate_dtype
+from anyclip._policy import (
+    check_nonfinite,
+    check_operand,
+    keras_option,
+    normalize_axes,
+    resolve_accumulate_dtype,
+)
 from anyclip._typing import DTypeLike, Nonfinite
 
 __all__ = [
@@ -57,7 +64,19 @@ def _norm_dtype(params: Any, accumulate_dtype: Any) -> Any:
     return dtypes[0] if acc is None else acc
 
 
-def _max_norm(max_norm: Any, clip_norm: Any) -> Any:
+def _accumulate_dtype(value: Any, single: str | None = None) -> None:
+    """``accumulate_dtype`` checked at construction, as the functions check it at the update."""
+    resolve_accumulate_dtype(namespace(jnp.zeros(0)), value, [jnp.float32], single=single)
+
+
+def _check_axes(axes: Any) -> None:
+    """``axes``' type checked at construction (their range needs the updates' rank)."""
+    if axes is not None:
+        normalize_axes(axes, 1 << 30, "axes")  # any rank: types only
+
+
+def _max_norm(max_norm: Any, clip_norm: Any) -> tuple[Any, str]:
+    """The largest norm and the name the caller gave it (``max_norm`` or ``clip_norm``)."""
     if max_norm is not None and clip_norm is not None:
         msg = (
             "`max_norm` (optax's name) and `clip_norm` (TF's) are the same argument; pass one, "
@@ -67,7 +86,10 @@ def _max_norm(max_norm: Any, clip_norm: Any) -> Any:
     if max_norm is None and clip_norm is None:
         msg = "clip_by_global_norm() needs the largest norm: pass `max_norm` (or `clip_norm`)"
         raise TypeError(msg)
-    return max_norm if clip_norm is None else clip_norm
+    name = "max_norm" if clip_norm is None else "clip_norm"
+    value = max_norm if clip_norm is None else clip_norm
+    check_operand(value, name)
+    return value, name
 
 
 @hints_keywords
@@ -93,7 +115,8 @@ def clip_by_global_norm(
     ----------
     max_norm : float or array
         The largest global norm (optax's name, first positional as in
-        ``optax.clip_by_global_norm``). ``inf`` leaves the updates unchanged, as optax's.
+        ``optax.clip_by_global_norm``). ``inf`` leaves the updates unchanged, as optax's. An
+        array of another dtype is cast to the norm's, as optax takes it (TF would refuse it).
     clip_norm : float or array, optional
         TF's name for ``max_norm``; pass one of the two.
     accumulate_dtype : dtype, str, "widest" or None, optional
@@ -122,9 +145,12 @@ def clip_by_global_norm(
     Raises
     ------
     TypeError
-        If neither or both of ``max_norm`` and ``clip_norm`` are given.
+        If neither or both of ``max_norm`` and ``clip_norm`` are given, if the one given is
+        not a real number, a list of them or an array, if ``accumulate_dtype`` is not a
+        floating dtype, or ``group`` not axis names (all checked here, not at the first
+        update; the message names the argument as the caller wrote it).
     ValueError
-        If ``nonfinite`` is not one of the policies (checked here, not at the first update).
+        If ``max_norm`` is None, or ``nonfinite`` is not one of the policies.
 
     Examples
     --------
@@ -137,8 +163,10 @@ def clip_by_global_norm(
     >>> clipped
     [Array([1.5, 2. ], dtype=float32), Array([[6.]], dtype=float32)]
     """
-    c = _max_norm(max_norm, clip_norm)
+    c, c_name = _max_norm(max_norm, clip_norm)
     policy = check_nonfinite(nonfinite)
+    _accumulate_dtype(accumulate_dtype)
+    check_group(namespace(jnp.zeros(0)), group)  # axis names, checked before any update
 
     def clip(updates: Any) -> tuple[Any, Any]:
         leaves, unflatten = tree.flatten(updates)
@@ -151,6 +179,8 @@ def clip_by_global_norm(
             policy,
             group,
             unclipped_at_inf=True,  # max_norm=inf: unchanged, as optax's
+            clip_name=c_name,
+            cast_clip=True,  # an array of another dtype, as optax takes it
         )
         return unflatten(clipped), norm
 
@@ -194,6 +224,9 @@ def clip_by_norm(
     >>> tx.update([jnp.array([3.0, 4.0], dtype=jnp.float32)], tx.init(None))[0]
     [Array([0.6, 0.8], dtype=float32)]
     """
+    check_operand(clip_norm, "clip_norm")
+    _check_axes(axes)
+    _accumulate_dtype(accumulate_dtype, single="clip_by_norm")
     return _stateless(
         lambda u: tree.clip_by_norm(u, clip_norm, axes, accumulate_dtype=accumulate_dtype)
     )
@@ -211,6 +244,8 @@ def clip_by_value(clip_value_min: float, clip_value_max: float) -> optax.Gradien
     >>> tx.update([jnp.array([0.0, 5.0, 10.0], dtype=jnp.float32)], tx.init(None))[0]
     [Array([6., 6., 6.], dtype=float32)]
     """
+    check_operand(clip_value_min, "clip_value_min")
+    check_operand(clip_value_max, "clip_value_max")
     return _stateless(lambda u: tree.clip_by_value(u, clip_value_min, clip_value_max))
 
 
@@ -219,7 +254,9 @@ def clip(max_delta: float) -> optax.GradientTransformation:
     """``optax.clip``'s signature: every update leaf to ``[-max_delta, max_delta]``, as TF.
 
     TF's ``clip_by_value(u, -max_delta, max_delta)`` (the upper bound first); the same values
-    as ``optax.clip`` for ``max_delta >= 0``.
+    as ``optax.clip`` for ``max_delta >= 0``. As ``optax.clip``, it takes a number or an array
+    (an array of another dtype is cast to each update's, where TF would refuse it); anything
+    else (a string, None, a list, a complex number) is refused here, not at the first update.
 
     Examples
     --------
@@ -229,7 +266,20 @@ def clip(max_delta: float) -> optax.GradientTransformation:
     >>> tx.update([jnp.array([-2.0, 0.25, 3.0], dtype=jnp.float32)], tx.init(None))[0]
     [Array([-0.5 ,  0.25,  0.5 ], dtype=float32)]
     """
-    return _stateless(lambda u: tree.clip_by_value(u, -max_delta, max_delta))
+    check_operand(max_delta, "max_delta", scalar=True)
+
+    def clip_leaf(g: Any) -> Any:
+        d = _like(max_delta, g)
+        return _clip.clip_by_value(g, -d, d)
+
+    return _stateless(lambda u: tree.map_leaves(clip_leaf, u))
+
+
+def _like(value: Any, leaf: Any) -> Any:
+    """An array ``value`` in ``leaf``'s dtype, as optax's drop-ins promote it (TF refuses)."""
+    if is_array(value) and value.dtype != leaf.dtype:
+        return value.astype(leaf.dtype)
+    return value
 
 
 @hints_keywords

@@ -25,11 +25,13 @@ from anyclip._keywords import hints_keywords
 from anyclip._policy import (
     as_operand,
     check_nonfinite,
+    check_operand,
     finite_number,
     keras_option,
+    normalize_axes,
     resolve_accumulate_dtype,
 )
-from anyclip._sparse import values_of
+from anyclip._sparse import dense_operand, values_of
 from anyclip._typing import DTypeLike, Nonfinite
 
 __all__ = [
@@ -138,6 +140,7 @@ def _max_norm(max_norm: Any) -> float | torch.Tensor:
     A number goes through ``float()`` (strings such as ``'inf'`` too); a tensor is kept on its
     device (no host sync).
     """
+    max_norm = dense_operand(max_norm, "max_norm")  # a sparse one, as torch takes it
     local = _local(max_norm)
     if not isinstance(local, torch.Tensor):
         return _as_float(max_norm, "max_norm", "1.0")
@@ -680,6 +683,7 @@ def _clip_grad_norm(
     policy = _policy(error_if_nonfinite, nonfinite)
     params = _tensors(parameters, "parameters")
     c = _max_norm(max_norm)
+    resolve_accumulate_dtype(namespace(torch.zeros(())), accumulate_dtype, [])  # no grad too
     values = [values_of(q.grad) for q in params if q.grad is not None]
     if not values and group is not None:  # this stage has no gradient: still joins the group
         return _join_group(p, accumulate_dtype, group)
@@ -794,6 +798,8 @@ def clip_grad_by_value_(
     >>> p.grad
     tensor([-1.0000,  0.2500,  0.5000])
     """
+    check_operand(clip_value_min, "clip_value_min")  # with no gradient too
+    check_operand(clip_value_max, "clip_value_max")
     for g in _grads(parameters):
         v = values_of(g)
         v.copy_(_clip.clip_by_value(v, clip_value_min, clip_value_max))
@@ -834,6 +840,11 @@ def clip_grad_by_norm_(
     >>> p.grad
     tensor([0.6000, 0.8000])
     """
+    check_operand(clip_norm, "clip_norm")  # with no gradient too
+    if axes is not None:
+        normalize_axes(axes, 1 << 30, "axes")  # any rank: types only
+    xp = namespace(torch.zeros(()))
+    resolve_accumulate_dtype(xp, accumulate_dtype, [], single="clip_by_norm")
     for g in _grads(parameters):
         v = values_of(g)
         v.copy_(_clip.clip_by_norm(v, clip_norm, axes, accumulate_dtype=accumulate_dtype))

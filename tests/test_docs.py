@@ -24,7 +24,7 @@ import anyclip
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 #: The pages whose python blocks are executed: the README and every page of the site.
-PAGES = (ROOT / "README.md", *sorted(DOCS.glob("*.md")))
+PAGES = (ROOT / "README.md", *sorted(p for p in DOCS.rglob("*.md") if "_ext" not in p.parts))
 #: Pages the site must have (the nav of mkdocs.yml; ``mkdocs build --strict`` fails on a page
 #: missing from it).
 REQUIRED_PAGES = (
@@ -35,7 +35,7 @@ REQUIRED_PAGES = (
             "index",
             "quickstart",
             "porting",
-            "api",
+            "api/index",
             "tf-behaviour",
             "beyond-tf",
             "conformance",

@@ -34,6 +34,7 @@ __all__ = [
     "clip_by_value",
     "global_norm",
     "global_scale",
+    "group_global_norms",
     "l2_normalize",
     "nonnegative",
     "norm",
@@ -445,3 +446,29 @@ def normalize(
         fdt = xp.float32 if bits == 32 else xp.float64
         return xp.astype(x, fdt) / xp.astype(n, fdt), n
     return x / n, n
+
+
+# ------------------------------------------------------------ group norms
+@_entry
+def group_global_norms(
+    xp: Namespace,
+    parts: Sequence[tuple[Kernels, Sequence[Any], Any, Any]],
+    reduce: Callable[[list[Any]], list[Any]] | None = None,
+) -> list[Any]:
+    """:func:`global_norm` of several groups of arrays, with one cross-process reduction.
+
+    ``parts[i] = (kernels, arrays, acc, zero)``: group ``i``'s kernels, its arrays, the dtype
+    to accumulate in (``None``: the arrays' own, as :func:`global_norm`; a dtype: as
+    :func:`upcast_global_norm`) and its 0-d zero (an empty group's sum). Each group's sum of
+    ``l2_loss`` is its kernels' :meth:`~Kernels.total_half_squares`, the same call the
+    single-group norm makes, so each norm is that group's :func:`global_norm` bit for bit.
+    ``reduce`` (with ``group=``) sums the partial sums over the processes, all of them
+    together (one all-reduce of a vector); then each norm is ``sqrt(total * 2)``.
+    """
+    totals = [zero if not arrays else k.total_half_squares(xp, arrays, acc) for k, arrays, acc, zero in parts]
+    if reduce is None:
+        return [
+            zero if not arrays else norm_from_half_squares(xp, t)
+            for (_, arrays, _, zero), t in zip(parts, totals, strict=True)
+        ]
+    return [norm_from_half_squares(xp, t) for t in reduce(totals)]

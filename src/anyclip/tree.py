@@ -302,25 +302,55 @@ def clip_by_average_norm(tree: TreeT, clip_norm: Operand) -> TreeT:
     return map_leaves(lambda t: _clip.clip_by_average_norm(t, clip_norm), tree)
 
 
+#: ``groups=``: a label tree (names at the leaves or at containers) or a callable giving one.
+Labels = Mapping[Any, Any] | Sequence[Any] | Callable[[Any], Any] | str | int
+
+
 @overload
 def global_norm(
-    tree: Mapping[Any, ArrayT | None], *, accumulate_dtype: DTypeLike = "widest", group: Any = None
+    tree: Any,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    group: Any = None,
+    groups: Labels,
+) -> dict[Any, Any]: ...
+
+
+@overload
+def global_norm(
+    tree: Mapping[Any, ArrayT | None],
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    group: Any = None,
+    groups: None = None,
 ) -> ArrayT: ...
 
 
 @overload
 def global_norm(
-    tree: Sequence[ArrayT | None], *, accumulate_dtype: DTypeLike = "widest", group: Any = None
+    tree: Sequence[ArrayT | None],
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    group: Any = None,
+    groups: None = None,
 ) -> ArrayT: ...
 
 
 @overload
-def global_norm(tree: Any, *, accumulate_dtype: DTypeLike = "widest", group: Any = None) -> Any: ...
+def global_norm(
+    tree: Any, *, accumulate_dtype: DTypeLike = "widest", group: Any = None, groups: None = None
+) -> Any: ...
 
 
 @hints_keywords
-def global_norm(tree: Any, *, accumulate_dtype: DTypeLike = "widest", group: Any = None) -> Any:
-    """:func:`anyclip.global_norm` of all leaves of ``tree``.
+def global_norm(
+    tree: Any,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    group: Any = None,
+    groups: Labels | None = None,
+) -> Any:
+    """:func:`anyclip.global_norm` of all leaves of ``tree``, or of each group of leaves.
 
     Parameters
     ----------
@@ -332,11 +362,18 @@ def global_norm(tree: Any, *, accumulate_dtype: DTypeLike = "widest", group: Any
     group : ProcessGroup, DeviceMesh, sequence of them, axis name or tuple of names, optional
         The processes whose trees form the global norm together with this one (one
         all-reduce of a scalar); see :func:`anyclip.global_norm`.
+    groups : tree of str or int, or callable, optional
+        A group name per leaf, as ``optax.multi_transform``'s labels: a tree of ``tree``'s
+        structure (a name at a container names every leaf below it), or a callable that
+        takes ``tree`` and returns one. Then the result is a dict name -> norm, each the
+        norm of that group alone bit for bit (``"widest"`` resolves per group), in the order
+        the names first appear; with ``group``, one all-reduce of the vector of the groups'
+        partial sums instead of one per group.
 
     Returns
     -------
-    array
-        A 0-d array of ``accumulate_dtype``.
+    array or dict
+        A 0-d array of ``accumulate_dtype``; with ``groups``, a dict of them by group name.
 
     Examples
     --------
@@ -345,6 +382,12 @@ def global_norm(tree: Any, *, accumulate_dtype: DTypeLike = "widest", group: Any
     >>> grads = {"w": np.array([3.0, 4.0], dtype=np.float16), "b": np.array([12.0])}
     >>> tree.global_norm(grads)  # float16 and float64 leaves: accumulated in float64
     array(13.)
+
+    One norm per group (labels as ``optax.multi_transform``'s):
+
+    >>> grads = {"w": np.array([3.0, 4.0], np.float32), "b": np.array([12.0], np.float32)}
+    >>> tree.global_norm(grads, groups={"w": "weights", "b": "biases"})
+    {'weights': array(5., dtype=float32), 'biases': array(12., dtype=float32)}
     """
     leaves, _ = flatten(tree)
     for i, leaf in enumerate(leaves):
@@ -355,6 +398,13 @@ def global_norm(tree: Any, *, accumulate_dtype: DTypeLike = "widest", group: Any
                 "optax's tree norm, which accepts complex leaves"
             )
             raise TypeError(msg)
+    if groups is not None:
+        from anyclip import _groups
+
+        named: dict[Any, list[Any]] = {}
+        for leaf, label in zip(leaves, _groups.tree_labels(tree, groups), strict=True):
+            named.setdefault(label, []).append(leaf)
+        return _groups.global_norms(named, accumulate_dtype=accumulate_dtype, group=group)
     return _clip.global_norm(leaves, accumulate_dtype=accumulate_dtype, group=group)
 
 

@@ -465,7 +465,10 @@ def group_global_norms(
     ``reduce`` (with ``group=``) sums the partial sums over the processes, all of them
     together (one all-reduce of a vector); then each norm is ``sqrt(total * 2)``.
     """
-    totals = [zero if not arrays else k.total_half_squares(xp, arrays, acc) for k, arrays, acc, zero in parts]
+    totals = [
+        zero if not arrays else k.total_half_squares(xp, arrays, acc)
+        for k, arrays, acc, zero in parts
+    ]
     if reduce is None:
         return [
             zero if not arrays else norm_from_half_squares(xp, t)

@@ -97,7 +97,9 @@ def _walk(node: Any, labels: Any, where: str, out: list[Hashable]) -> None:
         except (ValueError, TypeError):
             sub = None
         if sub is not None:
-            for i, (c, lab) in enumerate(zip(jax.tree_util.tree_leaves(node, is_leaf=_is_leaf), sub, strict=True)):
+            for i, (c, lab) in enumerate(
+                zip(jax.tree_util.tree_leaves(node, is_leaf=_is_leaf), sub, strict=True)
+            ):
                 _walk(c, lab, f"{where}<{i}>", out)
             return
     msg = (
@@ -161,7 +163,9 @@ def _reducer(xp: Namespace, groups: tuple[Any, ...]) -> Callable[[list[Any]], li
             by_dtype.setdefault(t.dtype, []).append(i)
         for idx in by_dtype.values():
             home = device(totals[idx[0]])
-            parts = [totals[i] if device(totals[i]) == home else to_device(totals[i], home) for i in idx]
+            parts = [
+                totals[i] if device(totals[i]) == home else to_device(totals[i], home) for i in idx
+            ]
             summed = grouped.reduce(xp, xp.stack(parts))
             for j, i in enumerate(idx):
                 out[i] = summed[j]

@@ -9,8 +9,8 @@ import math
 import numbers
 import types
 import warnings
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 from torch.utils.hooks import RemovableHandle
@@ -33,6 +33,9 @@ from anyclip._policy import (
 )
 from anyclip._sparse import dense_operand, values_of
 from anyclip._typing import DTypeLike, Nonfinite
+
+if TYPE_CHECKING:
+    from anyclip.torch._groups import Groups
 
 __all__ = [
     "NonfiniteNormError",
@@ -220,21 +223,7 @@ def _total_norm(
     DTensors of another order: torch's own DTensor norms, made ``Replicate``. ``name`` is the
     caller's argument, for the error messages.
     """
-    _check_devices(values, name)
-    dtypes = list(dict.fromkeys(v.dtype for v in values))
-    for dtype in dtypes:
-        if not dtype.is_floating_point:
-            msg = (
-                f"`{name}` must hold real floating tensors (float16, bfloat16, float32 or "
-                f"float64), got one of dtype {dtype}; convert it (e.g. with `.float()`)"
-            )
-            raise TypeError(msg)
-    if accumulate_dtype is None and len(dtypes) > 1:
-        msg = (
-            f"`{name}` must hold tensors of one dtype with `accumulate_dtype=None` (TF does "
-            f"not promote), got {dtypes[0]} and {dtypes[1]}; pass accumulate_dtype='widest'"
-        )
-        raise TypeError(msg)
+    _check_values(values, accumulate_dtype, name)
     if norm_type == 2.0:
         for (device, _), grp in _by_device_and_dtype(values).items():
             _use_foreach(foreach, grp, device)  # torch's foreach=True error, nothing else
@@ -264,6 +253,25 @@ def _across(local: torch.Tensor, norm_type: float, groups: tuple[Any, ...]) -> t
     else:
         out = all_reduce_torch(local**norm_type, groups) ** (1.0 / norm_type)
     return out
+
+
+def _check_values(values: list[torch.Tensor], accumulate_dtype: Any, name: str) -> None:
+    """``TypeError`` or ``ValueError`` unless ``values`` can form one norm (see below)."""
+    _check_devices(values, name)
+    dtypes = list(dict.fromkeys(v.dtype for v in values))
+    for dtype in dtypes:
+        if not dtype.is_floating_point:
+            msg = (
+                f"`{name}` must hold real floating tensors (float16, bfloat16, float32 or "
+                f"float64), got one of dtype {dtype}; convert it (e.g. with `.float()`)"
+            )
+            raise TypeError(msg)
+    if accumulate_dtype is None and len(dtypes) > 1:
+        msg = (
+            f"`{name}` must hold tensors of one dtype with `accumulate_dtype=None` (TF does "
+            f"not promote), got {dtypes[0]} and {dtypes[1]}; pass accumulate_dtype='widest'"
+        )
+        raise TypeError(msg)
 
 
 def _p_norm(
@@ -369,8 +377,7 @@ def _scale_(
                 g.mul_(s)
 
 
-@hints_keywords
-@torch.no_grad()
+@overload
 def get_total_norm(
     tensors: Parameters,
     norm_type: float = 2.0,
@@ -379,7 +386,35 @@ def get_total_norm(
     *,
     accumulate_dtype: DTypeLike = "widest",
     group: Any = None,
-) -> torch.Tensor:
+    groups: None = None,
+) -> torch.Tensor: ...
+
+
+@overload
+def get_total_norm(
+    tensors: Parameters | None,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    group: Any = None,
+    groups: Groups,
+) -> dict[Hashable, torch.Tensor]: ...
+
+
+@hints_keywords
+@torch.no_grad()
+def get_total_norm(
+    tensors: Parameters | None,
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    group: Any = None,
+    groups: Groups | None = None,
+) -> torch.Tensor | dict[Hashable, torch.Tensor]:
     """The norm of all ``tensors`` together, as ``torch.nn.utils.get_total_norm``.
 
     For ``norm_type=2`` (the default) this is :func:`anyclip.global_norm`, TF's
@@ -407,13 +442,20 @@ def get_total_norm(
         flag for ``norm_type=inf``, so that a NaN on one rank is NaN on all, which torch's
         ``MAX`` alone would drop). Sharded gradients (``DTensor``: FSDP2, tensor parallel)
         need none. Every process of the group calls.
+    groups : dict, list of dict or sequence of names, optional
+        Not in torch: one norm per group. A dict name -> tensors (``tensors`` is then None),
+        an optimizer's ``param_groups`` (the norms of its parameters' gradients, named by
+        each group's ``"name"`` entry or its index; ``tensors`` is then None), or one name
+        per tensor of ``tensors`` (as :func:`anyclip.tree.global_norm`'s labels). Each norm
+        equals this function's on that group alone, bit for bit; for the 2-norm all groups
+        are summed in one pass and, with ``group``, all-reduced together as one vector.
 
     Returns
     -------
-    Tensor
+    Tensor or dict
         A 0-d tensor on the first tensor's device; ``tensor(0.)`` for no tensors, as torch
         (with ``group``, the norm of the other processes' tensors). A ``Replicate`` DTensor
-        for DTensor inputs.
+        for DTensor inputs. With ``groups``, a dict name -> norm.
 
     Raises
     ------
@@ -437,7 +479,18 @@ def get_total_norm(
     tensor(13.)
     >>> get_total_norm([torch.tensor([3.0, -4.0])], norm_type="inf")
     tensor(4.)
+
+    One norm per group:
+
+    >>> get_total_norm(None, groups={"a": [torch.tensor([3.0, 4.0])], "b": torch.ones(4)})
+    {'a': tensor(5.), 'b': tensor(2.)}
     """
+    if groups is not None:
+        from anyclip.torch._groups import total_norms
+
+        return total_norms(
+            tensors, groups, norm_type, error_if_nonfinite, foreach, accumulate_dtype, group
+        )
     each = _foreach(foreach)
     p = _norm_type(norm_type)
     values = [values_of(t) for t in _tensors(tensors, "tensors")]
@@ -543,8 +596,7 @@ def _total_norm_arg(total_norm: Any) -> torch.Tensor:
     return total_norm
 
 
-@hints_keywords
-@torch.no_grad()
+@overload
 def clip_grad_norm_(
     parameters: Parameters,
     max_norm: float | torch.Tensor,
@@ -555,7 +607,45 @@ def clip_grad_norm_(
     accumulate_dtype: DTypeLike = "widest",
     nonfinite: Nonfinite = "tf",
     group: Any = None,
-) -> torch.Tensor:
+    groups: None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> torch.Tensor: ...
+
+
+@overload
+def clip_grad_norm_(
+    parameters: Parameters | None,
+    max_norm: float | torch.Tensor | Mapping[Hashable, float | torch.Tensor | None],
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    nonfinite: Nonfinite = "tf",
+    group: Any = None,
+    groups: Groups,
+    scaler: torch.amp.GradScaler | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> dict[Hashable, torch.Tensor]: ...
+
+
+@hints_keywords
+@torch.no_grad()
+def clip_grad_norm_(
+    parameters: Parameters | None,
+    max_norm: float | torch.Tensor | Mapping[Hashable, float | torch.Tensor | None],
+    norm_type: float = 2.0,
+    error_if_nonfinite: bool = False,
+    foreach: bool | None = None,
+    *,
+    accumulate_dtype: DTypeLike = "widest",
+    nonfinite: Nonfinite = "tf",
+    group: Any = None,
+    groups: Groups | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> torch.Tensor | dict[Hashable, torch.Tensor]:
     """Scale all gradients in place so their total norm is at most ``max_norm``, as TF.
 
     torch's signature, TF's numbers: every ``p.grad`` is multiplied by
@@ -598,12 +688,29 @@ def clip_grad_norm_(
         flag for ``norm_type=inf``, so that a NaN on one rank is NaN on all, which torch's
         ``MAX`` alone would drop). Sharded gradients (``DTensor``: FSDP2, tensor parallel)
         need none. Every process of the group calls.
+    groups : dict, list of dict or sequence of names, optional
+        Not in torch: clip each group of parameters by its own norm. A dict name ->
+        parameters or an optimizer's ``param_groups`` (named by their ``"name"`` entry or
+        their index), with ``parameters=None``; or one name per parameter of
+        ``parameters``. ``max_norm`` is then one limit for every group, or a dict name ->
+        limit with every group, ``None`` leaving that group unclipped (its norm is still
+        returned). The norms are :func:`get_total_norm`'s with ``groups`` (one pass; with
+        ``group``, one all-reduce of the vector of the groups' partial sums).
+    scaler, optimizer : torch.amp.GradScaler and torch.optim.Optimizer, optional
+        Not in torch: the gradients are still multiplied by ``scaler``'s loss scale;
+        ``scaler.unscale_(optimizer)`` runs first, unless it already ran since the last
+        ``scaler.update()`` (a second call in the same step, under gradient accumulation or
+        for logging, does not unscale again, where torch's ``unscale_`` raises). The norm
+        returned is the unscaled one; an inf or NaN gradient is recorded by ``unscale_`` and
+        ``scaler.step(optimizer)`` skips the step, as after torch's own ``unscale_``. Pass
+        both or neither.
 
     Returns
     -------
-    Tensor
+    Tensor or dict
         The total norm of the gradients before clipping (0-d, on the first gradient's device;
-        a ``Replicate`` DTensor, equal on every rank, for DTensor gradients).
+        a ``Replicate`` DTensor, equal on every rank, for DTensor gradients). With
+        ``groups``, a dict name -> norm of each group before clipping.
 
     Raises
     ------
@@ -647,7 +754,35 @@ def clip_grad_norm_(
     tensor(6.5000)
     >>> model.weight.grad, model.bias.grad
     (tensor([[1.5000, 2.0000]]), tensor([6.]))
+
+    Per-group limits (``None``: measure, do not clip):
+
+    >>> model.weight.grad = torch.tensor([[3.0, 4.0]])
+    >>> clip_grad_norm_(
+    ...     None, {"w": 1.0, "b": None}, groups={"w": [model.weight], "b": [model.bias]}
+    ... )
+    {'w': tensor(5.), 'b': tensor(6.)}
+    >>> model.weight.grad, model.bias.grad
+    (tensor([[0.6000, 0.8000]]), tensor([6.]))
     """
+    if scaler is not None or optimizer is not None:
+        from anyclip.torch._scaler import unscale_once
+
+        unscale_once(scaler, optimizer)
+    if groups is not None:
+        from anyclip.torch._groups import clip_grad_norm_groups
+
+        return clip_grad_norm_groups(
+            parameters,
+            max_norm,
+            groups,
+            norm_type,
+            error_if_nonfinite,
+            foreach,
+            accumulate_dtype=accumulate_dtype,
+            nonfinite=nonfinite,
+            group=group,
+        )
     return _clip_grad_norm(
         parameters,
         max_norm,

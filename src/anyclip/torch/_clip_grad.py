@@ -616,7 +616,7 @@ def clip_grad_norm_(
 @overload
 def clip_grad_norm_(
     parameters: Parameters | None,
-    max_norm: float | torch.Tensor | Mapping[Hashable, float | torch.Tensor | None],
+    max_norm: float | torch.Tensor | Mapping[Any, float | torch.Tensor | None],
     norm_type: float = 2.0,
     error_if_nonfinite: bool = False,
     foreach: bool | None = None,
@@ -634,7 +634,7 @@ def clip_grad_norm_(
 @torch.no_grad()
 def clip_grad_norm_(
     parameters: Parameters | None,
-    max_norm: float | torch.Tensor | Mapping[Hashable, float | torch.Tensor | None],
+    max_norm: float | torch.Tensor | Mapping[Any, float | torch.Tensor | None],
     norm_type: float = 2.0,
     error_if_nonfinite: bool = False,
     foreach: bool | None = None,

@@ -20,7 +20,7 @@ __all__ = ["Groups", "clip_grad_norm_groups", "total_norms"]
 
 #: What ``groups=`` takes: name -> tensors, an optimizer's ``param_groups``, or one name per tensor.
 Groups = (
-    Mapping[Hashable, torch.Tensor | Iterable[torch.Tensor]]
+    Mapping[Any, torch.Tensor | Iterable[torch.Tensor]]
     | Sequence[Mapping[str, Any]]
     | Sequence[Hashable]
 )

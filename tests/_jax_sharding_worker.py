@@ -173,6 +173,42 @@ def shard_map_group() -> None:
     assert float(g(w)) == float(with_group)
 
 
+def shard_map_groups() -> None:
+    """Per-group norms inside shard_map with group=: ONE psum, of the vector of the groups."""
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Explicit,))
+    host = data()
+    w = jax.device_put(host["w"], NamedSharding(mesh, P("x", None)))
+    s = jax.device_put(host["s"], NamedSharding(mesh, P("x")))
+    labels = {"w": "big", "s": "small"}
+
+    def local(bw: jax.Array, bs: jax.Array) -> tuple[jax.Array, ...]:
+        norms = anyclip.tree.global_norm({"w": bw, "s": bs}, groups=labels, group="x")
+        alone = [anyclip.global_norm([b], group="x") for b in (bw, bs)]
+        return norms["big"], norms["small"], *alone
+
+    f = jax.jit(
+        jax.shard_map(
+            local, mesh=mesh, in_specs=(P("x", None), P("x")), out_specs=(P(), P(), P(), P())
+        )
+    )
+    big, small, big_alone, small_alone = f(w, s)
+    for got, alone, arr in ((big, big_alone, host["w"]), (small, small_alone, host["s"])):
+        assert ulp_distance(float(got), exact_norm([arr])) <= ULP_DIST, float(got)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(alone))  # bit for bit
+
+    grouped = jax.jit(
+        jax.shard_map(
+            lambda bw, bs: anyclip.tree.global_norm({"w": bw, "s": bs}, groups=labels, group="x"),
+            mesh=mesh,
+            in_specs=(P("x", None), P("x")),
+            out_specs=P(),
+        )
+    )
+    text = grouped.lower(w, s).as_text()  # before XLA combines collectives
+    reduces = re.findall(r"all_reduce", text)
+    assert len(reduces) == 1, f"{len(reduces)} all-reduces for 2 groups"
+
+
 def eager_accumulate() -> None:
     """Eager calls with accumulate_dtype: shardings kept, and the same values on one device.
 
@@ -277,6 +313,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "jit_auto_no_set_mesh": lambda: jit_sharded(AxisType.Auto, set_mesh=False),
     "jit_explicit": lambda: jit_sharded(AxisType.Explicit),
     "shard_map_group": shard_map_group,
+    "shard_map_groups": shard_map_groups,
     "eager_accumulate": eager_accumulate,
     "nonfinite": nonfinite,
     "wrong_group": wrong_group,

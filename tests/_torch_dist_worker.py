@@ -239,6 +239,52 @@ def pipeline(world: int, rank: int) -> None:
         assert ulp_distance(float(tnorm), exact) <= ULP_DIST
 
 
+def groups(world: int, rank: int) -> None:
+    """Per-group norms over pipeline stages: ONE all-reduce of the vector of partial sums."""
+    import anyclip
+    import anyclip.torch
+    import anyclip.tree
+
+    shapes = [(7, 3), (5,), (4, 4), (9,), (2, 6), (3,), (8, 2), (1,)]
+    full = full_grads(shapes, seed=5)
+    names = ["enc", "dec", "head", "enc", "dec", "head", "enc", "dec"]
+    mine: dict[Any, Any] = {i: g for i, g in enumerate(full) if i % world == rank}
+    labels: dict[Any, str] = {i: names[i] for i in mine}
+    for n in ("head", "dec", "enc"):  # every rank names every group (None: nothing here),
+        mine[n], labels[n] = None, n  # first met in an order that differs between ranks
+    with Counter() as c:
+        norms = anyclip.tree.global_norm(mine, groups=labels, group=dist.group.WORLD)
+    reduces = sum(v for k, v in c.counts.items() if "reduce" in k)
+    assert reduces == 1, f"{reduces} all-reduces for {len(norms)} groups: {c.counts}"
+    for name in ("enc", "dec", "head"):  # bit for bit the one-group call's norm
+        local = [g for i, g in mine.items() if g is not None and names[i] == name]
+        alone = anyclip.global_norm(local, group=dist.group.WORLD)
+        assert torch.equal(norms[name], alone), (name, norms[name], alone)
+    for name in ("enc", "dec", "head"):
+        want = exact_norm([g.numpy() for i, g in enumerate(full) if names[i] == name])
+        assert ulp_distance(float(norms[name]), want) <= ULP_DIST, (name, float(norms[name]))
+        same_on_every_rank(float(norms[name]))
+
+    # clip_grad_norm_ with a limit per group (None: not clipped), one all-reduce
+    params = {i: torch.nn.Parameter(torch.zeros_like(g)) for i, g in mine.items() if g is not None}
+    for i, p in params.items():
+        p.grad = mine[i].clone()
+    groups_ = {n: [p for i, p in params.items() if names[i] == n] for n in ("enc", "dec")}
+    with Counter() as c:
+        out = anyclip.torch.clip_grad_norm_(
+            None, {"enc": 1.0, "dec": None}, groups=groups_, group=dist.group.WORLD
+        )
+    reduces = sum(v for k, v in c.counts.items() if "reduce" in k)
+    assert reduces == 1, f"{reduces} all-reduces: {c.counts}"
+    enc = exact_norm([g.numpy() for i, g in enumerate(full) if names[i] == "enc"])
+    assert ulp_distance(float(out["enc"]), enc) <= ULP_DIST
+    for i, p in params.items():
+        if names[i] == "enc":
+            check_scaled(p.grad, mine[i], 1.0 / enc)
+        elif names[i] == "dec":
+            assert torch.equal(p.grad, mine[i])
+
+
 def norms(world: int, rank: int) -> None:
     """norm (every ord), clip_by_norm and l2_normalize over sharded dims: never Partial."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -571,6 +617,7 @@ SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "accumulate": accumulate,
     "tf_reference": tf_reference,
     "nonfinite": nonfinite,
+    "groups": groups,
 }
 
 

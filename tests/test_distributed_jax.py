@@ -27,6 +27,7 @@ CHECKS = (
     "jit_auto_no_set_mesh",
     "jit_explicit",
     "shard_map_group",
+    "shard_map_groups",
     "eager_accumulate",
     "nonfinite",
     "wrong_group",

@@ -39,6 +39,7 @@ SCENARIOS = (
     "accumulate",
     "tf_reference",
     "nonfinite",
+    "groups",
 )
 #: Seconds a world may run (starting torch in 4 processes on 2 cores included).
 TIMEOUT = 150

@@ -144,7 +144,9 @@ def global_norms(
         if zero is None:
             zero = constant(xp, 0.0, dtype, arrays[0] if arrays else like)
         parts.append((k, arrays, acc if upcast else None, zero))
-    reduce = _reducer(xp, groups) if groups else None
+    # the vector's order: by name, the same on every process whatever order it met them in
+    order = sorted(range(len(names)), key=lambda i: (type(names[i]).__name__, names[i]))
+    reduce = _reducer(xp, groups, order) if groups else None
     norms = _core.group_global_norms(xp, parts, reduce)
     out = {}
     for name, (k, arrays, _, _), norm in zip(names, parts, norms, strict=True):
@@ -152,23 +154,47 @@ def global_norms(
     return out
 
 
-def _reducer(xp: Namespace, groups: tuple[Any, ...]) -> Callable[[list[Any]], list[Any]]:
-    """Sum partial sums over ``groups``: one reduction of a vector per dtype among them."""
+def _reducer(
+    xp: Namespace, groups: tuple[Any, ...], order: list[int]
+) -> Callable[[list[Any]], list[Any]]:
+    """Sum partial sums over ``groups``: one reduction of a vector per dtype among them.
+
+    The vector holds the partial sums in ``order`` (the groups sorted by name), so that
+    processes that met the groups in different orders add the same groups together.
+    """
     grouped = GroupKernels(GENERIC, library(xp), groups)
 
     def reduce(totals: list[Any]) -> list[Any]:
         out = list(totals)
         by_dtype: dict[Any, list[int]] = {}
-        for i, t in enumerate(totals):
-            by_dtype.setdefault(t.dtype, []).append(i)
-        for idx in by_dtype.values():
+        for i in order:
+            by_dtype.setdefault(_wire_dtype(xp, totals[i].dtype), []).append(i)
+        for wire, idx in by_dtype.items():
             home = device(totals[idx[0]])
             parts = [
-                totals[i] if device(totals[i]) == home else to_device(totals[i], home) for i in idx
+                _cast(xp, t if device(t) == home else to_device(t, home), wire)
+                for t in (totals[i] for i in idx)
             ]
             summed = grouped.reduce(xp, xp.stack(parts))
             for j, i in enumerate(idx):
-                out[i] = summed[j]
+                out[i] = _cast(xp, summed[j], totals[i].dtype)
         return out
 
     return reduce
+
+
+def _cast(xp: Namespace, x: Any, dtype: Any) -> Any:
+    return x if x.dtype == dtype else xp.astype(x, dtype)
+
+
+def _wire_dtype(xp: Namespace, dtype: Any) -> Any:
+    """The dtype a partial sum of ``dtype`` is all-reduced in, as one group's would be.
+
+    torch: float32 for float16, bfloat16 and float32 (``all_reduce_torch`` sums narrower
+    partial sums in float32 and rounds once), so the groups of every process share one
+    vector even where a process holds nothing of a float16 group (its zero is float32);
+    float64 for float64. JAX: the dtype itself (``psum``, as one group's).
+    """
+    if library(xp) != "torch" or dtype == xp.float64:
+        return dtype
+    return xp.float32

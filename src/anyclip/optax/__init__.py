@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from anyclip.optax._adaptive import adaptive_grad_clip, clip_by_block_rms
 from anyclip.optax._constraints import constrain
+from anyclip.optax._scheduled import ScheduledClipState
 from anyclip.optax._tf_clip import (
     ClipByGlobalNormState,
     clip,
@@ -49,6 +50,7 @@ from anyclip.optax._tf_clip import (
 
 __all__ = [
     "ClipByGlobalNormState",
+    "ScheduledClipState",
     "adaptive_grad_clip",
     "clip_by_block_rms",
     "clip_by_global_norm",

@@ -5,6 +5,7 @@ Layer: public adapter; :mod:`anyclip.optax` re-exports the names in ``__all__``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -24,6 +25,7 @@ from anyclip._policy import (
     resolve_accumulate_dtype,
 )
 from anyclip._typing import DTypeLike, Nonfinite
+from anyclip.optax._scheduled import scheduled_clip_by_norm, scheduled_global_norm, scheduled_keras
 
 __all__ = [
     "ClipByGlobalNormState",
@@ -88,15 +90,16 @@ def _max_norm(max_norm: Any, clip_norm: Any) -> tuple[Any, str]:
         raise TypeError(msg)
     name = "max_norm" if clip_norm is None else "clip_norm"
     value = max_norm if clip_norm is None else clip_norm
-    check_operand(value, name)
+    if not callable(value):  # a schedule is called at each update
+        check_operand(value, name)
     return value, name
 
 
 @hints_keywords
 def clip_by_global_norm(
-    max_norm: ArrayLike | None = None,
+    max_norm: ArrayLike | Callable[[jax.Array], Any] | None = None,
     *,
-    clip_norm: ArrayLike | None = None,
+    clip_norm: ArrayLike | Callable[[jax.Array], Any] | None = None,
     accumulate_dtype: DTypeLike = "widest",
     nonfinite: Nonfinite = "tf",
     norm_in_state: bool = False,
@@ -113,11 +116,16 @@ def clip_by_global_norm(
 
     Parameters
     ----------
-    max_norm : float or array
+    max_norm : float, array or callable
         The largest global norm (optax's name, first positional as in
         ``optax.clip_by_global_norm``). ``inf`` leaves the updates unchanged, as optax's. An
         array of another dtype is cast to the norm's, as optax takes it (TF would refuse it).
-    clip_norm : float or array, optional
+        A callable is a schedule (an optax schedule, or any function of the step count
+        returning a 0-d value): the state then holds the count
+        (:class:`ScheduledClipState`) and the value is taken on device at each update, cast
+        to the norm's dtype; at 0 the factor is TF's, 0 for a finite non-zero norm (the
+        updates become zeros) and NaN for a zero norm.
+    clip_norm : float, array or callable, optional
         TF's name for ``max_norm``; pass one of the two.
     accumulate_dtype : dtype, str, "widest" or None, optional
         As in :func:`anyclip.tree.global_norm`.
@@ -140,7 +148,8 @@ def clip_by_global_norm(
     optax.GradientTransformation
         Its state is ``optax.EmptyState()``, or with ``norm_in_state=True`` a
         :class:`ClipByGlobalNormState` holding the last pre-clip norm, in float32 (float64
-        for float64 parameters), whatever the updates' dtype.
+        for float64 parameters), whatever the updates' dtype. With a schedule, a
+        :class:`ScheduledClipState` (the count, and the norm with ``norm_in_state=True``).
 
     Raises
     ------
@@ -162,11 +171,24 @@ def clip_by_global_norm(
     >>> clipped, state = tx.update(updates, tx.init(updates))
     >>> clipped
     [Array([1.5, 2. ], dtype=float32), Array([[6.]], dtype=float32)]
+
+    A warm-up of the threshold, from 0 to 6.5 over two steps (an optax schedule):
+
+    >>> import optax
+    >>> tx = anyclip.optax.clip_by_global_norm(optax.linear_schedule(0.0, 6.5, 2))
+    >>> state = tx.init(updates)
+    >>> clipped, state = tx.update(updates, state)  # max_norm 0: zeros, as TF
+    >>> clipped[0], state.count
+    (Array([0., 0.], dtype=float32), Array(1, dtype=int32))
+    >>> tx.update(updates, state)[0][0]  # max_norm 3.25
+    Array([0.75, 1.  ], dtype=float32)
     """
     c, c_name = _max_norm(max_norm, clip_norm)
     policy = check_nonfinite(nonfinite)
     _accumulate_dtype(accumulate_dtype)
     check_group(namespace(jnp.zeros(0)), group)  # axis names, checked before any update
+    if callable(c):  # a schedule: a count in the state
+        return scheduled_global_norm(c, accumulate_dtype, policy, norm_in_state, group)
 
     def clip(updates: Any) -> tuple[Any, Any]:
         leaves, unflatten = tree.flatten(updates)
@@ -212,9 +234,14 @@ def _stateless(fn: Any) -> optax.GradientTransformation:
 
 @hints_keywords
 def clip_by_norm(
-    clip_norm: float, axes: Any = None, *, accumulate_dtype: Any = None
+    clip_norm: float | Callable[[jax.Array], Any], axes: Any = None, *, accumulate_dtype: Any = None
 ) -> optax.GradientTransformation:
     """Clip every update leaf to norm ``clip_norm`` over ``axes`` (TF's ``clip_by_norm``).
+
+    ``clip_norm`` may be a schedule (a function of the step count, as optax's schedules):
+    the state is then a :class:`ScheduledClipState` holding the count, and the value is
+    taken on device at each update (TF's formula at every value: 0 gives zeros for a
+    non-zero leaf); with a number the state is ``optax.EmptyState()``.
 
     Examples
     --------
@@ -224,9 +251,11 @@ def clip_by_norm(
     >>> tx.update([jnp.array([3.0, 4.0], dtype=jnp.float32)], tx.init(None))[0]
     [Array([0.6, 0.8], dtype=float32)]
     """
-    check_operand(clip_norm, "clip_norm")
     _check_axes(axes)
     _accumulate_dtype(accumulate_dtype, single="clip_by_norm")
+    if callable(clip_norm):  # a schedule: a count in the state
+        return scheduled_clip_by_norm(clip_norm, axes, accumulate_dtype)
+    check_operand(clip_norm, "clip_norm")
     return _stateless(
         lambda u: tree.clip_by_norm(u, clip_norm, axes, accumulate_dtype=accumulate_dtype)
     )
@@ -285,9 +314,9 @@ def _like(value: Any, leaf: Any) -> Any:
 @hints_keywords
 def keras_clipping(
     *,
-    clipnorm: float | None = None,
+    clipnorm: float | Callable[[jax.Array], Any] | None = None,
     clipvalue: float | None = None,
-    global_clipnorm: float | None = None,
+    global_clipnorm: float | Callable[[jax.Array], Any] | None = None,
 ) -> optax.GradientTransformation:
     """Keras's optimizer clipping (``clipnorm``, ``clipvalue``, ``global_clipnorm``) for optax.
 
@@ -304,11 +333,14 @@ def keras_clipping(
         negative clips nothing. ``clipnorm=inf`` or ``global_clipnorm=inf`` makes every
         update NaN, as Keras 3 (TF 2.21) does (TF's factor ``inf * 0``), unlike
         :func:`clip_by_global_norm` with ``max_norm=inf``, which follows optax.
+        ``clipnorm`` and ``global_clipnorm`` may be schedules (functions of the step
+        count): Keras's rule is then applied to the value at each step, on device (0 or
+        less clips nothing).
 
     Returns
     -------
     optax.GradientTransformation
-        Stateless (``optax.EmptyState()``).
+        Stateless (``optax.EmptyState()``); with a schedule, a :class:`ScheduledClipState`.
 
     Raises
     ------
@@ -327,6 +359,14 @@ def keras_clipping(
     >>> tx.update(updates, tx.init(updates))[0]
     [Array([1.5, 2. ], dtype=float32), Array([[6.]], dtype=float32)]
     """
+    scheduled = [
+        (name, v)
+        for name, v in (("clipnorm", clipnorm), ("global_clipnorm", global_clipnorm))
+        if callable(v)
+    ]
+    if scheduled:  # Keras's checks (one option only) with a number in the schedule's place
+        keras_option(*(1.0 if callable(v) else v for v in (clipnorm, clipvalue, global_clipnorm)))
+        return scheduled_keras(*scheduled[0])
     option = keras_option(clipnorm, clipvalue, global_clipnorm)
     if option is None:
         return _stateless(lambda u: u)

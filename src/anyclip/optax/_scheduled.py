@@ -46,7 +46,7 @@ class ScheduledClipState(NamedTuple):
     Array(0, dtype=int32)
     """
 
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # optax's name (tuple.count is shadowed)
     global_norm: jax.Array | None = None
 
 

@@ -9,7 +9,7 @@ import math
 import numbers
 import types
 import warnings
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, overload
 
 import torch
@@ -989,9 +989,9 @@ def clip_grad_by_norm_(
 def keras_clipping(
     optimizer: torch.optim.Optimizer,
     *,
-    clipnorm: float | None = None,
+    clipnorm: float | Callable[[torch.Tensor], Any] | None = None,
     clipvalue: float | None = None,
-    global_clipnorm: float | None = None,
+    global_clipnorm: float | Callable[[torch.Tensor], Any] | None = None,
 ) -> RemovableHandle:
     """Give a torch optimizer Keras's ``clipnorm``, ``clipvalue`` or ``global_clipnorm``.
 
@@ -1012,12 +1012,17 @@ def keras_clipping(
         negative clips nothing. ``clipnorm=inf`` or ``global_clipnorm=inf`` makes every
         gradient NaN, as Keras 3 (TF 2.21) does (TF's factor ``inf * 0``), unlike
         :func:`clip_grad_norm_` with ``max_norm=inf``, which follows torch.
+        ``clipnorm`` and ``global_clipnorm`` may be schedules: a callable of the step count
+        (a 0-d int64 tensor on the parameters' device, 0 at the first step) returning the
+        value (a tensor, or a number); it is evaluated on device before each step, with
+        Keras's rule applied there (0 or less clips nothing), and no host sync.
 
     Returns
     -------
     torch.utils.hooks.RemovableHandle
         ``handle.remove()`` stops the clipping. The optimizer's ``state_dict`` is unchanged
-        (the hook holds no state).
+        (the hook holds no state); with a schedule it holds the step count under
+        ``"anyclip.keras_clipping.count"``, restored by ``optimizer.load_state_dict``.
 
     Raises
     ------
@@ -1041,10 +1046,27 @@ def keras_clipping(
     Parameter containing:
     tensor([[-0.6000, -0.8000]], requires_grad=True)
     >>> handle.remove()
+
+    A threshold warming up over the first 100 steps, evaluated on device:
+
+    >>> handle = anyclip.torch.keras_clipping(
+    ...     opt, global_clipnorm=lambda step: torch.clamp(step / 100, max=1.0)
+    ... )
+    >>> handle.remove()
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         msg = f"`optimizer` must be a torch.optim.Optimizer, got {type(optimizer).__name__}"  # type: ignore[unreachable]
         raise TypeError(msg)
+    scheduled = [
+        (name, v)
+        for name, v in (("clipnorm", clipnorm), ("global_clipnorm", global_clipnorm))
+        if callable(v)
+    ]
+    if scheduled:  # Keras's checks (one option only) with a number in the schedule's place
+        keras_option(*(1.0 if callable(v) else v for v in (clipnorm, clipvalue, global_clipnorm)))
+        from anyclip.torch._scheduled import scheduled_keras_clipping
+
+        return scheduled_keras_clipping(optimizer, *scheduled[0])
     option = keras_option(clipnorm, clipvalue, global_clipnorm)
 
     def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:

@@ -1,0 +1,110 @@
+"""Scheduled thresholds for :func:`anyclip.torch.keras_clipping` (a callable of the step count).
+
+Layer: public adapter over :mod:`anyclip._schedule` (Keras's rule at a value known on device)
+and the clippers of :mod:`anyclip._clip`; no formula here. The step count is a 0-d int64
+tensor on the parameters' device, incremented in place after each clip (no host sync), and
+saved in the optimizer's ``state_dict`` (an optimizer state-dict hook), so a checkpoint of the
+optimizer resumes the schedule where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from anyclip import _clip, _schedule
+from anyclip._compat import namespace
+from anyclip._sparse import values_of
+from anyclip.torch import _clip_grad as cg
+
+__all__ = ["STATE_KEY", "scheduled_keras_clipping"]
+
+#: The entry of the optimizer's ``state_dict`` that holds the step count.
+STATE_KEY = "anyclip.keras_clipping.count"
+
+
+class _Handles(RemovableHandle):
+    """One handle for several hooks: ``remove()`` removes them all."""
+
+    def __init__(self, handles: list[RemovableHandle]) -> None:
+        self._own: OrderedDict[int, Any] = OrderedDict()
+        super().__init__(self._own)
+        self.handles = handles
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def scheduled_keras_clipping(
+    optimizer: torch.optim.Optimizer, name: str, schedule: Callable[[torch.Tensor], Any]
+) -> RemovableHandle:
+    """:func:`anyclip.torch.keras_clipping` with ``clipnorm`` or ``global_clipnorm`` scheduled.
+
+    Before each ``optimizer.step()`` the value is ``schedule(count)`` (a tensor, or a number
+    made a tensor on the count's device), with Keras's rule applied on device: 0 or less
+    (or NaN) clips nothing.
+    """
+    held: list[torch.Tensor] = []
+
+    def count(device: torch.device) -> torch.Tensor:
+        if not held:
+            held.append(torch.zeros((), dtype=torch.int64, device=device))
+        return held[0]
+
+    def first_device(opt: torch.optim.Optimizer) -> torch.device:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                return torch.device(p.device)
+        return torch.device("cpu")
+
+    @torch.no_grad()
+    def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        n = count(first_device(opt))
+        c = torch.as_tensor(schedule(n), device=n.device)
+        grads = [p.grad for group in opt.param_groups for p in group["params"]]
+        values = [values_of(g) for g in grads if g is not None]
+        if values:
+            xp = namespace(c)
+            if name == "clipnorm":
+                for v in values:
+                    v.copy_(_schedule.keras_gate(xp, c, _clip.clip_by_norm(v, c), v))
+            else:
+                norm = cg._local(_clip.global_norm(values, accumulate_dtype="widest"))
+                scale = _schedule.keras_global_scale(xp, c.to(norm.device), norm)
+                _mul_(values, scale)
+        n.add_(1)
+
+    def save(opt: torch.optim.Optimizer, state_dict: dict[str, Any]) -> None:
+        state_dict[STATE_KEY] = count(first_device(opt)).clone()
+
+    def load(opt: torch.optim.Optimizer, state_dict: dict[str, Any]) -> dict[str, Any]:
+        saved = state_dict.pop(STATE_KEY, None)  # a copy of the caller's dict (torch's)
+        if saved is not None:
+            n = count(first_device(opt))
+            n.copy_(torch.as_tensor(saved).to(n.device))
+        return state_dict
+
+    return _Handles(
+        [
+            optimizer.register_step_pre_hook(hook),
+            optimizer.register_state_dict_post_hook(save),
+            optimizer.register_load_state_dict_pre_hook(load),
+        ]
+    )
+
+
+def _mul_(values: list[torch.Tensor], scale: torch.Tensor) -> None:
+    """Multiply every tensor in place by ``scale`` (cast to its device and dtype)."""
+    shards = [cg._local(v) for v in values]
+    for (device, dtype), grp in cg._by_device_and_dtype(shards).items():
+        s = scale.to(device=device, dtype=dtype, non_blocking=True)
+        if cg._use_foreach(None, grp, device):
+            torch._foreach_mul_(grp, s)
+        else:
+            for g in grp:
+                g.mul_(s)

@@ -218,3 +218,31 @@ def test_torch_schedule_refuses_two_options(backend):
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ValueError, match="Only one of"):
         at.keras_clipping(opt, clipnorm=lambda n: n * 1.0, global_clipnorm=1.0)
+
+
+@pytest.mark.parametrize("backend", ["torch-cuda"], indirect=True)
+def test_torch_schedule_and_groups_make_no_host_sync(backend, tf_ref):
+    """Under ``torch.cuda.set_sync_debug_mode("error")`` a host sync raises."""
+    import anyclip.torch as at
+
+    torch = backend.module
+
+    def clip(opt):
+        return at.keras_clipping(opt, global_clipnorm=lambda n: torch.clamp(n * 0.5, max=2.0))
+
+    _torch_run(backend, tf_ref, clip, steps=range(1))  # warm-up: lazy inits may sync
+    params = [torch.nn.Parameter(torch.zeros(s, device=backend.device)) for s in gen.SHAPES]
+    opt = torch.optim.SGD(params, lr=1.0)
+    clip(opt)
+    scaler = torch.amp.GradScaler("cuda")
+    for p, g in zip(params, grads(tf_ref, 1), strict=True):
+        p.grad = backend.asarray(g, "float32")
+    opt.step()  # the count is made here
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        opt.step()
+        at.clip_grad_norm_(None, {"a": 1.0, "b": None}, groups={"a": params[:2], "b": params[2:]})
+        at.clip_grad_norm_(params, 1.0, scaler=scaler, optimizer=opt)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

@@ -9,7 +9,10 @@ Each group's norm is the norm :func:`anyclip.global_norm` gives for that group a
 bit: the same kernels, the same accumulation dtype (``"widest"`` resolves per group), the same
 order of operations. With ``group=`` the partial sums of every group are all-reduced together,
 as one vector (one all-reduce per dtype of the partial sums, which is one unless the groups
-accumulate in different dtypes), instead of one all-reduce per group.
+accumulate in different dtypes), instead of one all-reduce per group. The vector is ordered by
+group name, so every process must name the same groups (a group it holds nothing of included:
+its partial sum is 0) but may meet them in any order. torch ``DTensor`` leaves are still summed
+over their own mesh group by group (:func:`anyclip._kernels._dist.dtensor_half_squares`).
 """
 
 from __future__ import annotations

@@ -448,7 +448,9 @@ def get_total_norm(
         each group's ``"name"`` entry or its index; ``tensors`` is then None), or one name
         per tensor of ``tensors`` (as :func:`anyclip.tree.global_norm`'s labels). Each norm
         equals this function's on that group alone, bit for bit; for the 2-norm all groups
-        are summed in one pass and, with ``group``, all-reduced together as one vector.
+        are summed in one pass and, with ``group``, all-reduced together as one vector
+        (every process names the same groups, an empty one included; DTensor gradients are
+        still reduced over their mesh group by group).
 
     Returns
     -------

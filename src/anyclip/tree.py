@@ -368,7 +368,8 @@ def global_norm(
         takes ``tree`` and returns one. Then the result is a dict name -> norm, each the
         norm of that group alone bit for bit (``"widest"`` resolves per group), in the order
         the names first appear; with ``group``, one all-reduce of the vector of the groups'
-        partial sums instead of one per group.
+        partial sums instead of one per group (every process names the same groups, one it
+        holds no leaf of included: label a ``None`` leaf with it).
 
     Returns
     -------

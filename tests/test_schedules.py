@@ -235,6 +235,7 @@ def test_torch_schedule_and_groups_make_no_host_sync(backend, tf_ref):
     opt = torch.optim.SGD(params, lr=1.0)
     clip(opt)
     scaler = torch.amp.GradScaler("cuda")
+    scaler.scale(torch.ones((), device=backend.device))  # makes the scale (a sync, once)
     for p, g in zip(params, grads(tf_ref, 1), strict=True):
         p.grad = backend.asarray(g, "float32")
     opt.step()  # the count is made here
@@ -246,3 +247,32 @@ def test_torch_schedule_and_groups_make_no_host_sync(backend, tf_ref):
         at.clip_grad_norm_(params, 1.0, scaler=scaler, optimizer=opt)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_schedule_and_groups_read_no_tensor_on_the_host(backend, tf_ref, monkeypatch):
+    """On CPU, the Python reads of a tensor value (``item``, ``bool``, ``float``...) raise."""
+    import anyclip.torch as at
+
+    torch = backend.module
+    params = [torch.nn.Parameter(torch.zeros(s)) for s in gen.SHAPES]
+    opt = torch.optim.SGD(params, lr=1.0)
+    at.keras_clipping(opt, global_clipnorm=lambda n: torch.clamp(n * 0.5, max=2.0))
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(torch.ones(()))  # makes the scale
+    for p, g in zip(params, grads(tf_ref, 1), strict=True):
+        p.grad = torch.tensor(g)
+    opt.step()  # the count is made here
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a tensor value was read on the host")
+
+    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+    opt.step()
+    at.clip_grad_norm_(None, {"a": 1.0, "b": None}, groups={"a": params[:2], "b": params[2:]})
+    at.clip_grad_norm_(params, 1.0, scaler=scaler, optimizer=opt)
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.Tensor, "__bool__", refuse)
+    with pytest.raises(AssertionError, match="read on the host"):  # the check can fail
+        at.clip_grad_norm_(params, 1.0, error_if_nonfinite=True)

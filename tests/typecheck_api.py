@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING
 __all__: list[str] = []
 
 if TYPE_CHECKING:
+    from collections.abc import Hashable
+    from typing import Any
+
     import jax
     import numpy as np
     import numpy.typing as npt
@@ -80,6 +83,14 @@ if TYPE_CHECKING:
         assert_type(anyclip.tree.clip_by_value(named, -1.0, 1.0), dict[str, torch.Tensor])
         # anyclip.torch: torch's own signatures
         assert_type(anyclip.torch.clip_grad_norm_(model.parameters(), 1.0), torch.Tensor)
+        # per-group norms and limits: a dict of norms
+        by_group = {"body": list(model.parameters())}
+        per_group = anyclip.torch.clip_grad_norm_(None, {"body": None}, groups=by_group)
+        assert_type(per_group, dict[Hashable, torch.Tensor])
+        assert_type(
+            anyclip.torch.get_total_norm(None, groups=by_group), dict[Hashable, torch.Tensor]
+        )
+        assert_type(anyclip.tree.global_norm(named, groups={"w": "body"}), dict[Any, Any])
 
     def a_training_step_on_numpy(grads: list[npt.NDArray[np.float32]]) -> None:
         clipped, norm = anyclip.clip_by_global_norm(grads, 1.0)
@@ -96,6 +107,8 @@ if TYPE_CHECKING:
         tx = anyclip.optax.clip_by_global_norm(max_norm)
         tx = anyclip.optax.clip_by_global_norm(clip_norm=1.0)
         tx = anyclip.optax.clip_by_global_norm(np.float32(1.0))
+        tx = anyclip.optax.clip_by_global_norm(lambda count: 0.5 * count)  # a schedule
+        tx = anyclip.optax.clip_by_norm(lambda count: 0.5 * count)
         del tx
 
     def python_data_in_array_out() -> None:

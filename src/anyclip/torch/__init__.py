@@ -42,9 +42,13 @@ from anyclip.torch._clip_grad import (
     get_total_norm,
     keras_clipping,
 )
+from anyclip.torch._history import QuantileClip, SkipOnSpike, ZClip, skip_on_spike
 
 __all__ = [
     "NonfiniteNormError",
+    "QuantileClip",
+    "SkipOnSpike",
+    "ZClip",
     "clip_grad_by_norm_",
     "clip_grad_by_value_",
     "clip_grad_norm_",
@@ -52,4 +56,5 @@ __all__ = [
     "clip_grads_with_norm_",
     "get_total_norm",
     "keras_clipping",
+    "skip_on_spike",
 ]

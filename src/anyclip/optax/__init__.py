@@ -42,12 +42,26 @@ from anyclip.optax._tf_clip import (
     clip_by_value,
     keras_clipping,
 )
+from anyclip.optax._history import (
+    QuantileClipState,
+    SkipOnSpikeState,
+    ZClipState,
+    quantile_clip,
+    skip_on_spike,
+    zclip,
+)
 
 __all__ = [
     "ClipByGlobalNormState",
+    "QuantileClipState",
+    "SkipOnSpikeState",
+    "ZClipState",
     "clip_by_global_norm",
     "clip_by_norm",
     "clip",
     "clip_by_value",
     "keras_clipping",
+    "quantile_clip",
+    "skip_on_spike",
+    "zclip",
 ]

@@ -8,7 +8,7 @@ otherwise.
 Two parameters (shapes ``SHAPES``) get, at each of ``STEPS`` steps, the gradients of a
 sequence (``sequences()``: seeded normal noise with spikes, and one with an inf and a NaN), and
 ``zclip.ZClip(**kwargs).step(model)`` clips them, for each case of ``CASES``. The file holds
-the gradients (``<seq>/grads``, float64, flattened and concatenated per step) and, per case,
+the gradients (``input-<seq>/grads``, float64, flattened and concatenated per step) and, per case,
 what zclip returned and left: ``<case>/norm`` (its float), ``<case>/grads`` (the clipped
 gradients), ``<case>/mean`` and ``<case>/var`` (its EMA, NaN while warming up), and
 ``provenance`` (a JSON string: versions, seed, the call).
@@ -99,7 +99,7 @@ def main(out: Path) -> None:
     import torch
 
     seqs = sequences()
-    arrays: dict[str, np.ndarray] = {f"{k}/grads": v for k, v in seqs.items()}
+    arrays: dict[str, np.ndarray] = {f"input-{k}/grads": v for k, v in seqs.items()}
     for case, (seq, dtype, kwargs) in CASES.items():
         grads = seqs[seq].astype(dtype)
         for k, v in run_zclip(grads, dtype, kwargs).items():

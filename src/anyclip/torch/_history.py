@@ -498,31 +498,46 @@ class SkipOnSpike:
         optimizer's state as they were (selected with ``torch.where``; state the step created
         is zeroed); it returns what the optimizer's ``step`` returned.
         """
-        with torch.no_grad():
-            params = self._params()
-            if grad_norm is None:
-                grad_norm = _norm(_grads(params), params, self.group)
-            apply = self._decide(_local(grad_norm), loss)
-            self.last_step_applied = apply
-            skip = torch.logical_not(apply)
-            live = [p for p in params if p.grad is not None]
-            saved = [p.detach().clone() for p in live]
-            saved_state = [
-                {k: v.clone() for k, v in self.optimizer.state.get(p, {}).items() if isinstance(v, torch.Tensor)}
-                for p in live
-            ]
+        saved = self.before_step(loss=loss, grad_norm=grad_norm)
         out = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
-        with torch.no_grad():
-            for p, old, old_state in zip(live, saved, saved_state, strict=True):
-                cond = skip.to(p.device, non_blocking=True)
-                p.copy_(torch.where(cond, old, p))
-                for k, v in self.optimizer.state.get(p, {}).items():
-                    if not isinstance(v, torch.Tensor):
-                        continue
-                    c = skip.to(v.device, non_blocking=True)
-                    before = old_state.get(k)
-                    v.copy_(torch.where(c, torch.zeros_like(v) if before is None else before, v))
+        self.after_step(saved)
         return out
+
+    @torch.no_grad()
+    def before_step(self, *, loss: Any = None, grad_norm: torch.Tensor | None = None) -> Any:
+        """Decide and snapshot (the first half of :meth:`step`); returns what
+        :meth:`after_step` needs. Both halves compile with ``torch.compile(fullgraph=True)``;
+        torch's own ``Optimizer.step`` between them holds a deliberate graph break (not a sync).
+        """
+        params = self._params()
+        if grad_norm is None:
+            grad_norm = _norm(_grads(params), params, self.group)
+        apply = self._decide(_local(grad_norm), loss)
+        self.last_step_applied = apply
+        live = [p for p in params if p.grad is not None]
+        saved = [p.detach().clone() for p in live]
+        saved_state = [
+            {
+                k: v.clone()
+                for k, v in self.optimizer.state.get(p, {}).items()
+                if isinstance(v, torch.Tensor)
+            }
+            for p in live
+        ]
+        return torch.logical_not(apply), live, saved, saved_state
+
+    @torch.no_grad()
+    def after_step(self, saved: Any) -> None:
+        """Undo the optimizer's step where it was to be skipped (the second half of :meth:`step`)."""
+        skip, live, old_params, old_states = saved
+        for p, old, old_state in zip(live, old_params, old_states, strict=True):
+            p.copy_(torch.where(skip.to(p.device, non_blocking=True), old, p))
+            for k, v in self.optimizer.state.get(p, {}).items():
+                if not isinstance(v, torch.Tensor):
+                    continue
+                before = old_state.get(k)
+                kept = torch.zeros_like(v) if before is None else before
+                v.copy_(torch.where(skip.to(v.device, non_blocking=True), kept, v))
 
     def state_dict(self) -> dict[str, Any]:
         """``{"optimizer": the optimizer's state_dict, "skip": the histories and counters}``."""

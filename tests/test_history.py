@@ -113,7 +113,9 @@ def test_torch_zclip_matches_zclip(backend, zclip_ref, case, compiled):
     at = pytest.importorskip("anyclip.torch")
     seq, dtype, kwargs = zgen.CASES[case]
     dt = getattr(torch, dtype)
-    params = [torch.nn.Parameter(torch.zeros(s, dtype=dt, device=backend.device)) for s in zgen.SHAPES]
+    params = [
+        torch.nn.Parameter(torch.zeros(s, dtype=dt, device=backend.device)) for s in zgen.SHAPES
+    ]
     zc = at.ZClip(**kwargs)
     step = _torch_compile(backend, lambda ps: zc.step(ps), compiled)
     out: dict[str, list] = {"norm": [], "grads": [], "mean": [], "var": []}
@@ -314,7 +316,9 @@ def test_torch_skip_on_spike_matches_reference(backend, skip_ref, case, optimize
         if skip_ref[f"{case}/apply"][i]:
             plain.step()
         for p, q in zip(ours, theirs, strict=True):  # bit for bit, every step
-            np.testing.assert_array_equal(backend.to_numpy(p.detach()), backend.to_numpy(q.detach()))
+            np.testing.assert_array_equal(
+                backend.to_numpy(p.detach()), backend.to_numpy(q.detach())
+            )
     np.testing.assert_array_equal(applied, skip_ref[f"{case}/apply"])
     assert int(backend.to_numpy(opt.skipped)) == skip_ref[f"{case}/skipped"][-1]
     for p, q in zip(ours, theirs, strict=True):
@@ -335,7 +339,9 @@ def test_optax_skip_on_spike_matches_reference(backend, skip_ref, case, compiled
     grads, losses = _norms_and_losses(skip_ref, seq)
     params = [backend.asarray(np.ones(s), "float32") for s in sgen.SHAPES]
     ref_params = list(params)
-    tx = ao.skip_on_spike(optax.adam(0.05), length, sigma, on_loss=on_loss, max_consecutive_errors=errors)
+    tx = ao.skip_on_spike(
+        optax.adam(0.05), length, sigma, on_loss=on_loss, max_consecutive_errors=errors
+    )
     plain = optax.adam(0.05)
     state, ref_state = tx.init(params), plain.init(params)
 
@@ -359,7 +365,9 @@ def test_optax_skip_on_spike_matches_reference(backend, skip_ref, case, compiled
 
 @jax_backends
 @pytest.mark.parametrize("max_consecutive_errors", [0, 1, 1000])
-def test_optax_skip_on_spike_is_apply_if_finite_on_nonfinite(backend, skip_ref, max_consecutive_errors):
+def test_optax_skip_on_spike_is_apply_if_finite_on_nonfinite(
+    backend, skip_ref, max_consecutive_errors
+):
     # with an unreachable sigma, only the non-finite rule is left: optax.apply_if_finite's
     jax = backend.module
     optax = pytest.importorskip("optax")
@@ -437,7 +445,9 @@ def test_optax_checkpoint_round_trip_gives_the_same_next_step(backend, zclip_ref
         state = tx.init(params)
         update = jax.jit(tx.update)
         for row in rows[:41]:
-            _, state = update([backend.asarray(a, "float32") for a in _split(row, zgen.SHAPES)], state, params)
+            _, state = update(
+                [backend.asarray(a, "float32") for a in _split(row, zgen.SHAPES)], state, params
+            )
         saved = jax.tree.map(np.asarray, state)  # to the host and back, as a checkpoint
         restored = jax.tree.map(jax.numpy.asarray, saved)
         assert jax.tree.structure(restored) == jax.tree.structure(state)

@@ -145,7 +145,7 @@ def window_quantile(xp: Namespace, h: History, q: float) -> Any:
 
 
 def _torch_factor(xp: Namespace, limit: Any, norm: Any) -> Any:
-    """torch's ``clip_grad_norm_`` factor: ``clamp(limit / (norm + 1e-6), max=1)``."""
+    """Torch's ``clip_grad_norm_`` factor: ``clamp(limit / (norm + 1e-6), max=1)``."""
     return xp.minimum(limit / (norm + _c(xp, 1e-6, norm)), _c(xp, 1.0, norm))
 
 
@@ -177,7 +177,7 @@ def quantile_step(
 
 
 class ZClipStep(NamedTuple):
-    """What :func:`zclip_step` returns: the factor, the new history, the threshold, the spike flag."""
+    """What :func:`zclip_step` returns: factor, new history, threshold, spike flag."""
 
     factor: Any
     history: History

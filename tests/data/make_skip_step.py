@@ -65,7 +65,12 @@ def sequences() -> dict[str, np.ndarray]:
     bad[[60, 61, 62]] = np.inf
     bad[75, 2] = np.nan
     bad_loss[110] = np.nan
-    return {"spikes/grads": grads, "spikes/loss": loss, "nonfinite/grads": bad, "nonfinite/loss": bad_loss}
+    return {
+        "spikes/grads": grads,
+        "spikes/loss": loss,
+        "nonfinite/grads": bad,
+        "nonfinite/loss": bad_loss,
+    }
 
 
 def olmo_rule(losses: list[float], norms: list[float], length: int, sigma: float) -> bool:

@@ -34,14 +34,6 @@ Importing this package imports jax and optax; ``import anyclip`` alone does not.
 
 from __future__ import annotations
 
-from anyclip.optax._tf_clip import (
-    ClipByGlobalNormState,
-    clip,
-    clip_by_global_norm,
-    clip_by_norm,
-    clip_by_value,
-    keras_clipping,
-)
 from anyclip.optax._history import (
     QuantileClipState,
     SkipOnSpikeState,
@@ -49,6 +41,14 @@ from anyclip.optax._history import (
     quantile_clip,
     skip_on_spike,
     zclip,
+)
+from anyclip.optax._tf_clip import (
+    ClipByGlobalNormState,
+    clip,
+    clip_by_global_norm,
+    clip_by_norm,
+    clip_by_value,
+    keras_clipping,
 )
 
 __all__ = [

@@ -234,8 +234,7 @@ def quantile_clip(
         factors, new = _history.quantile_step(jnp, h, norms, quantile=quantile, formula=f)
         it = iter(range(len(present)))
         scaled = [
-            None if leaf is None else leaf * factors[next(it)].astype(leaf.dtype)
-            for leaf in leaves
+            None if leaf is None else leaf * factors[next(it)].astype(leaf.dtype) for leaf in leaves
         ]
         return unflatten(scaled), QuantileClipState(new)
 
@@ -368,7 +367,8 @@ def skip_on_spike(
         )
 
         def do_update(_: Any) -> tuple[Any, Any]:
-            return inner.update(updates, state.inner_state, params, **extra_args)
+            out: tuple[Any, Any] = inner.update(updates, state.inner_state, params, **extra_args)
+            return out
 
         def reject_update(_: Any) -> tuple[Any, Any]:
             return optax.tree.zeros_like(updates), state.inner_state

@@ -36,12 +36,13 @@ def _grads(params: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _norm(values: list[torch.Tensor], params: list[torch.Tensor], group: Any) -> torch.Tensor:
-    """anyclip's global 2-norm of ``values`` (reduced over ``group``); 0 without gradients."""
+    """Anyclip's global 2-norm of ``values`` (reduced over ``group``); 0 without gradients."""
     if not values and group is not None:
         return _join_group(2.0, "widest", group)
     if not values:
         return torch.zeros((), device=params[0].device if params else None)
-    return _local(_total_norm(values, 2.0, None, "widest", group, name="parameters"))
+    norm: torch.Tensor = _local(_total_norm(values, 2.0, None, "widest", group, name="parameters"))
+    return norm
 
 
 def _state_dtype(norm: torch.Tensor, dtype: Any) -> torch.dtype:
@@ -50,14 +51,29 @@ def _state_dtype(norm: torch.Tensor, dtype: Any) -> torch.dtype:
     return torch.promote_types(norm.dtype, torch.float32)
 
 
+# The state tensors are stored with a leading axis of length 1 and handed to the core as its
+# 0-d (or batch-shaped) views: torch.compile's inductor (torch 2.13, CPU) passes a 0-d float64
+# input by value, so an in-place write into it would be lost.
+
+
+def _store(h: History) -> History:
+    """``h`` as stored: every tensor with a leading axis of length 1."""
+    return History(*(t.reshape(1, *t.shape).clone() for t in h))
+
+
+def _view(stored: History) -> History:
+    """The history the core reads: the stored tensors without their leading axis (views)."""
+    return History(*(t[0] for t in stored))
+
+
 def _assign(target: History, new: History) -> None:
-    """Write ``new`` into ``target``'s tensors in place (their identity is kept)."""
+    """Write ``new`` into the stored tensors ``target`` in place (their identity is kept)."""
     for t, n in zip(target, new, strict=True):
-        t.copy_(n)
+        t.copy_(n.reshape(1, *n.shape))
 
 
 def _history_state(h: History | None) -> dict[str, Any]:
-    return {} if h is None else {k: v.clone() for k, v in zip(_FIELDS, h, strict=True)}
+    return {} if h is None else {k: v[0].clone() for k, v in zip(_FIELDS, h, strict=True)}
 
 
 def _load_history(state: dict[str, Any], h: History | None, name: str) -> History | None:
@@ -72,15 +88,16 @@ def _load_history(state: dict[str, Any], h: History | None, name: str) -> Histor
         raise KeyError(msg)
     loaded = History(*(torch.as_tensor(state[k]) for k in _FIELDS))
     if h is None:
-        return History(*(t.clone() for t in loaded))
+        return _store(loaded)
     for t, v in zip(h, loaded, strict=True):
-        if t.shape != v.shape:
+        if t.shape[1:] != v.shape:
             msg = (
                 f"`state_dict[{name!r}]` holds tensors of shape {tuple(v.shape)} where this "
-                f"object has {tuple(t.shape)}; build it with the same arguments as the saved one"
+                f"object has {tuple(t.shape[1:])}; build it with the same arguments as the "
+                "saved one"
             )
             raise ValueError(msg)
-        t.copy_(v)
+        t.copy_(v.reshape(t.shape))
     return h
 
 
@@ -164,13 +181,15 @@ skip_update_on_spike
         self.mode = _check_choice(mode, "mode", ("zscore", "percentile"))
         self.clip_option: str | None = None
         if self.mode == "zscore":
-            self.clip_option = _check_choice(clip_option, "clip_option", ("mean", "adaptive_scaling"))
+            self.clip_option = _check_choice(
+                clip_option, "clip_option", ("mean", "adaptive_scaling")
+            )
         self.clip_factor = float(clip_factor)
         self.skip_update_on_spike = bool(skip_update_on_spike)
         self.formula = _check_choice(formula, "formula", ("zclip", "tf"))
         self.group = group
         self.dtype = dtype
-        self.history: History | None = None
+        self._history: History | None = None
         self.threshold: torch.Tensor | None = None  # the last limit, for logging
 
     @torch.no_grad()
@@ -184,12 +203,13 @@ skip_update_on_spike
         values = _grads(params)
         norm = _norm(values, params, self.group)
         xp = namespace(norm)
-        if self.history is None:
+        if self._history is None:
             dt = _state_dtype(norm, self.dtype)
-            self.history = _history.init_history(xp, self.warmup_steps, dt, norm.device)
+            h = _history.init_history(xp, self.warmup_steps, dt, norm.device)
+            self._history = _store(h)
         out = _history.zclip_step(
             xp,
-            self.history,
+            _view(self._history),
             norm,
             alpha=self.alpha,
             z_thresh=self.z_thresh,
@@ -202,22 +222,30 @@ skip_update_on_spike
             skip_update_on_spike=self.skip_update_on_spike,
             formula=self.formula,
         )
-        _assign(self.history, out.history)
+        _assign(self._history, out.history)
         self.threshold = out.threshold
         _mul_(values, out.factor)
         return norm
 
+    @property
+    def history(self) -> History | None:
+        """The statistics: ``count`` of steps, EMA ``mean`` and ``var``, warm-up ``window``.
+
+        Device tensors, updated in place at each step; ``None`` before the first.
+        """
+        return None if self._history is None else _view(self._history)
+
     def state_dict(self) -> dict[str, Any]:
         """The statistics (``count``, ``mean``, ``var``, ``window``) as tensors (copies)."""
-        return _history_state(self.history)
+        return _history_state(self._history)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load what :meth:`state_dict` returned (into the existing tensors, if any)."""
-        self.history = _load_history(dict(state_dict), self.history, "history")
+        self._history = _load_history(dict(state_dict), self._history, "history")
 
 
 def _check_quantile(quantile: Any, history_length: Any) -> None:
-    """autoclip 0.2's checks, with anyclip's messages."""
+    """Autoclip 0.2's checks, with anyclip's messages."""
     if not isinstance(quantile, (float, torch.Tensor)):
         msg = f"`quantile` must be a float or a tensor (as autoclip), got {quantile!r}"
         raise TypeError(msg)
@@ -328,11 +356,10 @@ class QuantileClip:
         xp = namespace(norm)
         if self.global_history is None:
             dt = torch.promote_types(norm.dtype, torch.float32)
-            self.global_history = _history.init_history(
-                xp, self.history_length, dt, norm.device
-            )
+            h = _history.init_history(xp, self.history_length, dt, norm.device)
+            self.global_history = _store(h)
         factor, new = _history.quantile_step(
-            xp, self.global_history, norm, quantile=self.quantile, formula=self.formula
+            xp, _view(self.global_history), norm, quantile=self.quantile, formula=self.formula
         )
         _assign(self.global_history, new)
         _mul_(values, factor)
@@ -358,13 +385,12 @@ class QuantileClip:
         h = self.histories[i]
         xp = namespace(full)
         if h is None:
-            h = _history.init_history(
-                xp, int(g["history_length"]), dt, device, batch=(len(params),)
-            )
+            batch = (len(params),)
+            h = _store(_history.init_history(xp, int(g["history_length"]), dt, device, batch))
             self.histories[i] = h
         where = None if all(present) else torch.tensor(present, device=device)
         factors, new = _history.quantile_step(
-            xp, h, full, quantile=float(g["quantile"]), formula=self.formula, where=where
+            xp, _view(h), full, quantile=float(g["quantile"]), formula=self.formula, where=where
         )
         _assign(h, new)
         k = 0
@@ -448,15 +474,14 @@ class SkipOnSpike:
         xp = namespace(norm)
         dt = torch.promote_types(norm.dtype, torch.float32)
         if self.norms is None:
-            self.norms = _history.init_history(
-                xp, self.rolling_interval_length, dt, norm.device
-            )
+            length = self.rolling_interval_length
+            self.norms = _store(_history.init_history(xp, length, dt, norm.device))
             if self.on_loss:
-                self.losses = _history.init_history(
-                    xp, self.rolling_interval_length, dt, norm.device
-                )
+                self.losses = _store(_history.init_history(xp, length, dt, norm.device))
             zero = torch.zeros((), dtype=torch.int32, device=norm.device)
-            self.counters = {k: zero.clone() for k in ("notfinite_count", "total_notfinite", "skipped")}
+            self.counters = {
+                k: zero.clone() for k in ("notfinite_count", "total_notfinite", "skipped")
+            }
         if self.on_loss:
             if loss is None:
                 msg = "`loss` is needed at every step with on_loss=True; pass step(loss=loss)"
@@ -464,13 +489,13 @@ class SkipOnSpike:
             loss = torch.as_tensor(loss, device=norm.device).detach()
         d = _history.spike_step(
             xp,
-            self.norms,
+            _view(self.norms),
             norm,
             self.counters["notfinite_count"],
             self.counters["total_notfinite"],
             self.counters["skipped"],
             sigma_factor=self.sigma_factor,
-            losses=self.losses,
+            losses=None if self.losses is None else _view(self.losses),
             loss=loss if self.on_loss else None,
             max_consecutive_errors=self.max_consecutive_errors,
         )
@@ -505,9 +530,11 @@ class SkipOnSpike:
 
     @torch.no_grad()
     def before_step(self, *, loss: Any = None, grad_norm: torch.Tensor | None = None) -> Any:
-        """Decide and snapshot (the first half of :meth:`step`); returns what
-        :meth:`after_step` needs. Both halves compile with ``torch.compile(fullgraph=True)``;
-        torch's own ``Optimizer.step`` between them holds a deliberate graph break (not a sync).
+        """Decide and snapshot: the first half of :meth:`step`.
+
+        Returns what :meth:`after_step` needs. Both halves compile with
+        ``torch.compile(fullgraph=True)``; torch's own ``Optimizer.step`` between them holds a
+        deliberate graph break (``torch._dynamo.graph_break()``, not a host sync).
         """
         params = self._params()
         if grad_norm is None:
@@ -528,7 +555,7 @@ class SkipOnSpike:
 
     @torch.no_grad()
     def after_step(self, saved: Any) -> None:
-        """Undo the optimizer's step where it was to be skipped (the second half of :meth:`step`)."""
+        """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`."""
         skip, live, old_params, old_states = saved
         for p, old, old_state in zip(live, old_params, old_states, strict=True):
             p.copy_(torch.where(skip.to(p.device, non_blocking=True), old, p))
@@ -630,4 +657,3 @@ def skip_on_spike(
         max_consecutive_errors,
         group,
     )
-

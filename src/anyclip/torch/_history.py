@@ -454,6 +454,7 @@ class SkipOnSpike:
         self.norms: History | None = None
         self.losses: History | None = None
         self.counters: dict[str, torch.Tensor] = {}
+        self._buffers: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
         #: the last step's decision (a bool tensor: the step was taken), for logging
         self.last_step_applied: torch.Tensor | None = None
 
@@ -542,10 +543,10 @@ class SkipOnSpike:
         apply = self._decide(_local(grad_norm), loss)
         self.last_step_applied = apply
         live = [p for p in params if p.grad is not None]
-        saved = [p.detach().clone() for p in live]
+        saved = [self._snapshot(p, "\0param", p.detach()) for p in live]
         saved_state = [
             {
-                k: v.clone()
+                k: self._snapshot(p, k, v)
                 for k, v in self.optimizer.state.get(p, {}).items()
                 if isinstance(v, torch.Tensor)
             }
@@ -553,18 +554,30 @@ class SkipOnSpike:
         ]
         return torch.logical_not(apply), live, saved, saved_state
 
+    def _snapshot(self, p: torch.Tensor, key: str, value: torch.Tensor) -> torch.Tensor:
+        """``value`` copied into a buffer kept between steps (no allocation after the first)."""
+        buffers = self._buffers.setdefault(p, {})
+        buf = buffers.get(key)
+        if buf is None or buf.shape != value.shape or buf.dtype != value.dtype:
+            buf = torch.empty_like(value)
+            buffers[key] = buf
+        return buf.copy_(value)
+
     @torch.no_grad()
     def after_step(self, saved: Any) -> None:
         """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`."""
         skip, live, old_params, old_states = saved
         for p, old, old_state in zip(live, old_params, old_states, strict=True):
-            p.copy_(torch.where(skip.to(p.device, non_blocking=True), old, p))
+            torch.where(skip.to(p.device, non_blocking=True), old, p, out=p)
             for k, v in self.optimizer.state.get(p, {}).items():
                 if not isinstance(v, torch.Tensor):
                     continue
                 before = old_state.get(k)
-                kept = torch.zeros_like(v) if before is None else before
-                v.copy_(torch.where(skip.to(v.device, non_blocking=True), kept, v))
+                c = skip.to(v.device, non_blocking=True)
+                if before is None:  # created by this step: zeroed (Adam's initial state)
+                    v.copy_(torch.where(c, torch.zeros_like(v), v))
+                else:
+                    torch.where(c, before, v, out=v)
 
     def state_dict(self) -> dict[str, Any]:
         """``{"optimizer": the optimizer's state_dict, "skip": the histories and counters}``."""

@@ -458,3 +458,52 @@ def test_optax_checkpoint_round_trip_gives_the_same_next_step(backend, zclip_ref
             u2, s2 = update(g, s2, params)
             for a, b in zip(u1, u2, strict=True):
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+# ======================================================================= the core, every backend
+def test_core_zclip_and_spike_rules_on_every_backend(backend, zclip_ref, skip_ref):
+    # The one core function per rule, fed the references' own norms, on each array library
+    # (NumPy, array-api-strict, Dask, torch, JAX): zclip's EMA and OLMo-core's decisions.
+    from anyclip import _history
+
+    xp = backend.xp
+    kwargs = dict(
+        alpha=0.97,
+        z_thresh=2.5,
+        max_grad_norm=None,
+        eps=1e-6,
+        warmup_steps=25,
+        mode="zscore",
+        clip_option="adaptive_scaling",
+        clip_factor=1.0,
+        skip_update_on_spike=False,
+    )
+    h = _history.init_history(xp, 25, xp.float32, backend.device)
+    means = []
+    for n in zclip_ref["no-cap/norm"]:
+        h = _history.zclip_step(xp, h, backend.asarray(n, "float32"), **kwargs).history
+        means.append(backend.to_numpy(h.mean))
+    _close(
+        np.asarray(means)[24:], zclip_ref["no-cap/mean"][24:].astype("float32"), "float32", "mean"
+    )
+
+    seq, length, sigma, _, errors = sgen.CASES["nonfinite-give-up"]
+    g = skip_ref[f"{seq}/grads"].astype(np.float64)
+    norms = np.sqrt(np.sum(g * g, axis=1)).astype(np.float32)
+    hist = _history.init_history(xp, length, xp.float32, backend.device)
+    zero = backend.asarray(0, "int32")
+    counters = (zero, zero, zero)
+    applied = []
+    for n in norms:
+        d = _history.spike_step(
+            xp,
+            hist,
+            backend.asarray(n, "float32"),
+            *counters,
+            sigma_factor=sigma,
+            max_consecutive_errors=errors,
+        )
+        hist, counters = d.norms, (d.notfinite_count, d.total_notfinite, d.skipped)
+        applied.append(int(backend.to_numpy(d.apply)))
+    np.testing.assert_array_equal(applied, skip_ref["nonfinite-give-up/apply"])
+    assert int(backend.to_numpy(counters[2])) == skip_ref["nonfinite-give-up/skipped"][-1]

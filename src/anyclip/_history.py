@@ -25,12 +25,27 @@ The three rules and their references:
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
 
 from anyclip._core import global_scale
-from anyclip._numerics import constant
+from anyclip._numerics import constant, quiet
 from anyclip._typing import Namespace
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _quiet(fn: F) -> F:
+    """Run a rule without NumPy's inf/NaN warnings (a NaN z-score is part of the rules)."""
+
+    @functools.wraps(fn)
+    def wrapper(xp: Namespace, *args: Any, **kwargs: Any) -> Any:
+        with quiet(xp):
+            return fn(xp, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 __all__ = [
     "INT_MAX",
@@ -114,6 +129,7 @@ def _filled(xp: Namespace, h: History) -> tuple[Any, Any]:
     return n, slots < n[..., None]
 
 
+@_quiet
 def window_quantile(xp: Namespace, h: History, q: float) -> Any:
     """``torch.quantile(values, q)`` of the recorded values, over the window's last axis.
 
@@ -149,6 +165,7 @@ def _torch_factor(xp: Namespace, limit: Any, norm: Any) -> Any:
     return xp.minimum(limit / (norm + _c(xp, 1e-6, norm)), _c(xp, 1.0, norm))
 
 
+@_quiet
 def quantile_step(
     xp: Namespace,
     h: History,
@@ -185,6 +202,7 @@ class ZClipStep(NamedTuple):
     spike: Any
 
 
+@_quiet
 def zclip_step(
     xp: Namespace,
     h: History,
@@ -313,6 +331,7 @@ def _sigma_ok(xp: Namespace, h: History, x: Any, sigma: float) -> Any:
     return z <= _c(xp, sigma, z)
 
 
+@_quiet
 def spike_step(
     xp: Namespace,
     norms: History,

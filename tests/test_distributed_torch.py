@@ -36,6 +36,7 @@ SCENARIOS = (
     "elementwise",
     "accumulate",
     "tf_reference",
+    "history",
 )
 #: Seconds a world may run (starting torch in 4 processes on 2 cores included).
 TIMEOUT = 150

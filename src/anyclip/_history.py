@@ -47,6 +47,7 @@ def _quiet(fn: F) -> F:
 
     return wrapper  # type: ignore[return-value]
 
+
 __all__ = [
     "INT_MAX",
     "History",

@@ -554,6 +554,45 @@ def mesh1(world: int) -> Any:
 ULP_TF = 3
 
 
+def history(world: int, rank: int) -> None:
+    """ZClip, global QuantileClip and skip_on_spike with ``group=``: each rank owns some of the
+    parameters; every rank holds the same statistics, takes the same decisions, and the clipped
+    gradients are the one-process run's on all parameters (computed on every rank)."""
+    import anyclip.torch
+
+    shapes = [(5,), (3, 2), (4,), (2, 2)]
+    mine = [i for i in range(len(shapes)) if i % world == rank]
+    group = dist.group.WORLD
+
+    def run(indices: list[int], grp: Any) -> tuple[list[np.ndarray], list[float]]:
+        params = [torch.nn.Parameter(torch.zeros(shapes[i])) for i in indices]
+        zc = anyclip.torch.ZClip(max_grad_norm=None, warmup_steps=5, group=grp)
+        qc = anyclip.torch.QuantileClip(params, 0.8, 6, global_threshold=True, group=grp)
+        opt = anyclip.torch.skip_on_spike(torch.optim.SGD(params, lr=0.1), 24, 3.0, group=grp)
+        grads_out, stats = [], []
+        for step in range(30):
+            full = full_grads(shapes, seed=100 + step)
+            scale = 30.0 if step in (12, 22, 27) else 1.0
+            for p, i in zip(params, indices, strict=True):
+                p.grad = full[i] * scale
+            zc.step(params)
+            qc.step()
+            opt.step()
+            grads_out.append(np.concatenate([p.grad.numpy().ravel() for p in params]))
+            stats += [float(zc.history.mean), float(zc.threshold), int(opt.skipped)]
+        return grads_out, stats
+
+    ours, stats = run(mine, group)
+    same_on_every_rank(stats)
+    alone, alone_stats = run(list(range(len(shapes))), None)
+    assert alone_stats[-1] > 0, "no step was skipped: the case would not test the decision"
+    np.testing.assert_allclose(stats, alone_stats, rtol=1e-5)
+    offsets = np.cumsum([0] + [int(np.prod(s)) for s in shapes])
+    for got, want in zip(ours, alone, strict=True):
+        part = np.concatenate([want[offsets[i] : offsets[i + 1]] for i in mine])
+        np.testing.assert_allclose(got, part, rtol=1e-5, atol=1e-30)
+
+
 def _tf_cases() -> list[tuple[str, list[np.ndarray], np.ndarray]]:
     """The float32 global_norm cases of the conformance data whose items are all arrays."""
     # from the installed anyclip-conformance (as the tests read it), not from a checkout's
@@ -618,6 +657,7 @@ SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "tf_reference": tf_reference,
     "nonfinite": nonfinite,
     "groups": groups,
+    "history": history,
 }
 
 

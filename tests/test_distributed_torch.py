@@ -40,6 +40,7 @@ SCENARIOS = (
     "tf_reference",
     "nonfinite",
     "groups",
+    "history",
 )
 #: Seconds a world may run (starting torch in 4 processes on 2 cores included).
 TIMEOUT = 150

@@ -39,6 +39,14 @@ from __future__ import annotations
 from anyclip.optax._adaptive import adaptive_grad_clip, clip_by_block_rms
 from anyclip.optax._constraints import constrain
 from anyclip.optax._scheduled import ScheduledClipState
+from anyclip.optax._history import (
+    QuantileClipState,
+    SkipOnSpikeState,
+    ZClipState,
+    quantile_clip,
+    skip_on_spike,
+    zclip,
+)
 from anyclip.optax._tf_clip import (
     ClipByGlobalNormState,
     clip,
@@ -53,10 +61,16 @@ __all__ = [
     "ScheduledClipState",
     "adaptive_grad_clip",
     "clip_by_block_rms",
+    "QuantileClipState",
+    "SkipOnSpikeState",
+    "ZClipState",
     "clip_by_global_norm",
     "clip_by_norm",
     "clip",
     "constrain",
     "clip_by_value",
     "keras_clipping",
+    "quantile_clip",
+    "skip_on_spike",
+    "zclip",
 ]

@@ -46,9 +46,13 @@ from anyclip.torch._clip_grad import (
     keras_clipping,
 )
 from anyclip.torch._constraints import constrain_, constrain_after_step
+from anyclip.torch._history import QuantileClip, SkipOnSpike, ZClip, skip_on_spike
 
 __all__ = [
     "NonfiniteNormError",
+    "QuantileClip",
+    "SkipOnSpike",
+    "ZClip",
     "adaptive_clip_grad_",
     "clip_grad_by_norm_",
     "clip_grad_by_value_",
@@ -59,4 +63,5 @@ __all__ = [
     "constrain_after_step",
     "get_total_norm",
     "keras_clipping",
+    "skip_on_spike",
 ]

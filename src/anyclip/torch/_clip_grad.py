@@ -367,6 +367,11 @@ def _scale_(
     at_inf = unclipped_at_inf and not finite_number(max_norm, xp, total_norm.dtype)
     c = as_operand(max_norm, xp, total_norm, "max_norm", cast_arrays=True)
     scale = _core.global_scale(xp, c, total_norm, policy, unclipped_at_inf=at_inf)
+    _mul_(values, scale, foreach)
+
+
+def _mul_(values: list[torch.Tensor], scale: torch.Tensor, foreach: bool | None = None) -> None:
+    """Multiply every tensor of ``values`` in place by the 0-d ``scale``, cast to its dtype."""
     shards = [_local(v) for v in values]  # DTensors scaled shard by shard, in place
     for (device, dtype), grp in _by_device_and_dtype(shards).items():
         s = scale.to(device=device, dtype=dtype, non_blocking=True)

@@ -1,0 +1,389 @@
+"""Norm history and the rules built on it: ZClip, AutoClip's quantile, skip on spike.
+
+Layer: array-API core, beside :mod:`anyclip._core`. Every function is pure (a :class:`History`
+in, a new one out), takes the namespace ``xp`` first and device arrays only: no Python ``if``
+on an array value and no host read, so one training step runs under ``jax.jit`` and
+``torch.compile(fullgraph=True)``. The numbers fed in are the *reduced* norms (the global norm
+:func:`anyclip.global_norm` computes, all-reduced over the group), so every process holds the
+same history and takes the same decision. The adapters (:mod:`anyclip.torch`,
+:mod:`anyclip.optax`) store the state, compute the norm and call these functions; they hold no
+formula of their own.
+
+The three rules and their references:
+
+- :func:`zclip_step`: ``zclip`` 1.0's ``ZClip.step`` (EMA mean and variance after a warm-up,
+  a z-score or percentile threshold, its ``max / (norm + 1e-6)`` factor);
+- :func:`quantile_step`: ``autoclip`` 0.2's ``QuantileClip`` (the threshold is
+  ``torch.quantile`` of the recorded norms, linear interpolation, NaN if any is NaN; torch's
+  ``clip_grad_norm_`` factor);
+- :func:`spike_step`: OLMo-core's ``SkipStepOptimizer.get_step_factor`` (skip when the value is
+  more than ``sigma_factor`` unbiased standard deviations away from the mean of the previous
+  ``rolling_interval_length`` values, once ``max(20, length // 2)`` values are seen) together
+  with ``optax.apply_if_finite`` (skip a non-finite step, give up after
+  ``max_consecutive_errors``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
+
+from anyclip._core import global_scale
+from anyclip._numerics import constant, quiet
+from anyclip._typing import Namespace
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _quiet(fn: F) -> F:
+    """Run a rule without NumPy's inf/NaN warnings (a NaN z-score is part of the rules)."""
+
+    @functools.wraps(fn)
+    def wrapper(xp: Namespace, *args: Any, **kwargs: Any) -> Any:
+        with quiet(xp):
+            return fn(xp, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+__all__ = [
+    "INT_MAX",
+    "History",
+    "SpikeDecision",
+    "init_history",
+    "quantile_step",
+    "record",
+    "spike_step",
+    "ZClipStep",
+    "window_quantile",
+    "zclip_step",
+]
+
+#: The largest count: counters saturate there instead of wrapping (``optax.safe_increment``).
+INT_MAX = 2**31 - 1
+
+
+class History(NamedTuple):
+    """A norm history: device arrays of one batch shape ``b`` (``()`` for one norm).
+
+    ``count`` (int32, shape ``b``): how many values were recorded (saturates at 2**31 - 1).
+    ``mean`` and ``var`` (shape ``b``): an exponential moving mean and variance (ZClip).
+    ``window`` (shape ``b + (length,)``): the last ``length`` recorded values, a ring buffer
+    whose slot ``count % length`` is written next.
+    """
+
+    count: Any
+    mean: Any
+    var: Any
+    window: Any
+
+
+def _c(xp: Namespace, value: float, like: Any) -> Any:
+    return constant(xp, value, like.dtype, like)
+
+
+def _inc(xp: Namespace, count: Any) -> Any:
+    return xp.where(count < _c(xp, INT_MAX, count), count + _c(xp, 1, count), count)
+
+
+def init_history(
+    xp: Namespace, length: int, dtype: Any, device: Any = None, batch: tuple[int, ...] = ()
+) -> History:
+    """An empty :class:`History` holding ``length`` values (at least 1) per batch entry."""
+    n = max(int(length), 1)
+    zeros = xp.zeros(batch, dtype=dtype, device=device)
+    return History(
+        count=xp.zeros(batch, dtype=xp.int32, device=device),
+        mean=zeros,
+        var=xp.zeros(batch, dtype=dtype, device=device),
+        window=xp.zeros((*batch, n), dtype=dtype, device=device),
+    )
+
+
+def record(xp: Namespace, h: History, value: Any, where: Any = None) -> History:
+    """``h`` with ``value`` written into the window's next slot (only where ``where``)."""
+    length = h.window.shape[-1]
+    slots = xp.arange(length, dtype=h.count.dtype, device=_device(h.window))
+    slot = h.count % _c(xp, length, h.count)
+    v = xp.astype(value, h.window.dtype)
+    window = xp.where(slots == slot[..., None], v[..., None], h.window)
+    count = _inc(xp, h.count)
+    if where is not None:
+        window = xp.where(where[..., None], window, h.window)
+        count = xp.where(where, count, h.count)
+    return History(count, h.mean, h.var, window)
+
+
+def _device(x: Any) -> Any:
+    from anyclip._compat import device
+
+    return device(x)
+
+
+def _filled(xp: Namespace, h: History) -> tuple[Any, Any]:
+    """The number of values in the window (``min(count, length)``) and the mask of them."""
+    length = h.window.shape[-1]
+    n = xp.minimum(h.count, _c(xp, length, h.count))
+    slots = xp.arange(length, dtype=h.count.dtype, device=_device(h.window))
+    return n, slots < n[..., None]
+
+
+@_quiet
+def window_quantile(xp: Namespace, h: History, q: float) -> Any:
+    """``torch.quantile(values, q)`` of the recorded values, over the window's last axis.
+
+    torch's ``"linear"`` rule, op for op: rank ``q * (n - 1)`` in the values' dtype, the values
+    at its floor and ceiling, ``torch.lerp`` between them; NaN if any value is NaN. The value
+    for an empty window is meaningless (callers select another).
+    """
+    w = h.window
+    n, valid = _filled(xp, h)
+    inf = _c(xp, math.inf, w)
+    ordered = xp.sort(xp.where(valid, w, inf), axis=-1)
+    last = xp.astype(xp.maximum(n - _c(xp, 1, n), _c(xp, 0, n)), w.dtype)
+    rank = _c(xp, q, w) * last
+    lo = xp.floor(rank)
+    hi = xp.ceil(rank)
+    slots = xp.astype(xp.arange(w.shape[-1], device=_device(w)), w.dtype)
+    zero = _c(xp, 0.0, w)
+    below = xp.sum(xp.where(slots == lo[..., None], ordered, zero), axis=-1)
+    above = xp.sum(xp.where(slots == hi[..., None], ordered, zero), axis=-1)
+    weight = rank - lo
+    one = _c(xp, 1.0, w)
+    lerp = xp.where(
+        weight < _c(xp, 0.5, w),
+        below + weight * (above - below),
+        above - (above - below) * (one - weight),
+    )
+    has_nan = xp.any(xp.logical_and(valid, xp.isnan(w)), axis=-1)
+    return xp.where(has_nan, _c(xp, math.nan, w), lerp)
+
+
+def _torch_factor(xp: Namespace, limit: Any, norm: Any) -> Any:
+    """Torch's ``clip_grad_norm_`` factor: ``clamp(limit / (norm + 1e-6), max=1)``."""
+    return xp.minimum(limit / (norm + _c(xp, 1e-6, norm)), _c(xp, 1.0, norm))
+
+
+@_quiet
+def quantile_step(
+    xp: Namespace,
+    h: History,
+    norm: Any,
+    *,
+    quantile: float,
+    formula: str = "torch",
+    where: Any = None,
+) -> tuple[Any, History]:
+    """One step of AutoClip's ``QuantileClip``: the factor for the gradients, the new history.
+
+    The threshold is :func:`window_quantile` of the norms recorded so far (``inf`` before the
+    first); the factor is torch's ``clip_grad_norm_`` one (``formula="torch"``, autoclip's) or
+    TF's ``clip_by_global_norm`` one (``formula="tf"``); then the pre-clip ``norm`` is recorded.
+    Works elementwise over a batch of histories (one per parameter); ``where`` (bool, the
+    batch shape) records only the entries that had a gradient.
+    """
+    norm = xp.astype(norm, h.window.dtype)
+    inf = _c(xp, math.inf, norm)
+    threshold = xp.where(h.count == _c(xp, 0, h.count), inf, window_quantile(xp, h, quantile))
+    if formula == "tf":
+        factor = global_scale(xp, threshold, norm, "tf", unclipped_at_inf=True)
+    else:
+        factor = _torch_factor(xp, threshold, norm)
+    return factor, record(xp, h, norm, where=where)
+
+
+class ZClipStep(NamedTuple):
+    """What :func:`zclip_step` returns: factor, new history, threshold, spike flag."""
+
+    factor: Any
+    history: History
+    threshold: Any
+    spike: Any
+
+
+@_quiet
+def zclip_step(
+    xp: Namespace,
+    h: History,
+    norm: Any,
+    *,
+    alpha: float,
+    z_thresh: float,
+    max_grad_norm: float | None,
+    eps: float,
+    warmup_steps: int,
+    mode: str,
+    clip_option: str | None,
+    clip_factor: float,
+    skip_update_on_spike: bool,
+    formula: str = "zclip",
+) -> ZClipStep:
+    """One step of ``zclip`` 1.0's ``ZClip.step`` on the pre-clip global ``norm``.
+
+    ``h.window`` holds the warm-up norms (its length is ``max(warmup_steps, 1)``, as zclip
+    initialises after its first step when ``warmup_steps`` is 0). During warm-up the factor is
+    torch's ``clip_grad_norm_(max_grad_norm)`` one; at its last step the EMA starts from the
+    mean and population variance of the warm-up norms. After it: zclip's threshold (z-score
+    with ``adaptive_scaling`` or ``mean``, or ``percentile``), the effective limit
+    ``min(threshold or norm, max_grad_norm)`` with Python's ``min`` rule (a NaN first operand
+    wins), the factor ``limit / (norm + 1e-6)`` where ``norm > limit`` (``formula="zclip"``) or
+    TF's factor (``formula="tf"``), and the EMA update with the threshold (or the norm), skipped
+    on a spike when ``skip_update_on_spike``.
+    """
+    dtype = h.mean.dtype
+    x = xp.astype(norm, dtype)
+    one = _c(xp, 1.0, x)
+    warm_len = h.window.shape[-1]
+    warm = h.count < _c(xp, warm_len, h.count)
+
+    # warm-up: record, initialise at the last warm-up step
+    rec = record(xp, h, x, where=warm)
+    starts = xp.logical_and(warm, rec.count == _c(xp, warm_len, rec.count))
+    n = _c(xp, float(warm_len), x)
+    mean0 = xp.sum(rec.window, axis=-1) / n
+    var0 = xp.sum((rec.window - mean0[..., None]) ** 2, axis=-1) / n
+    if max_grad_norm is None:
+        warm_factor = one
+        warm_limit = _c(xp, math.inf, x)
+    else:
+        warm_limit = _c(xp, max_grad_norm, x)
+        if formula == "tf":
+            warm_factor = global_scale(xp, warm_limit, x, "tf")
+        else:
+            warm_factor = _torch_factor(xp, warm_limit, x)
+
+    # after warm-up: zclip's threshold and factor
+    mean, var = h.mean, h.var
+    std = var**0.5
+    zt = _c(xp, z_thresh, x)
+    if mode == "percentile":
+        clip_val = mean + zt * std
+        spike = x > clip_val
+    else:
+        z = (x - mean) / (std + _c(xp, eps, x))
+        spike = z > zt
+        if clip_option == "mean":
+            clip_val = mean
+        else:
+            eta = z / zt
+            clip_val = (mean + (zt * std) / eta) * _c(xp, clip_factor, x)
+    adaptive = xp.where(spike, clip_val, x)
+    if max_grad_norm is None:
+        limit = adaptive
+    else:
+        m = _c(xp, max_grad_norm, x)
+        limit = xp.where(m < adaptive, m, adaptive)  # Python's min(adaptive, m)
+    if formula == "tf":
+        factor = global_scale(xp, limit, x, "tf")
+    else:
+        factor = xp.where(x > limit, limit / (x + _c(xp, 1e-6, x)), one)
+    a = _c(xp, alpha, x)
+    new_mean = a * mean + (one - a) * adaptive
+    new_var = a * var + (one - a) * (adaptive - new_mean) ** 2
+    if skip_update_on_spike:
+        new_mean = xp.where(spike, mean, new_mean)
+        new_var = xp.where(spike, var, new_var)
+
+    history = History(
+        count=xp.where(warm, rec.count, _inc(xp, h.count)),
+        mean=xp.where(warm, xp.where(starts, mean0, mean), new_mean),
+        var=xp.where(warm, xp.where(starts, var0, var), new_var),
+        window=rec.window,
+    )
+    return ZClipStep(
+        factor=xp.where(warm, warm_factor, factor),
+        history=history,
+        threshold=xp.where(warm, warm_limit, limit),
+        spike=xp.logical_and(xp.logical_not(warm), spike),
+    )
+
+
+class SpikeDecision(NamedTuple):
+    """What :func:`spike_step` returns.
+
+    ``apply`` (bool): take the step. ``finite``: the norm (and loss) were finite.
+    ``spike``: a finite step the sigma rule refused. ``norms`` and ``losses``: the new histories
+    (only finite steps are recorded). ``notfinite_count``, ``total_notfinite``, ``skipped``
+    (int32): consecutive and total non-finite steps (``optax.apply_if_finite``'s counters) and
+    all steps not taken.
+    """
+
+    apply: Any
+    finite: Any
+    spike: Any
+    norms: History
+    losses: History | None
+    notfinite_count: Any
+    total_notfinite: Any
+    skipped: Any
+
+
+def _sigma_ok(xp: Namespace, h: History, x: Any, sigma: float) -> Any:
+    """OLMo-core's test: ``|x - mean| / std <= sigma`` over the window (``std_mean``, unbiased)."""
+    n, valid = _filled(xp, h)
+    nf = xp.astype(n, h.window.dtype)
+    zero = _c(xp, 0.0, h.window)
+    mean = xp.sum(xp.where(valid, h.window, zero), axis=-1) / nf
+    dev = xp.where(valid, h.window - mean[..., None], zero)
+    std = xp.sqrt(xp.sum(dev * dev, axis=-1) / (nf - _c(xp, 1.0, nf)))
+    z = xp.abs(x - mean) / std
+    return z <= _c(xp, sigma, z)
+
+
+@_quiet
+def spike_step(
+    xp: Namespace,
+    norms: History,
+    norm: Any,
+    notfinite_count: Any,
+    total_notfinite: Any,
+    skipped: Any,
+    *,
+    sigma_factor: float,
+    losses: History | None = None,
+    loss: Any = None,
+    max_consecutive_errors: int | None = None,
+) -> SpikeDecision:
+    """Decide whether to take a step: OLMo-core's sigma rule and ``optax.apply_if_finite``.
+
+    A step whose ``norm`` (or ``loss``) is inf or NaN is not taken, unless more than
+    ``max_consecutive_errors`` such steps came in a row (optax's rule; ``None``: never), and is
+    not recorded. A finite step is recorded; while fewer than ``max(20, length // 2)`` values
+    (this one included) are recorded it is taken, after that only if its norm (and loss) lie
+    within ``sigma_factor`` unbiased standard deviations of the mean of the previous ``length``
+    values (OLMo-core's ``get_step_factor``: ``<=``, so a NaN z-score refuses the step).
+    """
+    x = xp.astype(norm, norms.window.dtype)
+    finite = xp.isfinite(x)
+    if losses is not None:
+        lv = xp.astype(loss, losses.window.dtype)
+        finite = xp.logical_and(finite, xp.isfinite(lv))
+    length = norms.window.shape[-1]
+    # OLMo-core keeps at most length + 1 values (this one included) and tests that number
+    seen = xp.minimum(norms.count, _c(xp, length, norms.count)) + _c(xp, 1, norms.count)
+    warm = seen < _c(xp, max(20, length // 2), norms.count)
+    ok = _sigma_ok(xp, norms, x, sigma_factor)
+    new_losses = None
+    if losses is not None:
+        ok = xp.logical_and(ok, _sigma_ok(xp, losses, lv, sigma_factor))
+        new_losses = record(xp, losses, lv, where=finite)
+    passes = xp.logical_or(warm, ok)
+    zero = _c(xp, 0, notfinite_count)
+    consecutive = xp.where(finite, zero, _inc(xp, notfinite_count))
+    if max_consecutive_errors is None:
+        give_up = xp.zeros_like(finite)
+    else:
+        give_up = consecutive > _c(xp, max_consecutive_errors, consecutive)
+    apply = xp.where(finite, passes, give_up)
+    return SpikeDecision(
+        apply=apply,
+        finite=finite,
+        spike=xp.logical_and(finite, xp.logical_not(passes)),
+        norms=record(xp, norms, x, where=finite),
+        losses=new_losses,
+        notfinite_count=consecutive,
+        total_notfinite=xp.where(finite, total_notfinite, _inc(xp, total_notfinite)),
+        skipped=xp.where(apply, skipped, _inc(xp, skipped)),
+    )

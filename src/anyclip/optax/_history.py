@@ -1,0 +1,387 @@
+"""Norm-history rules for optax: :func:`zclip`, :func:`quantile_clip`, :func:`skip_on_spike`.
+
+Layer: public adapter over :mod:`anyclip._history` (the formulas) and
+:func:`anyclip.tree.global_norm`; :mod:`anyclip.optax` re-exports the names in ``__all__``.
+Each state is a ``NamedTuple`` of arrays (a pytree: checkpointable, ``jit``-able); the whole
+update runs under ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from anyclip import _clip, _history, tree
+from anyclip._history import History
+from anyclip.optax._tf_clip import _norm_dtype
+
+__all__ = [
+    "QuantileClipState",
+    "SkipOnSpikeState",
+    "ZClipState",
+    "quantile_clip",
+    "skip_on_spike",
+    "zclip",
+]
+
+
+def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value.lower() not in choices:
+        msg = f"`{name}` must be one of {choices}, got {value!r}"
+        raise ValueError(msg)
+    return value.lower()
+
+
+def _state_dtype(params: Any) -> Any:
+    return jnp.promote_types(_norm_dtype(params, "widest"), jnp.float32)
+
+
+def _scale(updates: Any, factor: Any) -> Any:
+    return jax.tree.map(lambda u: None if u is None else u * factor.astype(u.dtype), updates)
+
+
+class ZClipState(NamedTuple):
+    """State of :func:`zclip`: the norm history (count, EMA mean and variance, warm-up norms).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import anyclip.optax
+    >>> state = anyclip.optax.zclip(warmup_steps=3).init({"w": jnp.zeros(2)})
+    >>> state.history.window.shape
+    (3,)
+    """
+
+    history: History
+
+
+def zclip(
+    alpha: float = 0.97,
+    z_thresh: float = 2.5,
+    max_grad_norm: float | None = 1.0,
+    eps: float = 1e-6,
+    warmup_steps: int = 25,
+    mode: str = "zscore",
+    clip_option: str = "adaptive_scaling",
+    clip_factor: float = 1.0,
+    skip_update_on_spike: bool = False,
+    *,
+    formula: str = "zclip",
+    group: str | tuple[str, ...] | None = None,
+) -> optax.GradientTransformation:
+    """ZClip (``zclip`` 1.0's arguments and numbers) as an optax transformation.
+
+    The rule of :class:`anyclip.torch.ZClip`, on the global norm of the updates
+    (:func:`anyclip.tree.global_norm`): clipped to ``max_grad_norm`` during ``warmup_steps``,
+    then to zclip's adaptive threshold from the EMA mean and variance of the norm.
+
+    Parameters
+    ----------
+    alpha, z_thresh, max_grad_norm, eps, warmup_steps, mode, clip_option, clip_factor, \
+skip_update_on_spike
+        zclip 1.0's arguments, with its defaults and meaning.
+    formula : {"zclip", "tf"}, optional
+        zclip's factor ``limit / (norm + 1e-6)`` (default) or TF's ``clip_by_global_norm``.
+    group : str or tuple of str, optional
+        Inside ``shard_map`` or ``pmap``: the axis name(s) the updates are split over; the
+        norm (and so the state) is then the global one on every device.
+
+    Returns
+    -------
+    optax.GradientTransformation
+        Its state is a :class:`ZClipState`.
+
+    See Also
+    --------
+    zclip.ZClip : the reference; anyclip.torch.ZClip : the torch drop-in.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import anyclip.optax
+    >>> tx = anyclip.optax.zclip(warmup_steps=2, max_grad_norm=None)
+    >>> state = tx.init(jnp.zeros(2))
+    >>> for g in ([3.0, 4.0], [0.6, 0.8], [30.0, 40.0]):
+    ...     u, state = tx.update(jnp.array(g), state)
+    >>> u
+    Array([2.1191492, 2.8255322], dtype=float32)
+    """
+    m = _check_choice(mode, "mode", ("zscore", "percentile"))
+    option = None
+    if m == "zscore":
+        option = _check_choice(clip_option, "clip_option", ("mean", "adaptive_scaling"))
+    f = _check_choice(formula, "formula", ("zclip", "tf"))
+    cap = None if max_grad_norm is None else float(max_grad_norm)
+
+    def init_fn(params: Any) -> ZClipState:
+        return ZClipState(_history.init_history(jnp, int(warmup_steps), _state_dtype(params)))
+
+    def update_fn(updates: Any, state: ZClipState, params: Any = None) -> tuple[Any, ZClipState]:
+        del params
+        norm = tree.global_norm(updates, group=group)
+        out = _history.zclip_step(
+            jnp,
+            state.history,
+            norm,
+            alpha=float(alpha),
+            z_thresh=float(z_thresh),
+            max_grad_norm=cap,
+            eps=float(eps),
+            warmup_steps=int(warmup_steps),
+            mode=m,
+            clip_option=option,
+            clip_factor=float(clip_factor),
+            skip_update_on_spike=bool(skip_update_on_spike),
+            formula=f,
+        )
+        return _scale(updates, out.factor), ZClipState(out.history)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+class QuantileClipState(NamedTuple):
+    """State of :func:`quantile_clip`: the norm history, one row per leaf (or one, global).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import anyclip.optax
+    >>> tx = anyclip.optax.quantile_clip(history_length=4)
+    >>> tx.init({"a": jnp.zeros(2), "b": jnp.zeros(3)}).history.window.shape
+    (2, 4)
+    """
+
+    history: History
+
+
+def quantile_clip(
+    quantile: float = 0.9,
+    history_length: int = 1000,
+    global_threshold: bool = False,
+    *,
+    formula: str = "torch",
+    group: str | tuple[str, ...] | None = None,
+) -> optax.GradientTransformation:
+    """AutoClip (``autoclip`` 0.2's ``QuantileClip`` numbers) as an optax transformation.
+
+    Each leaf is clipped to the ``quantile`` of its last ``history_length`` pre-clip norms
+    (or, with ``global_threshold=True``, the global norm to that of its history), as
+    :class:`anyclip.torch.QuantileClip`; the history is a fixed-size buffer in the state.
+
+    Parameters
+    ----------
+    quantile : float, optional
+        Between 0 and 1.
+    history_length : int, optional
+        How many past norms are kept (at least 1).
+    global_threshold : bool, optional
+        Clip the global norm instead of each leaf's.
+    formula : {"torch", "tf"}, optional
+        torch's ``clip_grad_norm_`` factor (default, autoclip's) or TF's.
+    group : str or tuple of str, optional
+        With ``global_threshold=True`` inside ``shard_map``/``pmap``: the axis name(s).
+
+    Returns
+    -------
+    optax.GradientTransformation
+        Its state is a :class:`QuantileClipState`.
+
+    See Also
+    --------
+    autoclip.torch.QuantileClip : the reference; anyclip.torch.QuantileClip : torch's.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import anyclip.optax
+    >>> tx = anyclip.optax.quantile_clip(quantile=0.5, history_length=10)
+    >>> state = tx.init(jnp.zeros(2))
+    >>> for g in ([3.0, 4.0], [6.0, 8.0], [30.0, 40.0]):
+    ...     u, state = tx.update(jnp.array(g), state)
+    >>> u
+    Array([4.5, 6. ], dtype=float32)
+    """
+    if not isinstance(quantile, float) or not 0.0 <= quantile <= 1.0:
+        msg = f"`quantile` must be a float in [0, 1], got {quantile!r}"
+        raise ValueError(msg)
+    if not isinstance(history_length, int) or history_length <= 0:
+        msg = f"`history_length` must be an int greater than zero, got {history_length!r}"
+        raise ValueError(msg)
+    f = _check_choice(formula, "formula", ("torch", "tf"))
+
+    def init_fn(params: Any) -> QuantileClipState:
+        leaves = [leaf for leaf in tree.flatten(params)[0] if leaf is not None]
+        batch = () if global_threshold else (len(leaves),)
+        return QuantileClipState(
+            _history.init_history(jnp, history_length, _state_dtype(params), batch=batch)
+        )
+
+    def update_fn(
+        updates: Any, state: QuantileClipState, params: Any = None
+    ) -> tuple[Any, QuantileClipState]:
+        del params
+        h = state.history
+        if global_threshold:
+            norm = tree.global_norm(updates, group=group)
+            factor, new = _history.quantile_step(jnp, h, norm, quantile=quantile, formula=f)
+            return _scale(updates, factor), QuantileClipState(new)
+        leaves, unflatten = tree.flatten(updates)
+        present = [leaf for leaf in leaves if leaf is not None]
+        norms = jnp.stack([_clip.global_norm([leaf]).astype(h.window.dtype) for leaf in present])
+        factors, new = _history.quantile_step(jnp, h, norms, quantile=quantile, formula=f)
+        it = iter(range(len(present)))
+        scaled = [
+            None if leaf is None else leaf * factors[next(it)].astype(leaf.dtype) for leaf in leaves
+        ]
+        return unflatten(scaled), QuantileClipState(new)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+class SkipOnSpikeState(NamedTuple):
+    """State of :func:`skip_on_spike`.
+
+    ``norms`` (and ``losses`` with ``on_loss=True``, else ``None``): the recorded norms.
+    ``notfinite_count``, ``last_finite``, ``total_notfinite``: ``optax.apply_if_finite``'s.
+    ``skipped``: all steps skipped (spikes and non-finite), for logging. ``inner_state``: the
+    wrapped transformation's, unchanged by a skipped step.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import optax
+    >>> import anyclip.optax
+    >>> tx = anyclip.optax.skip_on_spike(optax.sgd(0.1))
+    >>> int(tx.init(jnp.zeros(2)).skipped)
+    0
+    """
+
+    norms: History
+    losses: History | None
+    notfinite_count: Any
+    last_finite: Any
+    total_notfinite: Any
+    skipped: Any
+    inner_state: Any
+
+
+def skip_on_spike(
+    inner: optax.GradientTransformation,
+    rolling_interval_length: int = 128,
+    sigma_factor: float = 6,
+    *,
+    on_loss: bool = False,
+    max_consecutive_errors: int | None = None,
+    group: str | tuple[str, ...] | None = None,
+) -> optax.GradientTransformationExtraArgs:
+    """Skip ``inner``'s update on a norm (or loss) spike or a non-finite norm.
+
+    The rule of :func:`anyclip.torch.skip_on_spike`: OLMo-core's ``SkipStepOptimizer`` (more
+    than ``sigma_factor`` standard deviations from the mean of the previous
+    ``rolling_interval_length`` values, once ``max(20, rolling_interval_length // 2)`` are seen)
+    and ``optax.apply_if_finite`` (a non-finite norm or loss; give up after
+    ``max_consecutive_errors`` in a row). A skipped step returns zero updates and keeps
+    ``inner``'s state (``lax.cond``, as ``apply_if_finite``). "Non-finite" is read from the
+    global norm of the updates, which is inf or NaN whenever an update is (and also when finite
+    updates overflow the sum of squares, which ``apply_if_finite`` lets through).
+
+    Parameters
+    ----------
+    inner : optax.GradientTransformation
+        The transformation to wrap (extra arguments are passed on to it).
+    rolling_interval_length : int, optional
+        The window of past values (at least 2).
+    sigma_factor : float, optional
+        How many standard deviations from the mean a value may lie.
+    on_loss : bool, optional
+        Also test the loss: ``update(..., loss=loss)``.
+    max_consecutive_errors : int, optional
+        Accept the update after this many non-finite ones in a row; ``None``: never.
+    group : str or tuple of str, optional
+        Inside ``shard_map``/``pmap``: the axis name(s) the norm is reduced over.
+
+    Returns
+    -------
+    optax.GradientTransformationExtraArgs
+        Its state is a :class:`SkipOnSpikeState`.
+
+    See Also
+    --------
+    optax.apply_if_finite, anyclip.torch.skip_on_spike
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> import optax
+    >>> import anyclip.optax
+    >>> tx = anyclip.optax.skip_on_spike(optax.sgd(0.1))
+    >>> state = tx.init(jnp.zeros(2))
+    >>> u, state = tx.update(jnp.array([jnp.nan, 1.0]), state)
+    >>> u, state.skipped
+    (Array([0., 0.], dtype=float32), Array(1, dtype=int32))
+    """
+    if int(rolling_interval_length) < 2:
+        msg = (
+            "`rolling_interval_length` must be at least 2 (a standard deviation needs two "
+            f"values), got {rolling_interval_length!r}"
+        )
+        raise ValueError(msg)
+    length = int(rolling_interval_length)
+    inner = optax.with_extra_args_support(inner)
+
+    def init_fn(params: Any) -> SkipOnSpikeState:
+        dt = _state_dtype(params)
+        zero = jnp.zeros([], jnp.int32)
+        return SkipOnSpikeState(
+            norms=_history.init_history(jnp, length, dt),
+            losses=_history.init_history(jnp, length, dt) if on_loss else None,
+            notfinite_count=zero,
+            last_finite=jnp.array(True),
+            total_notfinite=zero,
+            skipped=zero,
+            inner_state=inner.init(params),
+        )
+
+    def update_fn(
+        updates: Any, state: SkipOnSpikeState, params: Any = None, **extra_args: Any
+    ) -> tuple[Any, SkipOnSpikeState]:
+        loss = extra_args.pop("loss", None)
+        if on_loss and loss is None:
+            msg = "`loss` is needed at every update with on_loss=True; pass update(..., loss=loss)"
+            raise TypeError(msg)
+        norm = tree.global_norm(updates, group=group)
+        d = _history.spike_step(
+            jnp,
+            state.norms,
+            norm,
+            state.notfinite_count,
+            state.total_notfinite,
+            state.skipped,
+            sigma_factor=float(sigma_factor),
+            losses=state.losses,
+            loss=None if loss is None else jnp.asarray(loss),
+            max_consecutive_errors=max_consecutive_errors,
+        )
+
+        def do_update(_: Any) -> tuple[Any, Any]:
+            out: tuple[Any, Any] = inner.update(updates, state.inner_state, params, **extra_args)
+            return out
+
+        def reject_update(_: Any) -> tuple[Any, Any]:
+            return optax.tree.zeros_like(updates), state.inner_state
+
+        new_updates, inner_state = jax.lax.cond(d.apply, do_update, reject_update, None)
+        return new_updates, SkipOnSpikeState(
+            norms=d.norms,
+            losses=d.losses,
+            notfinite_count=d.notfinite_count,
+            last_finite=d.finite,
+            total_notfinite=d.total_notfinite,
+            skipped=d.skipped,
+            inner_state=inner_state,
+        )
+
+    return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -1,0 +1,672 @@
+"""Norm-history rules for torch: :class:`ZClip`, :class:`QuantileClip`, :func:`skip_on_spike`.
+
+Layer: public adapter over :mod:`anyclip._history` (the formulas) and anyclip's global norm;
+:mod:`anyclip.torch` re-exports the names in ``__all__``. The objects here only compute the
+norm, keep the state tensors (on the gradients' device, updated in place with ``copy_``) and
+apply the factor the core returns: nothing is read back to the host, so a training step with
+them compiles with ``torch.compile(fullgraph=True)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+from anyclip import _clip, _history
+from anyclip._compat import namespace
+from anyclip._history import History
+from anyclip._sparse import values_of
+from anyclip.torch._clip_grad import _join_group, _local, _mul_, _tensors, _total_norm
+
+__all__ = ["QuantileClip", "SkipOnSpike", "ZClip", "skip_on_spike"]
+
+_FIELDS = History._fields
+
+
+def _parameters(model_or_parameters: Any) -> list[torch.Tensor]:
+    if isinstance(model_or_parameters, torch.nn.Module):
+        return list(model_or_parameters.parameters())
+    return _tensors(model_or_parameters, "model_or_parameters")
+
+
+def _grads(params: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [values_of(p.grad) for p in params if p.grad is not None]
+
+
+def _norm(values: list[torch.Tensor], params: list[torch.Tensor], group: Any) -> torch.Tensor:
+    """Anyclip's global 2-norm of ``values`` (reduced over ``group``); 0 without gradients."""
+    if not values and group is not None:
+        return _join_group(2.0, "widest", group)
+    if not values:
+        return torch.zeros((), device=params[0].device if params else None)
+    norm: torch.Tensor = _local(_total_norm(values, 2.0, None, "widest", group, name="parameters"))
+    return norm
+
+
+def _state_dtype(norm: torch.Tensor, dtype: Any) -> torch.dtype:
+    if dtype is not None:
+        return dtype  # type: ignore[no-any-return]
+    return torch.promote_types(norm.dtype, torch.float32)
+
+
+# The state tensors are stored with a leading axis of length 1 and handed to the core as its
+# 0-d (or batch-shaped) views: torch.compile's inductor (torch 2.13, CPU) passes a 0-d float64
+# input by value, so an in-place write into it would be lost.
+
+
+def _store(h: History) -> History:
+    """``h`` as stored: every tensor with a leading axis of length 1."""
+    return History(*(t.reshape(1, *t.shape).clone() for t in h))
+
+
+def _view(stored: History) -> History:
+    """The history the core reads: the stored tensors without their leading axis (views)."""
+    return History(*(t[0] for t in stored))
+
+
+def _assign(target: History, new: History) -> None:
+    """Write ``new`` into the stored tensors ``target`` in place (their identity is kept)."""
+    for t, n in zip(target, new, strict=True):
+        t.copy_(n.reshape(1, *n.shape))
+
+
+def _history_state(h: History | None) -> dict[str, Any]:
+    return {} if h is None else {k: v[0].clone() for k, v in zip(_FIELDS, h, strict=True)}
+
+
+def _load_history(state: dict[str, Any], h: History | None, name: str) -> History | None:
+    if not state:
+        return None
+    missing = [k for k in _FIELDS if k not in state]
+    if missing:
+        msg = (
+            f"`state_dict[{name!r}]` must hold {list(_FIELDS)}, it lacks {missing}; pass what "
+            "`state_dict()` returned"
+        )
+        raise KeyError(msg)
+    loaded = History(*(torch.as_tensor(state[k]) for k in _FIELDS))
+    if h is None:
+        return _store(loaded)
+    for t, v in zip(h, loaded, strict=True):
+        if t.shape[1:] != v.shape:
+            msg = (
+                f"`state_dict[{name!r}]` holds tensors of shape {tuple(v.shape)} where this "
+                f"object has {tuple(t.shape[1:])}; build it with the same arguments as the "
+                "saved one"
+            )
+            raise ValueError(msg)
+        t.copy_(v.reshape(t.shape))
+    return h
+
+
+def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value.lower() not in choices:
+        msg = f"`{name}` must be one of {choices}, got {value!r}"
+        raise ValueError(msg)
+    return value.lower()
+
+
+class ZClip:
+    """ZClip (``zclip`` 1.0) with its signature and numbers, as device tensors.
+
+    A drop-in for ``zclip.ZClip``: call :meth:`step` after ``loss.backward()`` and before
+    ``optimizer.step()``. During ``warmup_steps`` steps the gradients are clipped to
+    ``max_grad_norm`` (torch's ``clip_grad_norm_``) and their norms collected; then the
+    exponential moving mean and variance of the norm give the threshold: a norm whose z-score
+    exceeds ``z_thresh`` is clipped to ``mean + z_thresh * std / (z / z_thresh)`` (times
+    ``clip_factor``, ``clip_option="adaptive_scaling"``) or to the mean
+    (``clip_option="mean"``); ``mode="percentile"`` clips every norm above
+    ``mean + z_thresh * std``; ``max_grad_norm`` caps the limit. Unlike zclip nothing is read
+    back to the host (zclip calls ``.item()`` and branches in Python every step): the state is
+    four tensors on the gradients' device and the decision a ``torch.where``.
+
+    Parameters
+    ----------
+    alpha, z_thresh, max_grad_norm, eps, warmup_steps, mode, clip_option, clip_factor, \
+skip_update_on_spike
+        zclip 1.0's arguments, with its defaults and meaning.
+    formula : {"zclip", "tf"}, optional
+        The factor that scales the gradients: ``"zclip"`` (default) zclip's own, ``limit /
+        (norm + 1e-6)`` where ``norm > limit`` (torch's ``clip_grad_norm_`` during warm-up);
+        ``"tf"`` TF's ``clip_by_global_norm`` factor ``limit * min(1 / norm, 1 / limit)``.
+    group : ProcessGroup, DeviceMesh or sequence of them, optional
+        The processes whose gradients form the global norm (one all-reduce of a scalar); every
+        process then holds the same statistics. Sharded gradients (``DTensor``) need none.
+    dtype : torch.dtype, optional
+        The statistics' dtype; default the norm's, at least float32.
+
+    See Also
+    --------
+    zclip.ZClip : the reference (``pip install zclip``).
+    anyclip.optax.zclip : the same rule for optax.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from anyclip.torch import ZClip
+    >>> p = torch.nn.Parameter(torch.zeros(2))
+    >>> zc = ZClip(warmup_steps=2, max_grad_norm=None)
+    >>> for g in ([3.0, 4.0], [0.6, 0.8], [30.0, 40.0]):
+    ...     p.grad = torch.tensor(g)
+    ...     norm = zc.step([p])
+    >>> norm  # the pre-clip norm, as zclip returns it
+    tensor(50.)
+    >>> p.grad  # clipped to the adaptive threshold, as zclip.ZClip does
+    tensor([2.1191, 2.8255])
+    """
+
+    def __init__(
+        self,
+        alpha: float = 0.97,
+        z_thresh: float = 2.5,
+        max_grad_norm: float | None = 1.0,
+        eps: float = 1e-6,
+        warmup_steps: int = 25,
+        mode: str = "zscore",
+        clip_option: str = "adaptive_scaling",
+        clip_factor: float = 1.0,
+        skip_update_on_spike: bool = False,
+        *,
+        formula: str = "zclip",
+        group: Any = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        self.alpha = float(alpha)
+        self.z_thresh = float(z_thresh)
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        self.eps = float(eps)
+        self.warmup_steps = int(warmup_steps)
+        self.mode = _check_choice(mode, "mode", ("zscore", "percentile"))
+        self.clip_option: str | None = None
+        if self.mode == "zscore":
+            self.clip_option = _check_choice(
+                clip_option, "clip_option", ("mean", "adaptive_scaling")
+            )
+        self.clip_factor = float(clip_factor)
+        self.skip_update_on_spike = bool(skip_update_on_spike)
+        self.formula = _check_choice(formula, "formula", ("zclip", "tf"))
+        self.group = group
+        self.dtype = dtype
+        self._history: History | None = None
+        self.threshold: torch.Tensor | None = None  # the last limit, for logging
+
+    @torch.no_grad()
+    def step(self, model_or_parameters: Any) -> torch.Tensor:
+        """Clip the gradients in place; return their pre-clip global norm (a 0-d tensor).
+
+        ``model_or_parameters``: a module (its ``parameters()``), a tensor or an iterable of
+        tensors; those without a gradient are skipped.
+        """
+        params = _parameters(model_or_parameters)
+        values = _grads(params)
+        norm = _norm(values, params, self.group)
+        xp = namespace(norm)
+        if self._history is None:
+            dt = _state_dtype(norm, self.dtype)
+            h = _history.init_history(xp, self.warmup_steps, dt, norm.device)
+            self._history = _store(h)
+        out = _history.zclip_step(
+            xp,
+            _view(self._history),
+            norm,
+            alpha=self.alpha,
+            z_thresh=self.z_thresh,
+            max_grad_norm=self.max_grad_norm,
+            eps=self.eps,
+            warmup_steps=self.warmup_steps,
+            mode=self.mode,
+            clip_option=self.clip_option,
+            clip_factor=self.clip_factor,
+            skip_update_on_spike=self.skip_update_on_spike,
+            formula=self.formula,
+        )
+        _assign(self._history, out.history)
+        self.threshold = out.threshold
+        _mul_(values, out.factor)
+        return norm
+
+    @property
+    def history(self) -> History | None:
+        """The statistics: ``count`` of steps, EMA ``mean`` and ``var``, warm-up ``window``.
+
+        Device tensors, updated in place at each step; ``None`` before the first.
+        """
+        return None if self._history is None else _view(self._history)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The statistics (``count``, ``mean``, ``var``, ``window``) as tensors (copies)."""
+        return _history_state(self._history)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load what :meth:`state_dict` returned (into the existing tensors, if any)."""
+        self._history = _load_history(dict(state_dict), self._history, "history")
+
+
+def _check_quantile(quantile: Any, history_length: Any) -> None:
+    """Autoclip 0.2's checks, with anyclip's messages."""
+    if not isinstance(quantile, (float, torch.Tensor)):
+        msg = f"`quantile` must be a float or a tensor (as autoclip), got {quantile!r}"
+        raise TypeError(msg)
+    if not isinstance(history_length, int):
+        msg = f"`history_length` must be an int, got {history_length!r}"
+        raise TypeError(msg)
+    if not 0.0 <= float(quantile) <= 1.0:
+        msg = f"`quantile` must lie in [0, 1], got {float(quantile)}"
+        raise ValueError(msg)
+    if history_length <= 0:
+        msg = f"`history_length` must be greater than zero, got {history_length}"
+        raise ValueError(msg)
+
+
+class QuantileClip:
+    """AutoClip (``autoclip`` 0.2's ``QuantileClip``) with its signature and numbers, on device.
+
+    Each parameter's gradient is clipped (torch's ``clip_grad_norm_`` factor) to the
+    ``quantile`` of its own last ``history_length`` pre-clip norms (``torch.quantile``'s
+    linear interpolation; no clipping at the first step); with ``global_threshold=True`` the
+    global norm of all gradients is clipped to the quantile of its history instead. The history
+    is a fixed-size device buffer per parameter (a ring, not a growing ``hstack``), and no value
+    is read on the host.
+
+    Parameters
+    ----------
+    parameters : iterable of tensors or of dicts
+        The parameters, or parameter groups (dicts with ``"params"`` and optionally their own
+        ``"quantile"`` and ``"history_length"``), as autoclip takes them.
+    quantile : float, optional
+        The quantile of the history the norm is clipped to (0 to 1).
+    history_length : int, optional
+        How many past norms are kept.
+    global_threshold : bool, optional
+        Clip the global norm instead of each parameter's.
+    formula : {"torch", "tf"}, optional
+        ``"torch"`` (default, autoclip's): ``clamp(limit / (norm + 1e-6), max=1)``; ``"tf"``:
+        TF's ``clip_by_global_norm`` factor.
+    group : ProcessGroup, DeviceMesh or sequence of them, optional
+        With ``global_threshold=True``: the processes the global norm is reduced over.
+
+    See Also
+    --------
+    autoclip.torch.QuantileClip : the reference (``pip install autoclip``).
+    anyclip.optax.quantile_clip : the same rule for optax.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from anyclip.torch import QuantileClip
+    >>> p = torch.nn.Parameter(torch.zeros(2))
+    >>> clipper = QuantileClip([p], quantile=0.5, history_length=10)
+    >>> for g in ([3.0, 4.0], [6.0, 8.0], [30.0, 40.0]):
+    ...     p.grad = torch.tensor(g)
+    ...     clipper.step()
+    >>> p.grad  # clipped to the median of 5 and 10
+    tensor([4.5000, 6.0000])
+    """
+
+    def __init__(
+        self,
+        parameters: Iterable[Any] | Iterator[Any],
+        quantile: float = 0.9,
+        history_length: int = 1000,
+        global_threshold: bool = False,
+        *,
+        formula: str = "torch",
+        group: Any = None,
+    ) -> None:
+        _check_quantile(quantile, history_length)
+        self.global_threshold = bool(global_threshold)
+        self.quantile = float(quantile)
+        self.history_length = history_length
+        self.formula = _check_choice(formula, "formula", ("torch", "tf"))
+        self.group = group
+        if isinstance(parameters, torch.Tensor):
+            parameters = [parameters]
+        groups = list(parameters)
+        if not groups:
+            msg = "`parameters` is empty; pass the model's parameters (or parameter groups)"
+            raise ValueError(msg)
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        self.param_groups: list[dict[str, Any]] = []
+        for g in groups:
+            g = dict(g)
+            g["params"] = _tensors(g["params"], "parameters")
+            g.setdefault("quantile", quantile)
+            g.setdefault("history_length", history_length)
+            _check_quantile(g["quantile"], g["history_length"])
+            self.param_groups.append(g)
+        self.histories: list[History | None] = [None] * len(self.param_groups)
+        self.global_history: History | None = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Clip the gradients in place (autoclip's ``step``: returns nothing)."""
+        if self.global_threshold:
+            self._step_global()
+        else:
+            for i, g in enumerate(self.param_groups):
+                self._step_local(i, g)
+
+    def _step_global(self) -> None:
+        params = [p for g in self.param_groups for p in g["params"]]
+        values = _grads(params)
+        norm = _norm(values, params, self.group)
+        xp = namespace(norm)
+        if self.global_history is None:
+            dt = torch.promote_types(norm.dtype, torch.float32)
+            h = _history.init_history(xp, self.history_length, dt, norm.device)
+            self.global_history = _store(h)
+        factor, new = _history.quantile_step(
+            xp, _view(self.global_history), norm, quantile=self.quantile, formula=self.formula
+        )
+        _assign(self.global_history, new)
+        _mul_(values, factor)
+
+    def _step_local(self, i: int, g: dict[str, Any]) -> None:
+        params = g["params"]
+        present = [p.grad is not None for p in params]
+        if not any(present):
+            return
+        values = _grads(params)
+        norms = [_clip.global_norm([v]) for v in values]
+        dt = torch.float32
+        for n in norms:
+            dt = torch.promote_types(dt, n.dtype)
+        device = norms[0].device
+        it = iter(norms)
+        full = torch.stack(
+            [
+                next(it).to(dt) if has else torch.zeros((), dtype=dt, device=device)
+                for has in present
+            ]
+        )
+        h = self.histories[i]
+        xp = namespace(full)
+        if h is None:
+            batch = (len(params),)
+            h = _store(_history.init_history(xp, int(g["history_length"]), dt, device, batch))
+            self.histories[i] = h
+        where = None if all(present) else torch.tensor(present, device=device)
+        factors, new = _history.quantile_step(
+            xp, _view(h), full, quantile=float(g["quantile"]), formula=self.formula, where=where
+        )
+        _assign(h, new)
+        k = 0
+        for j, has in enumerate(present):
+            if has:
+                _mul_([values[k]], factors[j])
+                k += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """The histories as tensors: ``{"groups": [...], "global": {...}}`` (copies)."""
+        return {
+            "groups": [_history_state(h) for h in self.histories],
+            "global": _history_state(self.global_history),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load what :meth:`state_dict` returned."""
+        groups = list(state_dict["groups"])
+        if len(groups) != len(self.param_groups):
+            msg = (
+                f"`state_dict` holds {len(groups)} parameter groups, this clipper has "
+                f"{len(self.param_groups)}; build it with the same parameter groups"
+            )
+            raise ValueError(msg)
+        self.histories = [
+            _load_history(dict(s), h, "groups") for s, h in zip(groups, self.histories, strict=True)
+        ]
+        self.global_history = _load_history(
+            dict(state_dict["global"]), self.global_history, "global"
+        )
+
+
+class SkipOnSpike:
+    """An optimizer that skips a step on a spike or a non-finite norm, with no host sync.
+
+    Made by :func:`skip_on_spike`; forwards every other attribute (``param_groups``,
+    ``zero_grad``, ...) to the wrapped optimizer.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        rolling_interval_length: int,
+        sigma_factor: float,
+        on_loss: bool,
+        max_consecutive_errors: int | None,
+        group: Any,
+    ) -> None:
+        if int(rolling_interval_length) < 2:
+            msg = (
+                "`rolling_interval_length` must be at least 2 (a standard deviation needs two "
+                f"values), got {rolling_interval_length!r}"
+            )
+            raise ValueError(msg)
+        self.optimizer = optimizer
+        self.rolling_interval_length = int(rolling_interval_length)
+        self.sigma_factor = float(sigma_factor)
+        self.on_loss = bool(on_loss)
+        self.max_consecutive_errors = max_consecutive_errors
+        self.group = group
+        self.norms: History | None = None
+        self.losses: History | None = None
+        self.counters: dict[str, torch.Tensor] = {}
+        self._buffers: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+        #: the last step's decision (a bool tensor: the step was taken), for logging
+        self.last_step_applied: torch.Tensor | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["optimizer"], name)
+
+    @property
+    def skipped(self) -> torch.Tensor:
+        """How many steps were skipped so far (an int32 tensor on the device: no host sync)."""
+        if not self.counters:
+            return torch.zeros((), dtype=torch.int32)
+        return self.counters["skipped"]
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def _decide(self, norm: torch.Tensor, loss: Any) -> torch.Tensor:
+        xp = namespace(norm)
+        dt = torch.promote_types(norm.dtype, torch.float32)
+        if self.norms is None:
+            length = self.rolling_interval_length
+            self.norms = _store(_history.init_history(xp, length, dt, norm.device))
+            if self.on_loss:
+                self.losses = _store(_history.init_history(xp, length, dt, norm.device))
+            zero = torch.zeros((), dtype=torch.int32, device=norm.device)
+            self.counters = {
+                k: zero.clone() for k in ("notfinite_count", "total_notfinite", "skipped")
+            }
+        if self.on_loss:
+            if loss is None:
+                msg = "`loss` is needed at every step with on_loss=True; pass step(loss=loss)"
+                raise TypeError(msg)
+            loss = torch.as_tensor(loss, device=norm.device).detach()
+        d = _history.spike_step(
+            xp,
+            _view(self.norms),
+            norm,
+            self.counters["notfinite_count"],
+            self.counters["total_notfinite"],
+            self.counters["skipped"],
+            sigma_factor=self.sigma_factor,
+            losses=None if self.losses is None else _view(self.losses),
+            loss=loss if self.on_loss else None,
+            max_consecutive_errors=self.max_consecutive_errors,
+        )
+        _assign(self.norms, d.norms)
+        if self.losses is not None and d.losses is not None:
+            _assign(self.losses, d.losses)
+        self.counters["notfinite_count"].copy_(d.notfinite_count)
+        self.counters["total_notfinite"].copy_(d.total_notfinite)
+        self.counters["skipped"].copy_(d.skipped)
+        return d.apply  # type: ignore[no-any-return]
+
+    def step(
+        self,
+        closure: Callable[[], Any] | None = None,
+        *,
+        loss: Any = None,
+        grad_norm: torch.Tensor | None = None,
+    ) -> Any:
+        """Take the wrapped optimizer's step unless the norm (or loss) spikes or is not finite.
+
+        ``grad_norm``: the global gradient norm, if already computed (e.g. the value
+        :func:`anyclip.torch.clip_grad_norm_` returned: its pre-clip norm); otherwise anyclip's
+        global norm of all gradients is computed here. ``loss``: this step's loss (needed with
+        ``on_loss=True``, ignored otherwise). A skipped step leaves the parameters and every tensor of the
+        optimizer's state as they were (selected with ``torch.where``; state the step created
+        is zeroed); it returns what the optimizer's ``step`` returned.
+        """
+        saved = self.before_step(loss=loss, grad_norm=grad_norm)
+        out = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+        self.after_step(saved)
+        return out
+
+    @torch.no_grad()
+    def before_step(self, *, loss: Any = None, grad_norm: torch.Tensor | None = None) -> Any:
+        """Decide and snapshot: the first half of :meth:`step`.
+
+        Returns what :meth:`after_step` needs. Both halves compile with
+        ``torch.compile(fullgraph=True)``; torch's own ``Optimizer.step`` between them holds a
+        deliberate graph break (``torch._dynamo.graph_break()``, not a host sync).
+        """
+        params = self._params()
+        if grad_norm is None:
+            grad_norm = _norm(_grads(params), params, self.group)
+        apply = self._decide(_local(grad_norm), loss)
+        self.last_step_applied = apply
+        live = [p for p in params if p.grad is not None]
+        saved = [self._snapshot(p, "\0param", p.detach()) for p in live]
+        saved_state = [
+            {
+                k: self._snapshot(p, k, v)
+                for k, v in self.optimizer.state.get(p, {}).items()
+                if isinstance(v, torch.Tensor)
+            }
+            for p in live
+        ]
+        return torch.logical_not(apply), live, saved, saved_state
+
+    def _snapshot(self, p: torch.Tensor, key: str, value: torch.Tensor) -> torch.Tensor:
+        """``value`` copied into a buffer kept between steps (no allocation after the first)."""
+        buffers = self._buffers.setdefault(p, {})
+        buf = buffers.get(key)
+        if buf is None or buf.shape != value.shape or buf.dtype != value.dtype:
+            buf = torch.empty_like(value)
+            buffers[key] = buf
+        return buf.copy_(value)
+
+    @torch.no_grad()
+    def after_step(self, saved: Any) -> None:
+        """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`."""
+        skip, live, old_params, old_states = saved
+        for p, old, old_state in zip(live, old_params, old_states, strict=True):
+            torch.where(skip.to(p.device, non_blocking=True), old, p, out=p)
+            for k, v in self.optimizer.state.get(p, {}).items():
+                if not isinstance(v, torch.Tensor):
+                    continue
+                before = old_state.get(k)
+                c = skip.to(v.device, non_blocking=True)
+                if before is None:  # created by this step: zeroed (Adam's initial state)
+                    v.copy_(torch.where(c, torch.zeros_like(v), v))
+                else:
+                    torch.where(c, before, v, out=v)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"optimizer": the optimizer's state_dict, "skip": the histories and counters}``."""
+        skip: dict[str, Any] = {"norms": _history_state(self.norms)}
+        skip["losses"] = _history_state(self.losses)
+        skip.update({k: v.clone() for k, v in self.counters.items()})
+        return {"optimizer": self.optimizer.state_dict(), "skip": skip}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load what :meth:`state_dict` returned."""
+        self.optimizer.load_state_dict(state_dict["optimizer"])
+        skip = dict(state_dict["skip"])
+        self.norms = _load_history(dict(skip["norms"]), self.norms, "norms")
+        self.losses = _load_history(dict(skip["losses"]), self.losses, "losses")
+        names = ("notfinite_count", "total_notfinite", "skipped")
+        if all(k in skip for k in names):
+            self.counters = {k: torch.as_tensor(skip[k]).clone() for k in names}
+
+
+def skip_on_spike(
+    optimizer: torch.optim.Optimizer,
+    rolling_interval_length: int = 128,
+    sigma_factor: float = 6,
+    *,
+    on_loss: bool = False,
+    max_consecutive_errors: int | None = None,
+    group: Any = None,
+) -> SkipOnSpike:
+    """Wrap ``optimizer`` to skip a step on a norm (or loss) spike or a non-finite norm.
+
+    The rule is OLMo-core's ``SkipStepOptimizer.get_step_factor`` (a step is skipped when its
+    value lies more than ``sigma_factor`` unbiased standard deviations from the mean of the
+    previous ``rolling_interval_length`` values, once ``max(20, rolling_interval_length // 2)``
+    values are seen; on the gradient norm, and on the loss with ``on_loss=True``) and
+    ``optax.apply_if_finite``'s (a step whose norm or loss is inf or NaN is skipped, unless
+    more than ``max_consecutive_errors`` came in a row). Unlike OLMo-core, a non-finite value is
+    not recorded (OLMo-core's window would then give NaN statistics and skip the next
+    ``rolling_interval_length`` steps). The decision is a device tensor: a skipped step is
+    undone with ``torch.where`` (parameters and optimizer state, bit for bit, for SGD, Adam,
+    AdamW and any optimizer whose state is tensors), without a host sync.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The optimizer to wrap.
+    rolling_interval_length : int, optional
+        How many past values the mean and standard deviation are taken over (OLMo-core's).
+    sigma_factor : float, optional
+        How many standard deviations from the mean a value may lie (OLMo-core's).
+    on_loss : bool, optional
+        Also test the loss (pass ``step(loss=loss)``), as OLMo-core does.
+    max_consecutive_errors : int, optional
+        After this many non-finite steps in a row, take the step anyway (optax's
+        ``apply_if_finite``); ``None`` (default): never.
+    group : ProcessGroup, DeviceMesh or sequence of them, optional
+        The processes the gradient norm is reduced over (every process decides the same).
+
+    Returns
+    -------
+    SkipOnSpike
+        The wrapped optimizer; ``skipped`` counts the skipped steps (a device tensor).
+
+    Notes
+    -----
+    The cost over the bare step is one copy of the parameters and of the optimizer's state
+    tensors, and a ``torch.where`` over each (docs/porting.md gives measured times). Adam's
+    ``step`` counter lives on the CPU unless ``capturable=True``: on CUDA, use
+    ``capturable=True`` (or ``fused=True``) to keep the decision on the device.
+
+    See Also
+    --------
+    optax.apply_if_finite, anyclip.optax.skip_on_spike
+
+    Examples
+    --------
+    >>> import torch
+    >>> import anyclip.torch
+    >>> p = torch.nn.Parameter(torch.ones(2))
+    >>> opt = anyclip.torch.skip_on_spike(torch.optim.SGD([p], lr=0.1))
+    >>> p.grad = torch.tensor([float("nan"), 1.0])
+    >>> opt.step()
+    >>> p.data, opt.skipped
+    (tensor([1., 1.]), tensor(1, dtype=torch.int32))
+    """
+    return SkipOnSpike(
+        optimizer,
+        rolling_interval_length,
+        sigma_factor,
+        on_loss,
+        max_consecutive_errors,
+        group,
+    )

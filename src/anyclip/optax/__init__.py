@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from anyclip.optax._adaptive import adaptive_grad_clip, clip_by_block_rms
 from anyclip.optax._constraints import constrain
-from anyclip.optax._scheduled import ScheduledClipState
 from anyclip.optax._history import (
     QuantileClipState,
     SkipOnSpikeState,
@@ -47,6 +46,7 @@ from anyclip.optax._history import (
     skip_on_spike,
     zclip,
 )
+from anyclip.optax._scheduled import ScheduledClipState
 from anyclip.optax._tf_clip import (
     ClipByGlobalNormState,
     clip,

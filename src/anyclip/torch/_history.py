@@ -520,9 +520,9 @@ class SkipOnSpike:
         ``grad_norm``: the global gradient norm, if already computed (e.g. the value
         :func:`anyclip.torch.clip_grad_norm_` returned: its pre-clip norm); otherwise anyclip's
         global norm of all gradients is computed here. ``loss``: this step's loss (needed with
-        ``on_loss=True``, ignored otherwise). A skipped step leaves the parameters and every tensor of the
-        optimizer's state as they were (selected with ``torch.where``; state the step created
-        is zeroed); it returns what the optimizer's ``step`` returned.
+        ``on_loss=True``, ignored otherwise). A skipped step leaves the parameters and every
+        tensor of the optimizer's state as they were (selected with ``torch.where``; state the
+        step created is zeroed); it returns what the optimizer's ``step`` returned.
         """
         saved = self.before_step(loss=loss, grad_norm=grad_norm)
         out = self.optimizer.step(closure) if closure is not None else self.optimizer.step()

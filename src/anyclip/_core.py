@@ -77,13 +77,30 @@ def _scalar(xp: Namespace, value: float, like: Any) -> Any:
     return constant(xp, value, like.dtype, like)
 
 
+def _known_size(shape: Sequence[Any]) -> int | None:
+    """The number of elements of ``shape``, or None where a dimension is unknown.
+
+    Dask arrays with unknown chunk sizes (``x[x > 0]``) have NaN dimensions; the standard
+    allows None.
+    """
+    size = 1
+    for d in shape:
+        if d is None or d != d:
+            return None
+        size *= int(d)
+    return size
+
+
 def _max(xp: Namespace, x: Any, axis: Any, kernels: Kernels | None = None) -> Any:
     """``reduce_max`` with ``keepdims``; an empty reduction gives the lowest value, as in TF.
 
-    ``kernels`` reduce a non-empty ``x`` (:meth:`Kernels.reduce_max`: NaN kept across devices).
+    ``kernels`` reduce a non-empty ``x`` (:meth:`Kernels.reduce_max`: NaN kept across devices),
+    and an ``x`` of unknown shape (dask), which may be empty.
     """
     shape = tuple(x.shape)
     axes = range(len(shape)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    if kernels is not None and _known_size(shape) is None:  # dask, unknown chunks: maybe empty
+        return kernels.reduce_max(xp, x, tuple(axes) if axis is None else axis)
     # An empty input (a zero in any axis) takes this branch too: its result is empty when a kept
     # axis is 0, so the values do not matter, and some backends (dask) refuse ``max`` of it.
     if 0 in shape:
@@ -258,7 +275,11 @@ def clip_by_global_norm(
 @_entry
 def clip_by_average_norm(xp: Namespace, t: Any, clip_norm: Any) -> Any:
     """``t * c * minimum(rsqrt(sum(t * t)) * size(t), 1 / c)``."""
-    n_element = _scalar(xp, float(math.prod(t.shape)), t)
+    size = _known_size(t.shape)
+    if size is None:  # unknown (dask): counted when the graph is computed, rounded as TF's cast
+        n_element = xp.astype(xp.sum(xp.ones_like(t, dtype=xp.int64)), t.dtype)
+    else:
+        n_element = _scalar(xp, float(size), t)
     axes = tuple(range(t.ndim))
     l2norm_inv = g.rsqrt(xp, reduce_sum(xp, t * t, axes, keepdims=False))
     bound = g.minimum(xp, l2norm_inv * n_element, _scalar(xp, 1.0, t) / clip_norm)
@@ -282,7 +303,7 @@ def norm(
     the norm is computed in, ``x`` cast to it a block at a time (:func:`_vector_p_norm`).
     """
     r = None
-    if axis is None and ord not in ("fro", "euclidean", 2) and math.prod(x.shape) > 0:
+    if axis is None and ord not in ("fro", "euclidean", 2) and (_known_size(x.shape) or 0) > 0:
         r = _vector_p_norm(xp, kernels, x, ord, x.dtype if acc is None else acc)
     if r is None and acc is not None and acc != x.dtype:
         x = xp.astype(x, acc)

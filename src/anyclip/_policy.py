@@ -138,8 +138,21 @@ def tf_cannot_convert(value: Any, dtype: Any) -> str:
     return f"Cannot convert {value!r} to EagerTensor of dtype {tf_type(dtype)}"
 
 
+def _dim(d: Any) -> int | None:
+    """A dimension as an int, or None where it is unknown (dask's NaN, the standard's None).
+
+    A dask array whose chunk sizes are unknown (``x[x > 0]``) has NaN dimensions until its
+    chunks are computed; shape checks treat such a dimension as matching any other, and dask
+    aligns the operands chunk by chunk when the graph is computed.
+    """
+    if d is None or d != d:  # None or NaN
+        return None
+    return int(d)
+
+
 def _tf_dims(shape: Sequence[int]) -> str:
-    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+    dims = (_dim(d) for d in shape)
+    return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
 
 
 def tf_incompatible(a: Sequence[int], b: Sequence[int]) -> str:
@@ -149,10 +162,13 @@ def tf_incompatible(a: Sequence[int], b: Sequence[int]) -> str:
 
 def tf_broadcast(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
     """The broadcast shape of ``a`` and ``b``, or None when they cannot broadcast."""
-    out = []
+    out: list[Any] = []
     for i in range(1, max(len(a), len(b)) + 1):
-        x = int(a[-i]) if i <= len(a) else 1
-        y = int(b[-i]) if i <= len(b) else 1
+        x = _dim(a[-i]) if i <= len(a) else 1
+        y = _dim(b[-i]) if i <= len(b) else 1
+        if x is None or y is None:  # unknown (dask): the known side unless it is 1
+            out.append(y if x is None and y != 1 else x if x != 1 else None)
+            continue
         if x != y and 1 not in (x, y):
             return None
         out.append(y if x == 1 else x)
@@ -169,7 +185,7 @@ def tf_shape_words(target: Sequence[int], shape: Sequence[int]) -> str:
     both = tf_broadcast(target, shape)
     if both is None:
         return tf_incompatible(target, shape)
-    return f"Shapes {tuple(int(d) for d in target)} and {both} are incompatible"
+    return f"Shapes {tuple(_dim(d) for d in target)} and {both} are incompatible"
 
 
 #: dtype_kind's answers, by (namespace name, dtype): string keys, which torch.compile can hash.
@@ -504,6 +520,17 @@ def finite_number(value: Any, xp: Namespace, dtype: Any) -> bool:
     return bool(abs(value) < float_overflow_threshold(xp, dtype))
 
 
+def _dims_match(s: Any, t: Any, *, grows: bool) -> bool:
+    """Whether dimension ``s`` broadcasts to ``t`` (``grows``: or ``t`` to ``s``).
+
+    An unknown dimension (:func:`_dim`) matches any other: it is checked when dask computes.
+    """
+    a, b = _dim(s), _dim(t)
+    if a is None or b is None:
+        return True
+    return a in (1, b) or (grows and b == 1)
+
+
 def check_broadcastable(
     shape: tuple[int, ...],
     target: tuple[int, ...],
@@ -520,7 +547,8 @@ def check_broadcastable(
     own refusal (TF would enlarge the result) and quotes nothing.
     """
     ok = len(shape) <= len(target) and all(
-        s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False)
+        _dims_match(s, t, grows=False)
+        for s, t in zip(reversed(shape), reversed(target), strict=False)
     )
     if not ok:
         fits = tf_broadcast(target, shape) is not None
@@ -548,7 +576,8 @@ def check_compatible(
     is TF's words for it (default: ``Incompatible shapes: [target] vs. [shape]``, the op
     ``target * shape``); the caller passes the operands TF's op really meets.
     """
-    ok = all(s == t or 1 in (s, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
+    pairs = zip(reversed(shape), reversed(target), strict=False)
+    ok = all(_dims_match(s, t, grows=True) for s, t in pairs)
     if not ok:
         msg = (
             f"`{name}` of shape {tuple(shape)} must broadcast against the shape "
@@ -640,12 +669,15 @@ def cast_like(xp: Namespace, x: Any, acc: Any) -> Any:
     Operands (``clip_norm``, ``epsilon``) are converted against it, so that ``x`` itself is
     never cast whole. A torch ``DTensor`` gives an element of its local shard (a reshape of the
     DTensor would gather it); a JAX array, a 0-d zero (its elements may be sharded, and JAX
-    places a 0-d operand next to them itself).
+    places a 0-d operand next to them itself); a dask array of unknown shape (which cannot be
+    sliced), ``x`` cast lazily, whose values are never computed.
     """
     if library(xp) == "jax":
         return xp.zeros((), dtype=acc)
     if is_dtensor(x):
         x = x.to_local()
+    if any(_dim(d) is None for d in x.shape):  # dask, unknown chunks: a lazy cast, never run
+        return xp.astype(x, acc)
     return xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)
 
 

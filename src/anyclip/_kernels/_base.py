@@ -216,7 +216,9 @@ class Kernels:
         """``max(x, axis, keepdims=True)`` of a non-empty ``x``: NaN wherever a NaN is reduced.
 
         TF's ``reduce_max`` propagates NaN; so does every backend's on one device. JAX arrays
-        sharded across devices override it (:class:`~anyclip._kernels._jax.JaxKernels`).
+        sharded across devices override it (:class:`~anyclip._kernels._jax.JaxKernels`). A dask
+        array of unknown chunk sizes (``x[x > 0]``) may be empty:
+        :class:`~anyclip._kernels._dask.DaskKernels` start from the lowest value.
         """
         return xp.max(x, axis=axis, keepdims=True)
 

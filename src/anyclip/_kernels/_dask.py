@@ -16,6 +16,7 @@ that the cast chunks the sum of squares reads are not kept for the scaling (a sh
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,22 @@ class DaskKernels(Kernels):
         map_blocks: Callable[..., Any] = t.map_blocks  # untyped in dask
         return map_blocks(_cast_map_chunk, *operands, fn=fn, acc=acc, dtype=t.dtype)
 
+    def reduce_max(self, xp: Namespace, x: Any, axis: int | tuple[int, ...]) -> Any:
+        """As :meth:`Kernels.reduce_max`: each chunk's maximum starts from the lowest value.
+
+        ``numpy.max(..., initial=lowest)`` per chunk and per combination, so empty chunks and
+        an empty array give TF's ``reduce_max`` of nothing (-inf, or the integer minimum)
+        where dask's own ``max`` raises when the graph is computed.
+        """
+        import dask.array as da
+        import numpy as np
+
+        dtype = np.dtype(x.dtype)
+        lowest = np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf
+        step = functools.partial(_max_from, initial=lowest)
+        reduction: Callable[..., Any] = da.reduction  # untyped in dask
+        return reduction(x, step, step, axis=axis, keepdims=True, dtype=dtype)
+
     def svdvals(self, xp: Namespace, m: Any) -> Any:
         """Singular values of a matrix, or of each matrix of a stack, lazily.
 
@@ -49,6 +66,8 @@ class DaskKernels(Kernels):
         """
         import dask.array as da
 
+        if any(d != d for d in m.shape):  # unknown chunk sizes: cannot be rechunked
+            return _whole_svdvals(m)
         rows, cols = m.shape[-2:]
         k = min(rows, cols)
         if k == 0:
@@ -77,6 +96,41 @@ def _cast_map_chunk(block: Any, *operands: Any, fn: Any, acc: Any) -> Any:
 
     with np.errstate(all="ignore"):  # TF's arithmetic: inf and NaN without warnings
         return fn(npx, block.astype(acc), *operands).astype(block.dtype)
+
+
+def _max_from(block: Any, axis: Any, keepdims: bool, initial: Any) -> Any:
+    """``numpy.max`` of one chunk (or of joined partial maxima), starting from ``initial``."""
+    import numpy as np
+
+    return np.max(block, axis=axis, keepdims=keepdims, initial=initial)
+
+
+def _whole_svdvals(m: Any) -> Any:
+    """Singular values of ``m``, of unknown chunk sizes, joined into one task, lazily.
+
+    Their number (``min(rows, cols)``) may be unknown too: the result's last axis is. Every
+    matrix must fit in memory, as for a stack in :meth:`DaskKernels.svdvals`.
+    """
+    import dask.array as da
+    import numpy as np
+    from dask.delayed import delayed as delayed_
+
+    rows, cols = m.shape[-2:]
+    k = min(rows, cols) if rows == rows and cols == cols else np.nan
+    delayed: Callable[..., Any] = delayed_  # untyped in dask
+    value = delayed(_joined_svdvals)(m.to_delayed().tolist())
+    from_delayed: Callable[..., Any] = da.from_delayed  # untyped in dask
+    return from_delayed(value, shape=(*m.shape[:-2], k), dtype=m.dtype)
+
+
+def _joined_svdvals(blocks: Any) -> Any:
+    """Singular values of the matrices that the nested list of NumPy ``blocks`` tiles."""
+    import numpy as np
+
+    m = np.block(blocks)
+    if 0 in m.shape[-2:]:
+        return np.zeros((*m.shape[:-2], 0), dtype=m.dtype)
+    return np.linalg.svd(m, compute_uv=False)
 
 
 def _stacked_svdvals(block: Any) -> Any:

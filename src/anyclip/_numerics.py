@@ -4,7 +4,8 @@ Layer: helpers below the core. These are facts about arithmetic that every formu
 kept apart from :mod:`anyclip._compat` (which only knows namespaces, devices and libraries):
 TF's sums (bfloat16 in float32, one pass over several JAX axes), complex numbers built from
 their parts, the correctly rounded square root, the cache of 0-d constants, NumPy's warning
-guard, the float overflow threshold and NumPy scalars turned back into 0-d arrays.
+guard, the float overflow threshold, NumPy scalars turned back into 0-d arrays and TF's cast of
+a float to an integer dtype (NaN, inf and out-of-range values included).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "quiet",
     "reduce_sum",
     "sqrt",
+    "tf_cast",
 ]
 
 #: 0-d constants made from Python scalars, by (value, sign, type, dtype, device). They are
@@ -196,3 +198,57 @@ def float_overflow_threshold(xp: Namespace, dtype: Any) -> float:
         _, exp = math.frexp(big)
         _THRESHOLDS[key] = big + float(info.eps) * 2.0 ** (exp - 1) / 2
     return _THRESHOLDS[key]
+
+
+def tf_cast(xp: Namespace, x: Any, dtype: Any) -> Any:
+    """``x`` cast to ``dtype`` as TF's ``Cast`` does: ``astype``, but floats to integers as TF.
+
+    TF's CPU kernel converts a float to an integer with the x86 truncating conversion: to
+    int32 for a destination of 8, 16 or 32 bits (uint32 excepted), to int64 for int64, uint32
+    and uint64, then keeps the destination's low bits. NaN, infinities and values whose
+    truncation falls outside the intermediate type become its lowest value (-2**31 or
+    -2**63), so NaN gives int32 -2147483648, int8 0 and int64 -2**63; uint64 converts values
+    in [2**63, 2**64) exactly (measured on 0-d tensors, every float dtype into every integer
+    dtype: ``tests/data/make_value_paths.py``). NumPy and torch agree for most pairs, JAX
+    saturates (NaN gives 0); this formula, on values only ``where`` selects, gives TF's on
+    every backend. Other casts are ``astype``.
+    """
+    if not (xp.isdtype(dtype, "integral") and xp.isdtype(x.dtype, "real floating")):
+        return xp.astype(x, dtype)
+    info = xp.iinfo(dtype)
+    bits, signed = int(info.bits), int(info.min) < 0
+    wide = 64 if bits == 64 or (bits == 32 and not signed) else 32
+    if xp.finfo(x.dtype).bits < 32:  # float16 and bfloat16 hold neither 2**31 nor 2**63
+        x = xp.astype(x, xp.float32)
+    t = xp.trunc(x)
+    limit = constant(xp, 2.0 ** (wide - 1), x.dtype, x)
+    valid = xp.logical_and(xp.isfinite(t), xp.logical_and(t >= -limit, t < limit))
+    safe = xp.where(valid, t, xp.zeros_like(t))
+    if wide == 32:  # int8, int16, int32, uint8, uint16: int32's low bits
+        i32 = xp.where(valid, xp.astype(safe, xp.int32), constant(xp, -(2**31), xp.int32, x))
+        return i32 if bits == 32 else xp.astype(i32, dtype)
+    if bits == 32:  # uint32: the low 32 bits of int64; -2**63 has none set
+        return _low_32_bits(xp, safe, valid)
+    i64 = xp.where(valid, xp.astype(safe, xp.int64), constant(xp, -(2**63), xp.int64, x))
+    if signed:
+        return i64
+    out = xp.astype(i64, dtype)  # uint64: int64's bits, and [2**63, 2**64) converted exactly
+    big = xp.logical_and(t >= limit, t < limit * 2)
+    return xp.where(big, xp.astype(xp.where(big, t, xp.zeros_like(t)), dtype), out)
+
+
+def _low_32_bits(xp: Namespace, t: Any, valid: Any) -> Any:
+    """The low 32 bits of the integer-valued float ``t`` (0 where not ``valid``), as uint32.
+
+    Through int64 where the namespace has it; JAX without x64 has not, so there ``|t|`` is
+    split at 2**32 in floating point (exact: both parts are representable) and negated in
+    uint32, which wraps.
+    """
+    if "int64" in xp.__array_namespace_info__().dtypes(kind="signed integer"):
+        u = xp.astype(xp.astype(t, xp.int64), xp.uint32)
+    else:
+        a = xp.abs(t)
+        two32 = constant(xp, 2.0**32, t.dtype, t)
+        low = xp.astype(a - xp.floor(a / two32) * two32, xp.uint32)
+        u = xp.where(t < constant(xp, 0.0, t.dtype, t), xp.zeros_like(low) - low, low)
+    return xp.where(valid, u, xp.zeros_like(u))

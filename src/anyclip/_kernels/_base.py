@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._compat import device, dtype_name, is_functorch_wrapped, library
-from anyclip._numerics import constant, reduce_sum, sqrt
+from anyclip._numerics import constant, reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
 __all__ = ["BLOCK", "JOIN", "ROW", "UPCAST_BLOCK", "Kernels", "groups", "partials"]
@@ -254,7 +254,7 @@ class Kernels:
             if v is None:
                 out.append(None)
                 continue
-            s = scale if scale.dtype == v.dtype else xp.astype(scale, v.dtype)
+            s = scale if scale.dtype == v.dtype else tf_cast(xp, scale, v.dtype)
             out.append(v * s)
         return out
 

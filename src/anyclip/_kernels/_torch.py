@@ -25,7 +25,7 @@ from anyclip._compat import is_functorch_wrapped
 from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels, groups
 from anyclip._kernels._dist import dtensor_half_squares, is_dtensor, replicate_partials
-from anyclip._numerics import reduce_sum, sqrt
+from anyclip._numerics import reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
 __all__ = ["TorchKernels"]
@@ -297,8 +297,10 @@ class TorchKernels(Kernels):
         for (dev, dtype), where in by_group.items():
             group = [t_list[i] for i in where]
             s = scale
-            if s.dtype != dtype or s.device != dev:
-                s = s.to(device=dev, dtype=dtype, non_blocking=True)
+            if s.device != dev:
+                s = s.to(device=dev, non_blocking=True)
+            if s.dtype != dtype:
+                s = tf_cast(xp, s, dtype)
             results: Sequence[Any]
             if scale.ndim == 0 and not recorded and _fast_ok(group):
                 results = torch._foreach_mul(group, s)

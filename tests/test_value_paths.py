@@ -1,0 +1,213 @@
+"""Value paths that gave silently wrong results or a backend's error, against TF 2.21's values.
+
+The reference is TF itself: ``tests/data/make_value_paths.py`` runs each case through TF's own
+function and writes ``tests/data/value_paths.json`` (TF's version recorded in it); with
+``--live-tf`` the script is run again and the committed file must still be what TF gives.
+
+* ``cast``: ``clip_by_global_norm`` of integer arrays whose factor is NaN, infinite or out of
+  the integer range: TF's cast of the factor (to int32 or int64, NaN and out-of-range values
+  to the lowest value, then the destination's low bits) decides the result; JAX saturated.
+* ``unknown``: dask arrays of unknown chunk sizes (``x[x > 0]``), some chunks or all of them
+  empty: ``clip_by_average_norm`` was NaN, array bounds and epsilons, empty maxima, the matrix
+  2-norm and ``accumulate_dtype`` crashed. Every backend runs the same cases on arrays of
+  known shape; on dask the input (and any operand as long as it) loses its chunk sizes.
+* ``subnormal``: float32/float64 inputs and intermediate results below the smallest normal
+  number, which TF's CPU kernels flush to zero (FTZ/DAZ).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+import anyclip
+from anyclip_conformance import Backend
+
+from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2, ULP_PNORM
+
+DATA = Path(__file__).with_name("data")
+SCRIPT = DATA / "make_value_paths.py"
+COMMITTED = json.loads((DATA / "value_paths.json").read_text())
+CASES: dict[str, dict[str, Any]] = COMMITTED["cases"]
+
+#: The script's functions (``tests/data`` is not a package), as attributes.
+gen = SimpleNamespace(**runpy.run_path(str(SCRIPT)))
+
+#: ULP budget of each function's values (docs/tf-reference.md §11); exact for the others.
+ULP = {
+    "clip_by_norm": ULP_CLIP_NORM,
+    "clip_by_global_norm": ULP_GLOBAL,
+    "clip_by_average_norm": ULP_CLIP_NORM,
+    "global_norm": ULP_GLOBAL,
+    "l2_normalize": ULP_L2,
+    "normalize": ULP_L2,
+    "norm": ULP_PNORM,
+}
+
+
+def _ids(prefix: str) -> list[str]:
+    return [k for k in CASES if k.startswith(prefix)]
+
+
+def _spec_array(make: Any, spec: dict[str, Any], shape: Any = None) -> Any:
+    values = np.asarray(spec["values"], dtype=np.float64)
+    if shape is not None:
+        values = values.reshape(shape)
+    if np.dtype("float64" if spec["dtype"] == "bfloat16" else spec["dtype"]).kind in "iu":
+        values = np.asarray(spec["values"], dtype=spec["dtype"]).reshape(values.shape)
+    return make(values, spec["dtype"])
+
+
+def _unknown_chunks(x: Any) -> Any:
+    """``x`` (dask) with unknown chunk sizes along axis 0: two chunks a row, the last empty."""
+    import dask.array as da
+
+    n = x.shape[0]
+    padded = da.concatenate([x, da.zeros((3, *x.shape[1:]), dtype=x.dtype)]).rechunk({0: 2})
+    keep = da.from_array(np.arange(n + 3) < n, chunks=2)
+    out = padded[keep]
+    assert math.isnan(out.shape[0])
+    return out
+
+
+def _call(case: dict[str, Any], make: Any, *, unknown: bool) -> Any:
+    """anyclip's result of ``case`` on arrays from ``make`` (``unknown``: dask, chunks unknown)."""
+    x = _spec_array(make, case["x"], case.get("shape"))
+    n = x.shape[0] if x.ndim else 0
+
+    def operand(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        a = _spec_array(make, value)
+        if unknown and a.ndim and a.shape[0] == n and n != 1:  # as long as x: aligned with it
+            return _unknown_chunks(a)
+        return a
+
+    if unknown:
+        x = _unknown_chunks(x)
+    fn = case["fn"]
+    ord_ = case.get("ord", "euclidean")
+    ord_ = math.inf if ord_ == "inf" else ord_
+    axis = case.get("axis")
+    axis = tuple(axis) if isinstance(axis, list) else axis
+    if fn == "clip_by_value":
+        return anyclip.clip_by_value(
+            x, operand(case["clip_value_min"]), operand(case["clip_value_max"])
+        )
+    if fn == "clip_by_norm":
+        return anyclip.clip_by_norm(x, operand(case["clip_norm"]), axes=case.get("axes"))
+    if fn == "clip_by_average_norm":
+        return anyclip.clip_by_average_norm(x, operand(case["clip_norm"]))
+    if fn == "clip_by_global_norm":
+        use = case.get("use_norm")
+        use_norm = None if use is None else _spec_array(make, use)
+        return anyclip.clip_by_global_norm([x], case["clip_norm"], use_norm=use_norm)[0][0]
+    if fn == "global_norm":
+        return anyclip.global_norm([x])
+    if fn == "norm":
+        return anyclip.norm(x, ord=ord_, axis=axis)
+    if fn == "l2_normalize":
+        return anyclip.l2_normalize(x, axis=axis, epsilon=operand(case.get("epsilon", 1e-12)))
+    if fn == "normalize":
+        return anyclip.normalize(x, ord=ord_, axis=axis)[0]
+    raise ValueError(fn)
+
+
+def _known(out: Any) -> Any:
+    """A dask result with its chunk sizes computed (so its shape can be checked), else ``out``."""
+    if any(isinstance(d, float) and math.isnan(d) for d in getattr(out, "shape", ())):
+        return out.compute_chunk_sizes()
+    return out
+
+
+@pytest.mark.parametrize("case_id", _ids("cast/"))
+def test_integer_factor_is_cast_as_tf(case_id: str, backend: Backend, make: Any, check: Any):
+    case = CASES[case_id]
+    want = gen.decode(case["tf"])
+    out = _call(case, make, unknown=False)
+    check(out, want, case["x"]["dtype"], what=case_id)
+
+
+@pytest.mark.parametrize("case_id", _ids("cast/"))
+def test_integer_factor_is_cast_as_tf_under_jit(case_id: str):
+    jax = pytest.importorskip("jax")
+    case = CASES[case_id]
+    if not jax.config.jax_enable_x64 and any("64" in case[k]["dtype"] for k in ("x", "use_norm")):
+        pytest.skip("64-bit dtypes need jax_enable_x64")
+    jnp = jax.numpy
+    x = jnp.asarray(np.asarray(case["x"]["values"], dtype=case["x"]["dtype"]))
+    use = np.asarray(case["use_norm"]["values"], dtype=np.float64)
+    use_norm = jnp.asarray(use.astype(np.float32)).astype(case["use_norm"]["dtype"])
+    if case["use_norm"]["dtype"] == "float64":
+        use_norm = jnp.asarray(use)
+    fn = jax.jit(lambda t, n: anyclip.clip_by_global_norm([t], case["clip_norm"], use_norm=n)[0])
+    out = np.asarray(fn(x, use_norm)[0])
+    want = gen.decode(case["tf"])
+    assert out.dtype == want.dtype
+    np.testing.assert_array_equal(out, want, err_msg=case_id)
+
+
+@pytest.mark.parametrize("case_id", _ids("unknown/"))
+def test_unknown_chunk_sizes_give_tfs_values(case_id: str, backend: Backend, make: Any, check: Any):
+    """On dask the arrays lose their chunk sizes; on every backend the values are TF's."""
+    case = CASES[case_id]
+    want = gen.decode(case["tf"])
+    # dask computes in the check: NumPy's inf/NaN warnings there are documented (tf-behaviour)
+    with np.errstate(all="ignore"):
+        out = _known(_call(case, make, unknown=backend.library == "dask"))
+        check(out, want, case["tf"]["dtype"], ulp=ULP.get(case["fn"], 0), what=case_id)
+
+
+@pytest.mark.parametrize("case_id", _ids("unknown/"))
+def test_unknown_chunk_sizes_on_dask(case_id: str):
+    """The dask cases without the opt-in backend fixture: lazy, then TF's values."""
+    da = pytest.importorskip("dask.array")
+    case = CASES[case_id]
+
+    def make(values: Any, dtype: str) -> Any:
+        return da.from_array(np.asarray(values, dtype=dtype), chunks=-1)
+
+    with np.errstate(all="ignore"):  # NumPy's warnings when dask computes (tf-behaviour.md)
+        out = _known(_call(case, make, unknown=True))
+        got = np.asarray(out.compute())
+    want = gen.decode(case["tf"])
+    assert got.dtype == want.dtype and got.shape == want.shape, case_id
+    ulp = ULP.get(case["fn"], 0)
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isfinite(got), finite, err_msg=case_id)
+    np.testing.assert_array_equal(got[~finite], want[~finite], err_msg=case_id)
+    spacing = np.spacing(np.abs(want[finite]).astype(got.dtype)) if got.dtype.kind == "f" else 0
+    assert np.all(np.abs(got[finite] - want[finite]) <= ulp * spacing), case_id
+
+
+@pytest.mark.parametrize("case_id", _ids("subnormal/"))
+def test_subnormals_flush_as_in_tf(case_id: str, backend: Backend, make: Any, check: Any):
+    case = CASES[case_id]
+    want = gen.decode(case["tf"])
+    out = _call(case, make, unknown=False)
+    check(out, want, case["tf"]["dtype"], ulp=ULP.get(case["fn"], 0), what=case_id)
+
+
+@pytest.mark.live_tf
+def test_committed_reference_is_tfs(tmp_path: Path):
+    # the committed file is still what TF 2.21 gives (run with --live-tf)
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed")
+    out = tmp_path / "live.json"
+    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
+    live = json.loads(out.read_text())
+    assert live["tensorflow"] == COMMITTED["tensorflow"]
+    # as text: NaN never equals itself, its JSON spelling does
+    assert json.dumps(live["cases"], sort_keys=True) == json.dumps(
+        COMMITTED["cases"], sort_keys=True
+    )

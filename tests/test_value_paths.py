@@ -12,7 +12,9 @@ function and writes ``tests/data/value_paths.json`` (TF's version recorded in it
   2-norm and ``accumulate_dtype`` crashed. Every backend runs the same cases on arrays of
   known shape; on dask the input (and any operand as long as it) loses its chunk sizes.
 * ``subnormal``: float32/float64 inputs and intermediate results below the smallest normal
-  number, which TF's CPU kernels flush to zero (FTZ/DAZ).
+  number, which TF's CPU kernels flush to zero (FTZ/DAZ). JAX flushes too; NumPy, torch,
+  array-api-strict and dask keep IEEE subnormals (a declared deviation: the cases where that
+  changes the result are strict xfails there).
 """
 
 from __future__ import annotations
@@ -190,8 +192,55 @@ def test_unknown_chunk_sizes_on_dask(case_id: str):
     assert np.all(np.abs(got[finite] - want[finite]) <= ulp * spacing), case_id
 
 
+#: The subnormal cases whose result differs where the backend keeps IEEE subnormals (NumPy,
+#: torch, array-api-strict, dask): a declared deviation (docs/tf-behaviour.md, the FTZ row).
+#: Emulating TF's flush at every step was measured at 1.5x to 20x the time of a call, so it is
+#: not done; JAX (XLA:CPU flushes) gives TF's values.
+KEEPS_SUBNORMALS = frozenset(
+    {
+        "subnormal/float32/clip_by_average_norm/25",
+        "subnormal/float32/clip_by_average_norm/26",
+        "subnormal/float32/clip_by_global_norm/10",
+        "subnormal/float32/clip_by_global_norm/11",
+        "subnormal/float32/clip_by_global_norm/9",
+        "subnormal/float32/clip_by_norm/3",
+        "subnormal/float32/clip_by_norm/4",
+        "subnormal/float32/clip_by_norm/5",
+        "subnormal/float32/clip_by_norm/6",
+        "subnormal/float32/clip_by_norm/8",
+        "subnormal/float32/clip_by_value/0",
+        "subnormal/float32/clip_by_value/1",
+        "subnormal/float32/clip_by_value/2",
+        "subnormal/float32/l2_normalize/20",
+        "subnormal/float32/l2_normalize/22",
+        "subnormal/float32/norm/18",
+        "subnormal/float32/normalize/23",
+        "subnormal/float64/clip_by_global_norm/10",
+        "subnormal/float64/clip_by_global_norm/11",
+        "subnormal/float64/clip_by_global_norm/9",
+        "subnormal/float64/clip_by_norm/3",
+        "subnormal/float64/clip_by_norm/4",
+        "subnormal/float64/clip_by_norm/5",
+        "subnormal/float64/clip_by_norm/6",
+        "subnormal/float64/clip_by_norm/8",
+        "subnormal/float64/clip_by_value/0",
+        "subnormal/float64/clip_by_value/1",
+        "subnormal/float64/clip_by_value/2",
+        "subnormal/float64/l2_normalize/20",
+        "subnormal/float64/l2_normalize/22",
+        "subnormal/float64/norm/18",
+        "subnormal/float64/normalize/23",
+    }
+)
+
+
 @pytest.mark.parametrize("case_id", _ids("subnormal/"))
-def test_subnormals_flush_as_in_tf(case_id: str, backend: Backend, make: Any, check: Any):
+def test_subnormals_flush_as_in_tf(
+    case_id: str, backend: Backend, make: Any, check: Any, request: pytest.FixtureRequest
+):
+    if case_id in KEEPS_SUBNORMALS and backend.library != "jax":
+        reason = f"{backend.name} keeps IEEE subnormals where TF flushes them (declared)"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     case = CASES[case_id]
     want = gen.decode(case["tf"])
     out = _call(case, make, unknown=False)

@@ -41,6 +41,7 @@ __all__ = [
     "check_group",
     "group_namespace",
     "dtensor_half_squares",
+    "any_dtensor",
     "is_dtensor",
     "replicate_partials",
     "zero_partial",
@@ -52,6 +53,13 @@ def is_dtensor(x: Any) -> bool:
     mod = sys.modules.get("torch.distributed.tensor")
     cls = getattr(mod, "DTensor", None)
     return cls is not None and isinstance(x, cls)
+
+
+def any_dtensor(values: Sequence[Any]) -> bool:
+    """Whether some of ``values`` (arrays or None) is a ``DTensor``: one check per type."""
+    mod = sys.modules.get("torch.distributed.tensor")
+    cls = getattr(mod, "DTensor", None)
+    return cls is not None and any(issubclass(tp, cls) for tp in set(map(type, values)))
 
 
 def _torch_group_kind(g: Any) -> bool:

@@ -18,17 +18,27 @@ two of its jobs hold for any dtype:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import is_functorch_wrapped
 from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels, groups
-from anyclip._kernels._dist import dtensor_half_squares, is_dtensor, replicate_partials
+from anyclip._kernels._dist import (
+    any_dtensor,
+    dtensor_half_squares,
+    is_dtensor,
+    replicate_partials,
+)
 from anyclip._numerics import reduce_sum, sqrt
 from anyclip._typing import Namespace
 
 __all__ = ["TorchKernels"]
+
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+_DTYPE = operator.attrgetter("dtype")
+_DEVICE = operator.attrgetter("device")
+_IS_CPU = operator.attrgetter("is_cpu")
 
 
 def _fast_ok(arrays: Sequence[Any]) -> bool:
@@ -42,15 +52,18 @@ def _fast_ok(arrays: Sequence[Any]) -> bool:
     import torch
 
     dtype = arrays[0].dtype
-    if any(is_dtensor(a) for a in arrays):
+    if any_dtensor(arrays):
         return False
     if dtype not in (torch.float32, torch.float64):
         return False
-    if torch.is_grad_enabled() and any(a.requires_grad for a in arrays):
+    # the per-tensor checks below map C-level getters: no Python call per tensor
+    if torch.is_grad_enabled() and any(map(_REQUIRES_GRAD, arrays)):
         return False
-    if any(is_functorch_wrapped(a) for a in arrays):
+    if not torch.compiler.is_compiling() and any(
+        map(torch._C._functorch.is_functorch_wrapped_tensor, arrays)
+    ):
         return False  # torch.func.vmap has no batching rule for _foreach_norm
-    return all(a.dtype == dtype for a in arrays)
+    return set(map(_DTYPE, arrays)) == {dtype}
 
 
 def _reduced_count(shape: Sequence[int], axes: tuple[int, ...] | None) -> int:
@@ -95,6 +108,17 @@ def _partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
     if not parts:  # only empty arrays
         return torch.zeros(1, dtype=arrays[0].dtype, device=arrays[0].device)
     return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _one_device(tensors: Sequence[Any]) -> bool:
+    """Whether ``tensors`` (at least one) share one device.
+
+    All on the CPU answers it without a ``torch.device`` object per tensor (``is_cpu`` is a
+    flag; ``.device`` builds an object, several times the cost for 2,000 tensors).
+    """
+    if all(map(_IS_CPU, tensors)):
+        return True
+    return len(set(map(_DEVICE, tensors))) == 1
 
 
 def _check_devices(devices: Sequence[Any]) -> None:
@@ -165,7 +189,7 @@ class TorchKernels(Kernels):
         With ``acc``, every device's arrays (every local shard) are cast there, a block at
         a time.
         """
-        if any(is_dtensor(a) for a in arrays):
+        if any_dtensor(arrays):
             return dtensor_half_squares(
                 lambda ts: self._by_device(xp, ts, acc), xp, arrays, dtype=acc
             )
@@ -255,6 +279,8 @@ class TorchKernels(Kernels):
 
     def _by_device(self, xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
         home = arrays[0].device
+        if _one_device(arrays):  # no grouping
+            return self.cast_half_squares(xp, arrays, acc)
         by_device: dict[Any, list[Any]] = {}
         for a in arrays:
             by_device.setdefault(a.device, []).append(a)
@@ -275,16 +301,25 @@ class TorchKernels(Kernels):
         import torch
 
         scale = self.local(xp, scale)
-        if any(is_dtensor(v) for v in t_list):  # scale each local shard; placements kept
+        if any_dtensor(t_list):  # scale each local shard; placements kept
             return _scale_dtensors(self, xp, t_list, scale)
         by_group: dict[tuple[Any, Any], list[int]] = {}
-        for i, v in enumerate(t_list):
-            if v is not None:
-                by_group.setdefault((v.device, v.dtype), []).append(i)
+        present = [v for v in t_list if v is not None]
+        if not present:
+            return [None] * len(t_list)
+        first = present[0]
+        if len(present) == len(t_list) and _one_device(present):
+            dtypes = set(map(_DTYPE, present))
+            if dtypes == {first.dtype}:  # one group, the common case: no per-tensor grouping
+                by_group[(first.device, first.dtype)] = list(range(len(t_list)))
+        if not by_group:
+            for i, v in enumerate(t_list):
+                if v is not None:
+                    by_group.setdefault((v.device, v.dtype), []).append(i)
         out: list[Any] = [None] * len(t_list)
         recorded = torch.is_grad_enabled() and scale.requires_grad
         for (dev, dtype), where in by_group.items():
-            group = [t_list[i] for i in where]
+            group = list(t_list) if len(where) == len(t_list) else [t_list[i] for i in where]
             s = scale
             if s.dtype != dtype or s.device != dev:
                 s = s.to(device=dev, dtype=dtype, non_blocking=True)
@@ -293,6 +328,8 @@ class TorchKernels(Kernels):
                 results = torch._foreach_mul(group, s)
             else:
                 results = [v * s for v in group]
+            if len(where) == len(t_list):
+                return list(results)
             for i, r in zip(where, results, strict=True):
                 out[i] = r
         return out

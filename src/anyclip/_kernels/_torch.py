@@ -30,6 +30,7 @@ from anyclip._kernels._dist import (
     is_dtensor,
     replicate_partials,
 )
+from anyclip._kernels._tforder import tf_order_sums, tf_order_total
 from anyclip._numerics import reduce_sum, sqrt
 from anyclip._typing import Namespace
 
@@ -110,6 +111,40 @@ def _partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -> Any | None:
+    """The sum of squares of float64 CPU ``arrays`` in TF's order, as a 0-d tensor, or None.
+
+    As the NumPy kernels (:mod:`anyclip._kernels._tforder`): each array's sum of squares in
+    TF 2.21's order, then (``half``) their halves summed as ``tf.linalg.global_norm`` does.
+    None for other dtypes, other devices (the leaves' sums are read on the host), and while
+    ``torch.compile`` traces.
+    """
+    if arrays[0].dtype != torch.float64 or torch.compiler.is_compiling():
+        return None
+    if not all(map(_IS_CPU, arrays)):
+        return None
+    from torch._utils import _flatten_dense_tensors
+
+    flatten: Callable[[Sequence[Any]], Any] = _flatten_dense_tensors  # untyped in torch
+    per_array: list[float] = []
+    for group in groups(arrays, lambda a: int(a.numel())):
+        flat = group[0].reshape(-1) if len(group) == 1 else flatten(group)
+        sizes = [int(a.numel()) for a in group]
+        per_array += tf_order_sums(xp, flat, sizes, _column_sums, square=True)
+    total = tf_order_total(xp, per_array, _column_sums, half=half)
+    return torch.tensor(total, dtype=torch.float64)
+
+
+def _column_sums(m: Any) -> Any:
+    """The sums down axis 1 of the 3-D ``m``, one row after another.
+
+    torch's ``cumsum`` on the CPU adds in order.
+    """
+    import torch
+
+    return torch.cumsum(m, dim=1)[:, -1, :]
+
+
 def _one_device(tensors: Sequence[Any]) -> bool:
     """Whether ``tensors`` (at least one) share one device.
 
@@ -147,6 +182,10 @@ class TorchKernels(Kernels):
             return None
         import torch
 
+        if axes is None or len(axes) == x.ndim:
+            total = _tf_order(xp, torch, [x], half=False)
+            if total is not None:
+                return torch.reshape(sqrt(xp, total), (1,) * x.ndim)
         if count <= ROW:
             return torch.linalg.vector_norm(x, dim=axes, keepdim=True)
         if axes is not None and len(axes) < x.ndim:  # many long norms: the generic sums
@@ -178,6 +217,9 @@ class TorchKernels(Kernels):
             return super().half_squares(xp, arrays)
         import torch
 
+        total = _tf_order(xp, torch, arrays, half=True)
+        if total is not None:
+            return total
         norms = _partial_norms(torch, arrays)
         return torch.sum(norms * norms * 0.5)
 

@@ -110,12 +110,13 @@ def namespace(*arrays: Any, names: Sequence[str] = ()) -> Namespace:
     TypeError
         When the arrays come from different libraries.
     """
-    spaces = {_namespace_of(a) for a in {type(a): a for a in arrays}.values()}
-    spaces.discard(None)
-    if len(spaces) == 1:
-        return spaces.pop()
+    spaces = {_namespace_of(a) for a in {type(a): a for a in arrays}.values()} - {None}
     if not spaces:
         return default_namespace()
+    if len(spaces) == 1:
+        (xp,) = spaces
+        if xp is not None:
+            return xp
     found = None
     first = 0
     for i, a in enumerate(arrays):

@@ -44,9 +44,7 @@ CLIP_MAX = 4097
 def inputs() -> dict[str, np.ndarray]:
     """Every input vector, by its key ``<m>/<n>``."""
     rng = np.random.default_rng(SEED)
-    return {
-        f"{m}/{n}": rng.choice([-1.0, 1.0], n) * m for m in MAGNITUDES for n in LENGTHS
-    }
+    return {f"{m}/{n}": rng.choice([-1.0, 1.0], n) * m for m in MAGNITUDES for n in LENGTHS}
 
 
 def run_tf() -> dict[str, np.ndarray]:

@@ -59,7 +59,7 @@ def any_dtensor(values: Sequence[Any]) -> bool:
     """Whether some of ``values`` (arrays or None) is a ``DTensor``: one check per type."""
     mod = sys.modules.get("torch.distributed.tensor")
     cls = getattr(mod, "DTensor", None)
-    return cls is not None and any(issubclass(tp, cls) for tp in set(map(type, values)))
+    return cls is not None and any(issubclass(tp, cls) for tp in {type(v) for v in values})
 
 
 def _torch_group_kind(g: Any) -> bool:

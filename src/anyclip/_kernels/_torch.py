@@ -18,7 +18,6 @@ two of its jobs hold for any dtype:
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,11 +35,6 @@ from anyclip._typing import Namespace
 
 __all__ = ["TorchKernels"]
 
-_REQUIRES_GRAD = operator.attrgetter("requires_grad")
-_DTYPE = operator.attrgetter("dtype")
-_DEVICE = operator.attrgetter("device")
-_IS_CPU = operator.attrgetter("is_cpu")
-
 
 def _fast_ok(arrays: Sequence[Any]) -> bool:
     """float32 or float64, one dtype, no gradient recorded through ``arrays``, no DTensor.
@@ -57,14 +51,14 @@ def _fast_ok(arrays: Sequence[Any]) -> bool:
         return False
     if dtype not in (torch.float32, torch.float64):
         return False
-    # the per-tensor checks below map C-level getters: no Python call per tensor
-    if torch.is_grad_enabled() and any(map(_REQUIRES_GRAD, arrays)):
+    # one pass per check, no function call per tensor (torch.compile traces these reads)
+    if torch.is_grad_enabled() and any([a.requires_grad for a in arrays]):
         return False
     if not torch.compiler.is_compiling() and any(
         map(torch._C._functorch.is_functorch_wrapped_tensor, arrays)
     ):
         return False  # torch.func.vmap has no batching rule for _foreach_norm
-    return set(map(_DTYPE, arrays)) == {dtype}
+    return {a.dtype for a in arrays} == {dtype}
 
 
 def _reduced_count(shape: Sequence[int], axes: tuple[int, ...] | None) -> int:
@@ -121,7 +115,7 @@ def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -
     """
     if arrays[0].dtype != torch.float64 or torch.compiler.is_compiling():
         return None
-    if not all(map(_IS_CPU, arrays)):
+    if not all([a.is_cpu for a in arrays]):
         return None
     from torch._utils import _flatten_dense_tensors
 
@@ -151,9 +145,9 @@ def _one_device(tensors: Sequence[Any]) -> bool:
     All on the CPU answers it without a ``torch.device`` object per tensor (``is_cpu`` is a
     flag; ``.device`` builds an object, several times the cost for 2,000 tensors).
     """
-    if all(map(_IS_CPU, tensors)):
+    if all([t.is_cpu for t in tensors]):
         return True
-    return len(set(map(_DEVICE, tensors))) == 1
+    return len({t.device for t in tensors}) == 1
 
 
 def _check_devices(devices: Sequence[Any]) -> None:
@@ -351,7 +345,7 @@ class TorchKernels(Kernels):
             return [None] * len(t_list)
         first = present[0]
         if len(present) == len(t_list) and _one_device(present):
-            dtypes = set(map(_DTYPE, present))
+            dtypes = {v.dtype for v in present}
             if dtypes == {first.dtype}:  # one group, the common case: no per-tensor grouping
                 by_group[(first.device, first.dtype)] = list(range(len(t_list)))
         if not by_group:

@@ -95,21 +95,10 @@ def squared_sum(np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool) -> An
 
 
 def _column_sums(m: Any) -> Any:
-    """The sums down axis 1 of the 3-D ``m``, one row after another.
+    """The sums down axis 0 of the 3-D ``m``, one row after another.
 
-    NumPy reduces an axis that is not the innermost by adding whole rows in order, but with
-    an inner loop of only ``m.shape[2]`` (16) elements; for many leaves at once the rows are
-    added one at a time instead (each addition a long loop over every leaf's row).
+    NumPy reduces the outer axis of a C-contiguous array by adding whole rows in order.
     """
     import numpy as np
 
-    if m.shape[0] * m.shape[2] < _LONG_ROWS:
-        return np.add.reduce(m, axis=1)
-    acc = m[:, 0, :].copy()
-    for r in range(1, m.shape[1]):
-        acc += m[:, r, :]
-    return acc
-
-
-#: Rows of at least this many elements (leaves times 16) are added one call per row.
-_LONG_ROWS = 512
+    return np.add.reduce(m, axis=0)

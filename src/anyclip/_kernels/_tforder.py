@@ -9,7 +9,7 @@ with AVX packets of 4 doubles, and :func:`tf_order_total` adds the per-array sum
 ``tf.linalg.global_norm`` does (a ``reduce_sum`` of their stack).
 
 ``xp`` is an array namespace (NumPy's, or array-api-compat's torch); ``column_sums`` sums a
-3-D array down its axis 1 one row after another (a sequential sum of each column), which
+3-D array down its axis 0 one row after another (a sequential sum of each column), which
 the array API does not promise and each library spells its own way.
 """
 
@@ -23,7 +23,7 @@ from anyclip._compat import device, library
 
 __all__ = ["SMALL", "small_sum", "tf_order_sums", "tf_order_total"]
 
-#: Sums a 3-D array down its axis 1, one row after another.
+#: Sums a 3-D array down its axis 0, one row after another.
 ColumnSums = Callable[[Any], Any]
 
 #: TF's (Eigen's) float64 packet on x86-64 (AVX: 4 doubles), and its tree's leaf: 1024 packets.
@@ -62,7 +62,7 @@ def tf_order_sums(
 
     >>> import numpy as np
     >>> from anyclip._kernels._tforder import tf_order_sums
-    >>> down = lambda m: np.add.reduce(m, axis=1)
+    >>> down = lambda m: np.add.reduce(m, axis=0)
     >>> tf_order_sums(np, np.full(1000, 1.7), [1000], down, square=True)
     [2889.9999999999964]
     """
@@ -153,69 +153,82 @@ def _leaf_sums(
 ) -> list[float]:
     """Eigen's sums of the leaves of ``length`` elements at ``starts`` (of their squares).
 
-    The four accumulators (a sequential sum down each of 16 columns) are array operations;
-    the at most 16 sums per leaf and the leftover values are then finished in Python floats.
+    The four accumulators of every leaf are one array operation: the leaves' rows of 16
+    elements gathered as ``(rows, leaves, 16)`` and summed down axis 0 one row after another
+    (``column_sums``), so each step adds one row of every leaf at once. The at most 16 sums
+    per leaf and its last ``< 16`` elements are then finished in Python floats (a few
+    leaves) or as arrays (many).
     """
     k = len(starts)
-    if starts[-1] - starts[0] == (k - 1) * length:  # adjacent leaves: a view
-        m = xp.reshape(flat[starts[0] : starts[0] + k * length], (k, length))
-    else:
-        m = _windows(xp, flat, starts, length)
-    if square:
-        m = m * m
     wide = 4 * _PACKET
     full = length // wide * wide
+    heads = None
+    if full:
+        if k == 1:  # a view
+            g = xp.reshape(flat[starts[0] : starts[0] + full], (full // wide, 1, wide))
+        else:
+            at = xp.asarray(starts, device=device(flat))
+            rows = xp.arange(0, full, wide, device=device(flat))
+            g = _windows(xp, flat, rows[:, None] + at[None, :], wide)
+        heads = column_sums(g * g if square else g)
+    rest = None
+    if full < length:
+        if k == 1:
+            r = xp.reshape(flat[starts[0] + full : starts[0] + length], (1, length - full))
+        else:
+            at = xp.asarray(starts, device=device(flat))
+            r = _windows(xp, flat, at + full, length - full)
+        rest = r * r if square else r
     if k > _FEW:
-        return _finish_arrays(xp, m, column_sums)
-    rest = m[:, full:].tolist() if full < length else [[]] * k
-    if not full:
-        return [_finish(None, r) for r in rest]
-    heads = column_sums(xp.reshape(m[:, :full], (k, -1, wide))).tolist()
-    return [_finish(h, r) for h, r in zip(heads, rest, strict=True)]
+        return _finish_arrays(xp, k, heads, rest)
+    head_rows = [None] * k if heads is None else heads.tolist()
+    rest_rows = [[]] * k if rest is None else rest.tolist()
+    return [_finish(h, r) for h, r in zip(head_rows, rest_rows, strict=True)]
 
 
 #: Up to this many leaves are finished in Python floats (:func:`_finish`), more as arrays.
 _FEW = 8
 
 
-def _finish_arrays(xp: Any, m: Any, column_sums: ColumnSums) -> list[float]:
-    """:func:`_finish` of every row of ``m`` (one leaf a row, squared if need be) as arrays."""
-    k, length = m.shape
+def _finish_arrays(xp: Any, k: int, heads: Any, rest: Any) -> list[float]:
+    """:func:`_finish` of ``k`` leaves as arrays: ``heads`` (k, 16) or None, ``rest`` (k, r)."""
     p = _PACKET
-    full = length // (4 * p) * (4 * p)
-    if full:
-        acc = column_sums(xp.reshape(m[:, :full], (k, -1, 4 * p)))
-        lanes = acc[:, :p] + acc[:, p : 2 * p]
-        lanes = lanes + acc[:, 2 * p : 3 * p]
-        lanes = lanes + acc[:, 3 * p :]
+    if heads is not None:
+        lanes = heads[:, :p] + heads[:, p : 2 * p]
+        lanes = lanes + heads[:, 2 * p : 3 * p]
+        lanes = lanes + heads[:, 3 * p :]
+        like = heads
     else:
-        lanes = xp.zeros((k, p), dtype=m.dtype, device=device(m))
-    packets = length // p * p
-    for j in range(full, packets, p):
-        lanes = lanes + m[:, j : j + p]
-    tail = xp.zeros((k,), dtype=m.dtype, device=device(m))
-    for j in range(packets, length):
-        tail = tail + m[:, j]
+        like = rest
+        lanes = xp.zeros((k, p), dtype=like.dtype, device=device(like))
+    tail = xp.zeros((k,), dtype=like.dtype, device=device(like))
+    if rest is not None:
+        r = int(rest.shape[1])
+        packets = r // p * p
+        for j in range(0, packets, p):
+            lanes = lanes + rest[:, j : j + p]
+        for j in range(packets, r):
+            tail = tail + rest[:, j]
     total = tail + ((lanes[:, 0] + lanes[:, 2]) + (lanes[:, 1] + lanes[:, 3]))
     sums: list[float] = total.tolist()
     return sums
 
 
-def _windows(xp: Any, flat: Any, starts: list[int], length: int) -> Any:
-    """The ``length`` elements from each of ``starts`` of the 1-D ``flat``, as rows (a copy).
+def _windows(xp: Any, flat: Any, at: Any, width: int) -> Any:
+    """The ``width`` elements of the 1-D ``flat`` from each start in the integer array ``at``.
 
-    A view of every window (NumPy's ``sliding_window_view``, torch's ``unfold``) indexed by
-    the starts: one copy of the rows, without an index per element.
+    Shape ``at.shape + (width,)``, a copy: a view of every window (NumPy's
+    ``sliding_window_view``, torch's ``unfold``) indexed by ``at``, without an index per
+    element.
     """
-    at = xp.asarray(starts, device=device(flat))
     if library(xp) == "numpy":
         from numpy.lib.stride_tricks import sliding_window_view
 
-        return sliding_window_view(flat, length)[at]
+        return sliding_window_view(flat, width)[at]
     if library(xp) == "torch":
-        return flat.unfold(0, length, 1)[at]
-    index = xp.reshape(at[:, None] + xp.arange(length, device=device(flat)), (-1,))
-    return xp.reshape(xp.take(flat, index), (len(starts), length))
+        return flat.unfold(0, width, 1)[at]
+    index = xp.reshape(at[..., None] + xp.arange(width, device=device(flat)), (-1,))
+    return xp.reshape(xp.take(flat, index), (*at.shape, width))
 
 
 def tf_order_total(

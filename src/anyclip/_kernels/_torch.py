@@ -130,13 +130,13 @@ def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -
 
 
 def _column_sums(m: Any) -> Any:
-    """The sums down axis 1 of the 3-D ``m``, one row after another.
+    """The sums down axis 0 of the 3-D ``m``, one row after another.
 
-    torch's ``cumsum`` on the CPU adds in order.
+    torch's ``cumsum`` on the CPU adds in order (its ``sum`` adds in a cascade).
     """
     import torch
 
-    return torch.cumsum(m, dim=1)[:, -1, :]
+    return torch.cumsum(m, dim=0)[-1]
 
 
 def _one_device(tensors: Sequence[Any]) -> bool:

@@ -22,11 +22,11 @@ from anyclip._typing import Namespace
 T = TypeVar("T")
 
 __all__ = [
+    "all_arrays",
     "comparable_dtype",
     "default_namespace",
     "device",
     "dtype_name",
-    "all_arrays",
     "is_array",
     "is_functorch_wrapped",
     "is_numpy_scalar",

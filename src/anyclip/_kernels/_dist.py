@@ -38,10 +38,10 @@ from anyclip._typing import Namespace
 __all__ = [
     "GroupKernels",
     "all_reduce_torch",
+    "any_dtensor",
     "check_group",
     "group_namespace",
     "dtensor_half_squares",
-    "any_dtensor",
     "is_dtensor",
     "replicate_partials",
     "zero_partial",

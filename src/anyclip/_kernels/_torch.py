@@ -54,10 +54,16 @@ def _fast_ok(arrays: Sequence[Any]) -> bool:
     # one pass per check, no function call per tensor (torch.compile traces these reads)
     if torch.is_grad_enabled() and any([a.requires_grad for a in arrays]):
         return False
-    if not torch.compiler.is_compiling() and any(
-        map(torch._C._functorch.is_functorch_wrapped_tensor, arrays)
+    # torch.func.vmap has no batching rule for _foreach_norm. Tensors are looked at only
+    # inside a transform: outside one, a wrapped tensor is one that escaped it, which every
+    # operation refuses (the generic path and this one alike).
+    functorch = torch._C._functorch
+    if (
+        not torch.compiler.is_compiling()
+        and functorch.maybe_current_level() is not None
+        and any(map(functorch.is_functorch_wrapped_tensor, arrays))
     ):
-        return False  # torch.func.vmap has no batching rule for _foreach_norm
+        return False
     return {a.dtype for a in arrays} == {dtype}
 
 
@@ -96,7 +102,7 @@ def _partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
         if m:
             parts.append(torch.linalg.vector_norm(flat[: m * ROW].view(m, ROW), dim=1))
 
-    for group in groups(arrays, lambda a: int(a.numel())):
+    for group in groups(arrays, torch.Tensor.numel):
         rows(group[0].reshape(-1) if len(group) == 1 else flatten(group))
     if tails:
         parts.append(torch.stack(torch._foreach_norm(tails, 2)))
@@ -121,7 +127,7 @@ def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -
 
     flatten: Callable[[Sequence[Any]], Any] = _flatten_dense_tensors  # untyped in torch
     per_array: list[float] = []
-    for group in groups(arrays, lambda a: int(a.numel())):
+    for group in groups(arrays, torch.Tensor.numel):
         flat = group[0].reshape(-1) if len(group) == 1 else flatten(group)
         sizes = [int(a.numel()) for a in group]
         per_array += tf_order_sums(xp, flat, sizes, _column_sums, square=True)

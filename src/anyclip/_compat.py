@@ -22,6 +22,7 @@ from anyclip._typing import Namespace
 T = TypeVar("T")
 
 __all__ = [
+    "all_arrays",
     "comparable_dtype",
     "default_namespace",
     "device",
@@ -88,16 +89,34 @@ def is_array(value: object) -> bool:
     return _namespace_of(value) is not None
 
 
+def all_arrays(values: Sequence[Any]) -> bool:
+    """Whether every one of ``values`` is an array of a supported namespace.
+
+    Checked once per distinct type (a list of 2,000 gradients usually holds one), as
+    :func:`is_array` would answer for each value: its answer depends on the type only.
+    """
+    return all(_namespace_of(v) is not None for v in {type(v): v for v in values}.values())
+
+
 def namespace(*arrays: Any, names: Sequence[str] = ()) -> Namespace:
     """The array namespace shared by ``arrays`` (non-arrays are ignored).
 
-    ``names`` are the arguments' names, for the error message.
+    ``names`` are the arguments' names, for the error message. The namespace of each distinct
+    type is looked up once; only a mix of libraries walks the arguments one by one, to name
+    the first two that differ.
 
     Raises
     ------
     TypeError
         When the arrays come from different libraries.
     """
+    spaces = {_namespace_of(a) for a in {type(a): a for a in arrays}.values()} - {None}
+    if not spaces:
+        return default_namespace()
+    if len(spaces) == 1:
+        (xp,) = spaces
+        if xp is not None:
+            return xp
     found = None
     first = 0
     for i, a in enumerate(arrays):

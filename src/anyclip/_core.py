@@ -66,6 +66,8 @@ def _entry(fn: F, *, can_warn: bool = True) -> F:
             return out
         if isinstance(out, (tuple, list)):
             scalar = sys.modules["numpy"].generic
+            if not any(issubclass(tp, scalar) for tp in {type(o) for o in out}):  # by type
+                return out
             return type(out)(as_array(o) if isinstance(o, scalar) else o for o in out)
         return as_array(out)
 

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from anyclip._compat import (
+    all_arrays,
     dtype_name,
     is_array,
     is_numpy_scalar,
@@ -810,7 +811,7 @@ def as_list(t_list: Any) -> list[Any]:
 def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -> list[Any]:
     """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype."""
     present = [v for v in t_list if v is not None]
-    if all(is_array(v) for v in present):  # the common case: one check per distinct dtype
+    if all_arrays(present):  # the common case: one check per distinct type and dtype
         dtypes = {v.dtype for v in present}
         if len(dtypes) <= 1 or mixed_ok:
             for dtype in dtypes:

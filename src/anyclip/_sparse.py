@@ -92,6 +92,19 @@ def sparse_or_refuse(value: Any, name: str, index: int | None = None) -> bool:
     return False
 
 
+def _may_be_sparse(tp: type) -> bool:
+    """Whether an object of type ``tp`` can be sparse or foreign for :func:`sparse_or_refuse`.
+
+    False for every type whose objects :func:`sparse_or_refuse` answers False without
+    looking at the object: everything but torch tensors (a layout per tensor) and the types
+    of the sparse modules.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and issubclass(tp, torch.Tensor):
+        return True
+    return tp.__module__.startswith(_SPARSE_MODULES)
+
+
 def refuse_foreign(value: Any, name: str) -> None:
     """``TypeError`` for a sparse object that is not an array of the array API (SciPy's)."""
     module = type(value).__module__
@@ -315,6 +328,13 @@ def values_list(items: list[Any]) -> tuple[list[Any], Callable[[list[Any]], list
     The second item turns a list of results (one per entry) back into sparse arrays where the
     entry was sparse; it is the identity when no entry is.
     """
+    kinds = {type(v) for v in items}
+    if not any(_may_be_sparse(tp) for tp in kinds):  # by type: NumPy arrays, None
+        return items, _same
+    torch = sys.modules.get("torch")
+    if torch is not None and all(tp is type(None) or issubclass(tp, torch.Tensor) for tp in kinds):
+        if {v.layout for v in items if v is not None} == {torch.strided}:  # all dense
+            return items, _same
     sparse = [i for i, v in enumerate(items) if v is not None and sparse_or_refuse(v, "t_list", i)]
     if not sparse:
         return items, _same

@@ -319,11 +319,13 @@ def groups(arrays: Sequence[Any], count: Callable[[Any], int]) -> list[list[Any]
     replaces a reduction per small array by one per group (the per-array cost dominates for
     thousands of small arrays); the cap bounds the temporary a group is joined into.
     """
+    sizes = list(map(count, arrays))
+    if sizes and max(sizes) < BLOCK and sum(sizes) < JOIN:  # all small: one group
+        return [list(arrays)]
     out: list[list[Any]] = []
     batch: list[Any] = []
     size = 0
-    for a in arrays:
-        n = count(a)
+    for a, n in zip(arrays, sizes, strict=True):
         if n >= BLOCK:
             out.append([a])
             continue

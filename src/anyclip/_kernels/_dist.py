@@ -38,6 +38,7 @@ from anyclip._typing import Namespace
 __all__ = [
     "GroupKernels",
     "all_reduce_torch",
+    "any_dtensor",
     "check_group",
     "group_namespace",
     "dtensor_half_squares",
@@ -52,6 +53,13 @@ def is_dtensor(x: Any) -> bool:
     mod = sys.modules.get("torch.distributed.tensor")
     cls = getattr(mod, "DTensor", None)
     return cls is not None and isinstance(x, cls)
+
+
+def any_dtensor(values: Sequence[Any]) -> bool:
+    """Whether some of ``values`` (arrays or None) is a ``DTensor``: one check per type."""
+    mod = sys.modules.get("torch.distributed.tensor")
+    cls = getattr(mod, "DTensor", None)
+    return cls is not None and any(issubclass(tp, cls) for tp in {type(v) for v in values})
 
 
 def _torch_group_kind(g: Any) -> bool:

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from anyclip._kernels._base import BLOCK, ROW
+from anyclip._kernels._tforder import SMALL, small_sum
 
 __all__ = ["plain_clip_by_norm", "plain_clip_by_value", "plain_norm"]
 
@@ -131,13 +132,18 @@ def plain_norm(x: Any) -> Any | None:
             return None
         if not 1 < x.numel() <= ROW:
             return None
+        if x.dtype == torch.float64:  # in TF's order, as the kernels: on the CPU, uncompiled
+            if x.numel() > SMALL or not x.is_cpu or torch.compiler.is_compiling():
+                return None
+            total = small_sum(x.reshape(-1).tolist(), square=True)
+            return torch.sqrt(torch.tensor(total, dtype=torch.float64))
         return torch.linalg.vector_norm(x)
     if lib == "numpy" and x.size <= _SMALL:
         import numpy as np
 
         if x.dtype not in (np.float32, np.float64):  # float16 squares must round in float16
             return None
-        return np.asarray(np.sqrt(np.vdot(x, x)))  # BLAS: no warning when squares overflow
+        return np.asarray(np.sqrt(_small_squares(np, x)))
     return None
 
 
@@ -153,6 +159,17 @@ def plain_clip_by_norm(t: Any, clip_norm: Any) -> Any | None:
     c = _bound(clip_norm, *info)
     if c is None or not c >= 0:  # negative bounds are replaced by 0 on the general path
         return None
-    divisor = np.maximum(np.sqrt(np.vdot(t, t)), c)  # scalars: these never warn
+    divisor = np.maximum(np.sqrt(_small_squares(np, t)), c)  # scalars: these never warn
     with np.errstate(all="ignore"):  # t * c may overflow, 0 / 0 is NaN, as in TF
         return t * c / divisor
+
+
+def _small_squares(np: Any, x: Any) -> Any:
+    """The sum of the squares of a small float32 or float64 NumPy array, as a scalar.
+
+    float32: one ``vdot`` (BLAS: no warning when squares overflow). float64: in TF's order
+    (:mod:`anyclip._kernels._tforder`), as the NumPy kernels sum float64 squares.
+    """
+    if x.dtype == np.float64:
+        return np.float64(small_sum(x.ravel().tolist(), square=True))
+    return np.vdot(x, x)

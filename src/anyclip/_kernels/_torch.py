@@ -21,10 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import is_functorch_wrapped
 from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels, groups
-from anyclip._kernels._dist import dtensor_half_squares, is_dtensor, replicate_partials
+from anyclip._kernels._dist import (
+    any_dtensor,
+    dtensor_half_squares,
+    is_dtensor,
+    replicate_partials,
+)
+from anyclip._kernels._tforder import tf_order_sums, tf_order_total
 from anyclip._numerics import reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
@@ -42,15 +47,24 @@ def _fast_ok(arrays: Sequence[Any]) -> bool:
     import torch
 
     dtype = arrays[0].dtype
-    if any(is_dtensor(a) for a in arrays):
+    if any_dtensor(arrays):
         return False
     if dtype not in (torch.float32, torch.float64):
         return False
-    if torch.is_grad_enabled() and any(a.requires_grad for a in arrays):
+    # one pass per check, no function call per tensor (torch.compile traces these reads)
+    if torch.is_grad_enabled() and any([a.requires_grad for a in arrays]):
         return False
-    if any(is_functorch_wrapped(a) for a in arrays):
-        return False  # torch.func.vmap has no batching rule for _foreach_norm
-    return all(a.dtype == dtype for a in arrays)
+    # torch.func.vmap has no batching rule for _foreach_norm. Tensors are looked at only
+    # inside a transform: outside one, a wrapped tensor is one that escaped it, which every
+    # operation refuses (the generic path and this one alike).
+    functorch = torch._C._functorch
+    if (
+        not torch.compiler.is_compiling()
+        and functorch.maybe_current_level() is not None
+        and any(map(functorch.is_functorch_wrapped_tensor, arrays))
+    ):
+        return False
+    return {a.dtype for a in arrays} == {dtype}
 
 
 def _reduced_count(shape: Sequence[int], axes: tuple[int, ...] | None) -> int:
@@ -88,13 +102,58 @@ def _partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
         if m:
             parts.append(torch.linalg.vector_norm(flat[: m * ROW].view(m, ROW), dim=1))
 
-    for group in groups(arrays, lambda a: int(a.numel())):
+    for group in groups(arrays, torch.Tensor.numel):
         rows(group[0].reshape(-1) if len(group) == 1 else flatten(group))
     if tails:
         parts.append(torch.stack(torch._foreach_norm(tails, 2)))
     if not parts:  # only empty arrays
         return torch.zeros(1, dtype=arrays[0].dtype, device=arrays[0].device)
     return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -> Any | None:
+    """The sum of squares of float64 CPU ``arrays`` in TF's order, as a 0-d tensor, or None.
+
+    As the NumPy kernels (:mod:`anyclip._kernels._tforder`): each array's sum of squares in
+    TF 2.21's order, then (``half``) their halves summed as ``tf.linalg.global_norm`` does.
+    None for other dtypes, other devices (the leaves' sums are read on the host), and while
+    ``torch.compile`` traces.
+    """
+    if arrays[0].dtype != torch.float64 or torch.compiler.is_compiling():
+        return None
+    if not all([a.is_cpu for a in arrays]):
+        return None
+    from torch._utils import _flatten_dense_tensors
+
+    flatten: Callable[[Sequence[Any]], Any] = _flatten_dense_tensors  # untyped in torch
+    per_array: list[float] = []
+    for group in groups(arrays, torch.Tensor.numel):
+        flat = group[0].reshape(-1) if len(group) == 1 else flatten(group)
+        sizes = [int(a.numel()) for a in group]
+        per_array += tf_order_sums(xp, flat, sizes, _column_sums, square=True)
+    total = tf_order_total(xp, per_array, _column_sums, half=half)
+    return torch.tensor(total, dtype=torch.float64)
+
+
+def _column_sums(m: Any) -> Any:
+    """The sums down axis 0 of the 3-D ``m``, one row after another.
+
+    torch's ``cumsum`` on the CPU adds in order (its ``sum`` adds in a cascade).
+    """
+    import torch
+
+    return torch.cumsum(m, dim=0)[-1]
+
+
+def _one_device(tensors: Sequence[Any]) -> bool:
+    """Whether ``tensors`` (at least one) share one device.
+
+    All on the CPU answers it without a ``torch.device`` object per tensor (``is_cpu`` is a
+    flag; ``.device`` builds an object, several times the cost for 2,000 tensors).
+    """
+    if all([t.is_cpu for t in tensors]):
+        return True
+    return len({t.device for t in tensors}) == 1
 
 
 def _check_devices(devices: Sequence[Any]) -> None:
@@ -123,6 +182,10 @@ class TorchKernels(Kernels):
             return None
         import torch
 
+        if axes is None or len(axes) == x.ndim:
+            total = _tf_order(xp, torch, [x], half=False)
+            if total is not None:
+                return torch.reshape(sqrt(xp, total), (1,) * x.ndim)
         if count <= ROW:
             return torch.linalg.vector_norm(x, dim=axes, keepdim=True)
         if axes is not None and len(axes) < x.ndim:  # many long norms: the generic sums
@@ -165,6 +228,9 @@ class TorchKernels(Kernels):
             return super().half_squares(xp, arrays)
         import torch
 
+        total = _tf_order(xp, torch, arrays, half=True)
+        if total is not None:
+            return total
         norms = _partial_norms(torch, arrays)
         return torch.sum(norms * norms * 0.5)
 
@@ -176,7 +242,7 @@ class TorchKernels(Kernels):
         With ``acc``, every device's arrays (every local shard) are cast there, a block at
         a time.
         """
-        if any(is_dtensor(a) for a in arrays):
+        if any_dtensor(arrays):
             return dtensor_half_squares(
                 lambda ts: self._by_device(xp, ts, acc), xp, arrays, dtype=acc
             )
@@ -266,6 +332,8 @@ class TorchKernels(Kernels):
 
     def _by_device(self, xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
         home = arrays[0].device
+        if _one_device(arrays):  # no grouping
+            return self.cast_half_squares(xp, arrays, acc)
         by_device: dict[Any, list[Any]] = {}
         for a in arrays:
             by_device.setdefault(a.device, []).append(a)
@@ -286,16 +354,25 @@ class TorchKernels(Kernels):
         import torch
 
         scale = self.local(xp, scale)
-        if any(is_dtensor(v) for v in t_list):  # scale each local shard; placements kept
+        if any_dtensor(t_list):  # scale each local shard; placements kept
             return _scale_dtensors(self, xp, t_list, scale)
         by_group: dict[tuple[Any, Any], list[int]] = {}
-        for i, v in enumerate(t_list):
-            if v is not None:
-                by_group.setdefault((v.device, v.dtype), []).append(i)
+        present = [v for v in t_list if v is not None]
+        if not present:
+            return [None] * len(t_list)
+        first = present[0]
+        if len(present) == len(t_list) and _one_device(present):
+            dtypes = {v.dtype for v in present}
+            if dtypes == {first.dtype}:  # one group, the common case: no per-tensor grouping
+                by_group[(first.device, first.dtype)] = list(range(len(t_list)))
+        if not by_group:
+            for i, v in enumerate(t_list):
+                if v is not None:
+                    by_group.setdefault((v.device, v.dtype), []).append(i)
         out: list[Any] = [None] * len(t_list)
         recorded = torch.is_grad_enabled() and scale.requires_grad
         for (dev, dtype), where in by_group.items():
-            group = [t_list[i] for i in where]
+            group = list(t_list) if len(where) == len(t_list) else [t_list[i] for i in where]
             s = scale
             if s.device != dev:
                 s = s.to(device=dev, non_blocking=True)
@@ -306,6 +383,8 @@ class TorchKernels(Kernels):
                 results = torch._foreach_mul(group, s)
             else:
                 results = [v * s for v in group]
+            if len(where) == len(t_list):
+                return list(results)
             for i, r in zip(where, results, strict=True):
                 out[i] = r
         return out

@@ -16,6 +16,7 @@ import optax
 
 from anyclip import _clip, _history, tree
 from anyclip._history import History
+from anyclip._keywords import hints_keywords
 from anyclip.optax._tf_clip import _norm_dtype
 
 __all__ = [
@@ -58,6 +59,7 @@ class ZClipState(NamedTuple):
     history: History
 
 
+@hints_keywords
 def zclip(
     alpha: float = 0.97,
     z_thresh: float = 2.5,
@@ -157,6 +159,7 @@ class QuantileClipState(NamedTuple):
     history: History
 
 
+@hints_keywords
 def quantile_clip(
     quantile: float = 0.9,
     history_length: int = 1000,
@@ -268,6 +271,7 @@ class SkipOnSpikeState(NamedTuple):
     inner_state: Any
 
 
+@hints_keywords
 def skip_on_spike(
     inner: optax.GradientTransformation,
     rolling_interval_length: int = 128,

@@ -17,6 +17,7 @@ import torch
 from anyclip import _clip, _history
 from anyclip._compat import namespace
 from anyclip._history import History
+from anyclip._keywords import hints_keywords
 from anyclip._sparse import values_of
 from anyclip.torch._clip_grad import _join_group, _local, _mul_, _tensors, _total_norm
 
@@ -597,6 +598,7 @@ class SkipOnSpike:
             self.counters = {k: torch.as_tensor(skip[k]).clone() for k in names}
 
 
+@hints_keywords
 def skip_on_spike(
     optimizer: torch.optim.Optimizer,
     rolling_interval_length: int = 128,

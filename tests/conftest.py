@@ -16,7 +16,11 @@ independent NumPy float64 formula, or from a mathematical property; never from a
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -79,3 +83,22 @@ def weights(backend: Backend) -> Callable[..., Any]:
         return backend.asarray(np.arange(1, n + 1, dtype=np.float64).reshape(shape), dtype)
 
     return _weights
+
+
+def assert_live_reference(
+    script: Path, committed: dict[str, Any], tmp_path: Path, *, skip: tuple[str, ...] = ()
+) -> None:
+    """Run a ``tests/data/make_*.py`` script on live TF: it must give the committed file.
+
+    Every array must be bit-equal (the members in ``skip``, such as a provenance record, aside).
+    Skips without TensorFlow (the ``--live-tf`` tests call it).
+    """
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed")
+    out = tmp_path / "live.npz"
+    subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
+    live = dict(np.load(out))
+    assert live.keys() == committed.keys()
+    for k, v in live.items():
+        if k not in skip:
+            np.testing.assert_array_equal(v, committed[k], err_msg=k)

@@ -11,10 +11,7 @@ ULP of a norm); the torch and optax ports of the training must give Keras's weig
 from __future__ import annotations
 
 import functools
-import importlib.util
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +21,8 @@ import pytest
 
 import anyclip
 from anyclip import constraints
+
+from .conftest import assert_live_reference
 
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_constraints.py"
@@ -314,16 +313,7 @@ def test_under_torch_compile_fullgraph(backend, check):
 @pytest.mark.live_tf
 def test_committed_reference_is_keras(tmp_path):
     # the committed file is still what Keras 3 gives (run with --live-tf)
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed")
-    out = tmp_path / "live.npz"
-    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
-    live = dict(np.load(out))
-    assert live.keys() == REF.keys()
-    for k, v in live.items():
-        if k == "provenance":
-            continue
-        np.testing.assert_array_equal(v, REF[k], err_msg=k)
+    assert_live_reference(SCRIPT, REF, tmp_path, skip=("provenance",))
 
 
 def test_exported():

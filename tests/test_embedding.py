@@ -12,10 +12,7 @@ respect to the looked-up rows) are tested here against it.
 
 from __future__ import annotations
 
-import importlib.util
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,7 +23,7 @@ import pytest
 import anyclip
 from anyclip_conformance import Backend
 
-from .conftest import ULP_CLIP_NORM, ULP_GLOBAL
+from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, assert_live_reference
 
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_embedding.py"
@@ -237,12 +234,4 @@ def test_under_torch_compile_fullgraph(backend, check):
 @pytest.mark.live_tf
 def test_committed_reference_is_tfs(tmp_path):
     # the committed file is still what TF 2.21 gives (run with --live-tf)
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed")
-    out = tmp_path / "live.npz"
-    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
-    live = dict(np.load(out))
-    assert live.keys() == REF.keys()
-    for k, v in live.items():
-        if k != "provenance":
-            np.testing.assert_array_equal(v, REF[k], err_msg=k)
+    assert_live_reference(SCRIPT, REF, tmp_path, skip=("provenance",))

@@ -13,10 +13,7 @@ sum moves by up to 2 ULP with the machine's thread count.
 
 from __future__ import annotations
 
-import importlib.util
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,6 +21,8 @@ import numpy as np
 import pytest
 
 import anyclip
+
+from .conftest import assert_live_reference
 
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_long_sums.py"
@@ -81,11 +80,4 @@ def test_clip_by_norm(backend, make, check):
 @pytest.mark.live_tf
 def test_committed_reference_is_tfs(tmp_path):
     # the committed file is still what TF 2.21 gives (run with --live-tf)
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed")
-    out = tmp_path / "live.npz"
-    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
-    live = dict(np.load(out))
-    assert live.keys() == REF.keys()
-    for k, v in live.items():
-        np.testing.assert_array_equal(v, REF[k], err_msg=k)
+    assert_live_reference(SCRIPT, REF, tmp_path)

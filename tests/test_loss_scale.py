@@ -11,16 +11,15 @@ gradients, the mistake the porting guide warns about, must not.
 
 from __future__ import annotations
 
-import importlib.util
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
+
+from .conftest import assert_live_reference
 
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_loss_scale.py"
@@ -165,12 +164,4 @@ def test_optax_clipping_scaled_gradients_is_wrong(backend):
 @pytest.mark.live_tf
 def test_committed_reference_is_keras(tmp_path):
     # the committed file is still what Keras 3 gives (run with --live-tf)
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed")
-    out = tmp_path / "live.npz"
-    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
-    live = dict(np.load(out))
-    assert live.keys() == REF.keys()
-    for k, v in live.items():
-        if k != "provenance":
-            np.testing.assert_array_equal(v, REF[k], err_msg=k)
+    assert_live_reference(SCRIPT, REF, tmp_path, skip=("provenance",))

@@ -11,9 +11,6 @@ once each) and keep the layout and indices; ``clip_by_average_norm``, ``norm``,
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +21,7 @@ import anyclip
 from anyclip import tree
 from anyclip_conformance import Backend, assert_array
 
-from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2, ULP_VALUE
+from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2, ULP_VALUE, assert_live_reference
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Sparse CSR tensor support is in beta:UserWarning",
@@ -438,11 +435,4 @@ def test_scipy_sparse_is_refused(call, name):
 @pytest.mark.live_tf
 def test_committed_reference_is_tfs(tmp_path):
     # the committed file is still what TF 2.21 gives (run with --live-tf)
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed")
-    out = tmp_path / "live.npz"
-    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
-    live = dict(np.load(out))
-    assert live.keys() == REF.keys()
-    for k, v in live.items():
-        np.testing.assert_array_equal(v, REF[k], err_msg=k)
+    assert_live_reference(SCRIPT, REF, tmp_path)

@@ -333,7 +333,8 @@ def values_list(items: list[Any]) -> tuple[list[Any], Callable[[list[Any]], list
         return items, _same
     torch = sys.modules.get("torch")
     if torch is not None and all(tp is type(None) or issubclass(tp, torch.Tensor) for tp in kinds):
-        if {v.layout for v in items if v is not None} == {torch.strided}:  # all dense
+        dense = (torch.strided, False)  # a nested tensor is strided too: refused below
+        if {(v.layout, v.is_nested) for v in items if v is not None} <= {dense}:  # all dense
             return items, _same
     sparse = [i for i, v in enumerate(items) if v is not None and sparse_or_refuse(v, "t_list", i)]
     if not sparse:

@@ -57,12 +57,25 @@ __all__ = [
     "record",
     "spike_step",
     "ZClipStep",
+    "check_choice",
     "window_quantile",
     "zclip_step",
 ]
 
 #: The largest count: counters saturate there instead of wrapping (``optax.safe_increment``).
 INT_MAX = 2**31 - 1
+
+
+def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """``value`` lower-cased if it is one of ``choices``, else a ``ValueError`` naming ``name``.
+
+    The rules' string options (``mode``, ``clip_option``, ``formula``), checked by the torch
+    and optax adapters alike.
+    """
+    if not isinstance(value, str) or value.lower() not in choices:
+        msg = f"`{name}` must be one of {choices}, got {value!r}"
+        raise ValueError(msg)
+    return value.lower()
 
 
 class History(NamedTuple):

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from anyclip import _clip, _history, tree
-from anyclip._history import History
+from anyclip._history import History, check_choice
 from anyclip._keywords import hints_keywords
 from anyclip.optax._tf_clip import _norm_dtype
 
@@ -27,13 +27,6 @@ __all__ = [
     "skip_on_spike",
     "zclip",
 ]
-
-
-def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value.lower() not in choices:
-        msg = f"`{name}` must be one of {choices}, got {value!r}"
-        raise ValueError(msg)
-    return value.lower()
 
 
 def _state_dtype(params: Any) -> Any:
@@ -111,11 +104,11 @@ skip_update_on_spike
     >>> u
     Array([2.1191492, 2.8255322], dtype=float32)
     """
-    m = _check_choice(mode, "mode", ("zscore", "percentile"))
+    m = check_choice(mode, "mode", ("zscore", "percentile"))
     option = None
     if m == "zscore":
-        option = _check_choice(clip_option, "clip_option", ("mean", "adaptive_scaling"))
-    f = _check_choice(formula, "formula", ("zclip", "tf"))
+        option = check_choice(clip_option, "clip_option", ("mean", "adaptive_scaling"))
+    f = check_choice(formula, "formula", ("zclip", "tf"))
     cap = None if max_grad_norm is None else float(max_grad_norm)
 
     def init_fn(params: Any) -> ZClipState:
@@ -213,7 +206,7 @@ def quantile_clip(
     if not isinstance(history_length, int) or history_length <= 0:
         msg = f"`history_length` must be an int greater than zero, got {history_length!r}"
         raise ValueError(msg)
-    f = _check_choice(formula, "formula", ("torch", "tf"))
+    f = check_choice(formula, "formula", ("torch", "tf"))
 
     def init_fn(params: Any) -> QuantileClipState:
         leaves = [leaf for leaf in tree.flatten(params)[0] if leaf is not None]

@@ -16,7 +16,7 @@ import torch
 
 from anyclip import _clip, _history
 from anyclip._compat import namespace
-from anyclip._history import History
+from anyclip._history import History, check_choice
 from anyclip._keywords import hints_keywords
 from anyclip._sparse import values_of
 from anyclip.torch._clip_grad import _join_group, _local, _mul_, _tensors, _total_norm
@@ -102,13 +102,6 @@ def _load_history(state: dict[str, Any], h: History | None, name: str) -> Histor
     return h
 
 
-def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value.lower() not in choices:
-        msg = f"`{name}` must be one of {choices}, got {value!r}"
-        raise ValueError(msg)
-    return value.lower()
-
-
 class ZClip:
     """ZClip (``zclip`` 1.0) with its signature and numbers, as device tensors.
 
@@ -179,15 +172,15 @@ skip_update_on_spike
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.eps = float(eps)
         self.warmup_steps = int(warmup_steps)
-        self.mode = _check_choice(mode, "mode", ("zscore", "percentile"))
+        self.mode = check_choice(mode, "mode", ("zscore", "percentile"))
         self.clip_option: str | None = None
         if self.mode == "zscore":
-            self.clip_option = _check_choice(
+            self.clip_option = check_choice(
                 clip_option, "clip_option", ("mean", "adaptive_scaling")
             )
         self.clip_factor = float(clip_factor)
         self.skip_update_on_spike = bool(skip_update_on_spike)
-        self.formula = _check_choice(formula, "formula", ("zclip", "tf"))
+        self.formula = check_choice(formula, "formula", ("zclip", "tf"))
         self.group = group
         self.dtype = dtype
         self._history: History | None = None
@@ -320,7 +313,7 @@ class QuantileClip:
         self.global_threshold = bool(global_threshold)
         self.quantile = float(quantile)
         self.history_length = history_length
-        self.formula = _check_choice(formula, "formula", ("torch", "tf"))
+        self.formula = check_choice(formula, "formula", ("torch", "tf"))
         self.group = group
         if isinstance(parameters, torch.Tensor):
             parameters = [parameters]

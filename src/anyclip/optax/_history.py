@@ -98,9 +98,9 @@ skip_update_on_spike
     >>> import jax.numpy as jnp
     >>> import anyclip.optax
     >>> tx = anyclip.optax.zclip(warmup_steps=2, max_grad_norm=None)
-    >>> state = tx.init(jnp.zeros(2))
+    >>> state = tx.init(jnp.zeros(2, dtype=jnp.float32))
     >>> for g in ([3.0, 4.0], [0.6, 0.8], [30.0, 40.0]):
-    ...     u, state = tx.update(jnp.array(g), state)
+    ...     u, state = tx.update(jnp.array(g, dtype=jnp.float32), state)
     >>> u
     Array([2.1191492, 2.8255322], dtype=float32)
     """
@@ -194,9 +194,9 @@ def quantile_clip(
     >>> import jax.numpy as jnp
     >>> import anyclip.optax
     >>> tx = anyclip.optax.quantile_clip(quantile=0.5, history_length=10)
-    >>> state = tx.init(jnp.zeros(2))
+    >>> state = tx.init(jnp.zeros(2, dtype=jnp.float32))
     >>> for g in ([3.0, 4.0], [6.0, 8.0], [30.0, 40.0]):
-    ...     u, state = tx.update(jnp.array(g), state)
+    ...     u, state = tx.update(jnp.array(g, dtype=jnp.float32), state)
     >>> u
     Array([4.5, 6. ], dtype=float32)
     """
@@ -315,8 +315,8 @@ def skip_on_spike(
     >>> import optax
     >>> import anyclip.optax
     >>> tx = anyclip.optax.skip_on_spike(optax.sgd(0.1))
-    >>> state = tx.init(jnp.zeros(2))
-    >>> u, state = tx.update(jnp.array([jnp.nan, 1.0]), state)
+    >>> state = tx.init(jnp.zeros(2, dtype=jnp.float32))
+    >>> u, state = tx.update(jnp.array([jnp.nan, 1.0], dtype=jnp.float32), state)
     >>> u, state.skipped
     (Array([0., 0.], dtype=float32), Array(1, dtype=int32))
     """

@@ -593,6 +593,115 @@ def history(world: int, rank: int) -> None:
         np.testing.assert_allclose(got, part, rtol=1e-5, atol=1e-30)
 
 
+#: Steps of the FSDP2 training runs whose loss is scaled (a spike) or made NaN or inf.
+SPIKES = {17: 40.0, 22: 30.0, 27: 50.0}
+NONFINITE = {20: math.nan, 25: math.inf}
+
+
+def _fsdp_model(sharded: bool) -> torch.nn.Module:
+    """The same small MLP on every rank (seeded); with ``sharded``, FSDP2 per layer and whole.
+
+    Its 10- and 7-row weights shard unevenly on 4 ranks, its 7-row one on 2.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(6, 12),
+        torch.nn.Tanh(),
+        torch.nn.Linear(12, 10),
+        torch.nn.Tanh(),
+        torch.nn.Linear(10, 7),
+    )
+    if sharded:
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer)
+        fully_shard(model)
+    return model
+
+
+def _train(
+    rule: str, sharded: bool, steps: int = 30
+) -> tuple[list[float], list[Any], list[np.ndarray]]:
+    """Train ``steps`` steps of AdamW with ``rule``; the statistics after each step, the
+    decisions, and the full parameters at the end (gathered from the shards)."""
+    from torch.distributed.tensor import DTensor
+
+    import anyclip.torch
+
+    def full(t: torch.Tensor) -> torch.Tensor:
+        return t.full_tensor() if isinstance(t, DTensor) else t
+
+    model = _fsdp_model(sharded)
+    params = list(model.parameters())
+    if sharded:
+        assert all(isinstance(p, DTensor) for p in params)
+    opt: Any = torch.optim.AdamW(params, lr=1e-2)
+    if rule == "zclip":
+        zc = anyclip.torch.ZClip(max_grad_norm=None, warmup_steps=5)
+    elif rule == "quantile":
+        qc = anyclip.torch.QuantileClip(params, 0.8, 8)
+    elif rule == "quantile_global":
+        qc = anyclip.torch.QuantileClip(params, 0.8, 8, global_threshold=True)
+    else:
+        opt = anyclip.torch.skip_on_spike(opt, 24, 3.0, on_loss=rule == "skip_loss")
+    stats: list[float] = []
+    decisions: list[Any] = []
+    for step in range(steps):
+        gen = torch.Generator().manual_seed(1000 + step)
+        x, y = torch.randn(16, 6, generator=gen), torch.randn(16, 7, generator=gen)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        scale = SPIKES.get(step, 1.0)
+        if rule.startswith("skip"):
+            scale = NONFINITE.get(step, scale)
+        (loss * scale).backward()
+        if rule == "zclip":
+            norm = zc.step(model)
+            h = zc.history
+            stats += [float(full(norm)), float(zc.threshold), float(h.mean), float(h.var)]
+            decisions += [int(h.count), bool(full(norm) > zc.threshold)]  # clipped
+            opt.step()
+        elif rule.startswith("quantile"):
+            qc.step()
+            for hist in [*qc.histories, qc.global_history]:
+                if hist is not None:
+                    stats += [float(v) for v in hist.window.flatten()]  # the norms recorded
+                    decisions += [int(c) for c in hist.count.flatten()]
+            opt.step()
+        else:
+            opt.step(loss=(loss * scale).detach())
+            decisions += [bool(opt.last_step_applied), int(opt.skipped)]
+            stats += [float(v) for v in opt.norms.window.flatten()]
+        stats += [float(full(p.grad).double().norm()) for p in params]
+        opt.zero_grad()
+    if rule == "zclip":
+        assert sum(decisions[1::2]) >= len(SPIKES), "ZClip must clip the spikes"
+    if rule.startswith("skip"):
+        assert int(opt.skipped) > len(NONFINITE), "a spike must be skipped too"
+    return stats, decisions, [full(p.detach()).numpy() for p in params]
+
+
+def fsdp2_history(world: int, rank: int) -> None:
+    """ZClip, QuantileClip (per parameter, global) and skip_on_spike on an FSDP2 model.
+
+    A small MLP (``fully_shard`` per layer, parameters and gradients ``Shard(0)`` DTensors,
+    some uneven) trained 30 steps with AdamW, the loss scaled 30-50x at three steps (spikes)
+    and, for skip_on_spike, made NaN and inf at two others. Every rank records the same
+    statistics (norms, thresholds, histories) and decisions, equal to one process training
+    the unsharded model on the same batches (statistics within float32 rounding of a
+    regrouped sum, decisions exactly), and ends with the same parameters.
+    """
+    for rule in ("zclip", "quantile", "quantile_global", "skip", "skip_loss"):
+        stats, decisions, params = _train(rule, sharded=True)
+        same_on_every_rank([rule, [v if v == v else "nan" for v in stats], decisions])
+        alone_stats, alone_decisions, alone_params = _train(rule, sharded=False)
+        assert decisions == alone_decisions, (rule, decisions, alone_decisions)
+        np.testing.assert_allclose(stats, alone_stats, rtol=1e-5, err_msg=rule)
+        for got, want in zip(params, alone_params, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=rule)
+
+
 def _tf_cases() -> list[tuple[str, list[np.ndarray], np.ndarray]]:
     """The float32 global_norm cases of the conformance data whose items are all arrays."""
     # from the installed anyclip-conformance (as the tests read it), not from a checkout's
@@ -658,6 +767,7 @@ SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "nonfinite": nonfinite,
     "groups": groups,
     "history": history,
+    "fsdp2_history": fsdp2_history,
 }
 
 

@@ -5,9 +5,11 @@ rank, bounded in time and reaped), which run every scenario: DDP (replicated gra
 FSDP2 ``fully_shard`` with even and uneven shards, tensor parallel ``Shard(1)``, pipeline
 stages with ``group=`` (a ProcessGroup, a DeviceMesh, two groups in turn), norms over
 sharded dims, and a NaN or inf on the last rank (NaN or inf on every rank, through the sum
-and through the NaN-keeping maximum and minimum). Inside the ranks, ``CommDebugMode`` counts
-the collectives: no gather, at most one all-reduce of a scalar (or of a value and its NaN
-flag) per global norm (per group). The expected values are the exact
+and through the NaN-keeping maximum and minimum), and the norm-history rules (ZClip,
+QuantileClip, skip_on_spike) with ``group=`` and on an FSDP2 model trained with spikes and
+NaN/inf losses, against one process training the unsharded model. Inside the ranks,
+``CommDebugMode`` counts the collectives: no gather, at most one all-reduce of a scalar (or
+of a value and its NaN flag) per global norm (per group). The expected values are the exact
 norms of the full data in float64, within ``ULP_DIST`` float32 ULP.
 """
 
@@ -41,9 +43,11 @@ SCENARIOS = (
     "nonfinite",
     "groups",
     "history",
+    "fsdp2_history",
 )
-#: Seconds a world may run (starting torch in 4 processes on 2 cores included).
-TIMEOUT = 150
+#: Seconds a world may run (starting torch in 4 processes on 2 cores included; the FSDP2
+#: training runs of ``fsdp2_history`` take about 40 s of it on 4 ranks).
+TIMEOUT = 240
 
 
 def free_port() -> int:

@@ -364,7 +364,8 @@ class QuantileClip:
         if not any(present):
             return
         values = _grads(params)
-        norms = [_clip.global_norm([v]) for v in values]
+        # a DTensor's norm is a Replicate DTensor: its local tensor is the whole norm
+        norms = [_local(_clip.global_norm([v])) for v in values]
         dt = torch.float32
         for n in norms:
             dt = torch.promote_types(dt, n.dtype)

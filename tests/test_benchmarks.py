@@ -131,3 +131,28 @@ def test_rules_benchmark_command_writes_table(tmp_path):
     table = out.read_text()
     for op in ("per_example_clip", "adaptive_grad_clip", "clip_by_block_rms"):
         assert f"| {op} |" in table
+
+
+def test_history_benchmark_command_writes_table(tmp_path):
+    """``python -m benchmarks.history --small``: ZClip, QuantileClip and skip_on_spike."""
+    pytest.importorskip("torch")
+    pytest.importorskip("optax")
+    out = tmp_path / "history.md"
+    args = ["--small", "--budget", "0.01", "--output", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.history", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    table = out.read_text()
+    for row in (
+        "| ZClip, after warm-up | **`anyclip.torch.ZClip().step`** |",
+        "| optimizer step, AdamW | **`anyclip.torch.skip_on_spike(AdamW).step()`** |",
+        "| ZClip, after warm-up | **`anyclip.optax.zclip()`** |",
+        "| optimizer update, adamw | **`anyclip.optax.skip_on_spike(adamw)`** |",
+    ):
+        assert row in table

@@ -449,7 +449,7 @@ class SkipOnSpike:
         self.norms: History | None = None
         self.losses: History | None = None
         self.counters: dict[str, torch.Tensor] = {}
-        self._buffers: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+        self._buffers: list[torch.Tensor] = []
         #: the last step's decision (a bool tensor: the step was taken), for logging
         self.last_step_applied: torch.Tensor | None = None
 
@@ -538,41 +538,69 @@ class SkipOnSpike:
         apply = self._decide(_local(grad_norm), loss)
         self.last_step_applied = apply
         live = [p for p in params if p.grad is not None]
-        saved = [self._snapshot(p, "\0param", p.detach()) for p in live]
-        saved_state = [
-            {
-                k: self._snapshot(p, k, v)
-                for k, v in self.optimizer.state.get(p, {}).items()
-                if isinstance(v, torch.Tensor)
-            }
-            for p in live
+        state = self.optimizer.state
+        keys = [
+            [k for k, v in state.get(p, {}).items() if isinstance(v, torch.Tensor)] for p in live
         ]
-        return torch.logical_not(apply), live, saved, saved_state
+        # local tensors: a DTensor's shard shares its storage, so writing it writes the DTensor
+        sources = [_local(p.detach()) for p in live]
+        sources += [_local(state[p][k]) for p, ks in zip(live, keys, strict=True) for k in ks]
+        buffers = self._snapshot(sources)
+        return torch.logical_not(apply), live, keys, buffers
 
-    def _snapshot(self, p: torch.Tensor, key: str, value: torch.Tensor) -> torch.Tensor:
-        """``value`` copied into a buffer kept between steps (no allocation after the first)."""
-        buffers = self._buffers.setdefault(p, {})
-        buf = buffers.get(key)
-        if buf is None or buf.shape != value.shape or buf.dtype != value.dtype:
-            buf = torch.empty_like(value)
-            buffers[key] = buf
-        return buf.copy_(value)
+    def _snapshot(self, sources: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``sources`` copied into buffers kept between steps, one ``_foreach_copy_`` a device.
+
+        The buffers are allocated at the first step, again only where a shape, dtype or
+        device changes.
+        """
+        buffers = self._buffers
+        if len(buffers) != len(sources):
+            buffers = self._buffers = [torch.empty_like(t) for t in sources]
+        for i, (b, t) in enumerate(zip(buffers, sources, strict=True)):
+            if b.shape != t.shape or b.dtype != t.dtype or b.device != t.device:
+                buffers[i] = torch.empty_like(t)
+        groups: dict[tuple[torch.device, torch.dtype], tuple[list[Any], list[Any]]] = {}
+        for b, t in zip(buffers, sources, strict=True):
+            dst, src = groups.setdefault((t.device, t.dtype), ([], []))
+            dst.append(b)
+            src.append(t)
+        for dst, src in groups.values():
+            torch._foreach_copy_(dst, src)
+        return list(buffers)
 
     @torch.no_grad()
     def after_step(self, saved: Any) -> None:
-        """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`."""
-        skip, live, old_params, old_states = saved
-        for p, old, old_state in zip(live, old_params, old_states, strict=True):
-            torch.where(skip.to(p.device, non_blocking=True), old, p, out=p)
-            for k, v in self.optimizer.state.get(p, {}).items():
-                if not isinstance(v, torch.Tensor):
-                    continue
-                before = old_state.get(k)
-                c = skip.to(v.device, non_blocking=True)
-                if before is None:  # created by this step: zeroed (Adam's initial state)
-                    v.copy_(torch.where(c, torch.zeros_like(v), v))
-                else:
-                    torch.where(c, before, v, out=v)
+        """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`.
+
+        One ``torch.where`` per tensor the step wrote (the decision moved once per device);
+        state the step created is zeroed with ``masked_fill_``.
+        """
+        skip, live, keys, buffers = saved
+        conds: dict[torch.device, torch.Tensor] = {}
+
+        def cond(t: torch.Tensor) -> torch.Tensor:
+            c = conds.get(t.device)
+            if c is None:
+                c = conds[t.device] = skip.to(t.device, non_blocking=True)
+            return c
+
+        for p, old in zip(live, buffers[: len(live)], strict=True):
+            v = _local(p.detach())
+            torch.where(cond(v), old, v, out=v)
+        pos = len(live)
+        state = self.optimizer.state
+        for p, ks in zip(live, keys, strict=True):
+            st = state.get(p, {})
+            for k in ks:
+                v = _local(st[k])
+                torch.where(cond(v), buffers[pos], v, out=v)
+                pos += 1
+            if len(st) != len(ks):  # state created by this step (Adam's first): zeroed
+                for k, t in st.items():
+                    if k not in ks and isinstance(t, torch.Tensor):
+                        v = _local(t)
+                        v.masked_fill_(cond(v), 0)
 
     def state_dict(self) -> dict[str, Any]:
         """``{"optimizer": the optimizer's state_dict, "skip": the histories and counters}``."""

@@ -134,6 +134,28 @@ def fsdp2(world: int, rank: int) -> None:
         assert isinstance(out, DTensor) and out.placements == p.grad.placements
         check_scaled(out.full_tensor(), g, 2.0 / exact)
 
+    # every other order: a Replicate DTensor too (torch's own get_total_norm gives a DTensor,
+    # Partial(max) / Partial(min) for +-inf), with the exact norm of the full gradients
+    flat = np.concatenate([g.double().numpy().ravel() for g in grads])
+    per_tensor = [np.abs(g.double().numpy()).ravel() for g in grads]
+    exact_orders = {
+        1.0: float(np.sum(np.abs(flat))),
+        3.0: float(np.sum(np.abs(flat) ** 3) ** (1 / 3)),
+        math.inf: float(np.max(np.abs(flat))),
+        -math.inf: float(min(np.min(a) for a in per_tensor)),
+        0.0: float(sum(np.count_nonzero(a) > 0 for a in per_tensor)),
+    }
+    for order, want in exact_orders.items():
+        got = anyclip.torch.get_total_norm([p.grad for p in params], order)
+        assert isinstance(got, DTensor), (order, type(got))
+        assert all(p.is_replicate() for p in got.placements), (order, got.placements)
+        theirs = torch.nn.utils.get_total_norm([p.grad for p in params], order)
+        assert isinstance(theirs, DTensor), (order, type(theirs))
+        value = float(got.to_local())
+        assert value == float(theirs.full_tensor()), (order, value, theirs)
+        np.testing.assert_allclose(value, want, rtol=1e-6, err_msg=f"order {order}")
+        same_on_every_rank(value)
+
     with Counter() as c:
         cnorm = anyclip.torch.clip_grad_norm_(params, 1.0)
     c.check(1)

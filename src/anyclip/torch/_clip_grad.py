@@ -230,11 +230,18 @@ def _total_norm(
         return _clip.global_norm(values, accumulate_dtype=accumulate_dtype, group=group)
     groups = check_group(namespace(values[0]), group)
     local = _p_norm(values, norm_type, foreach, accumulate_dtype)
-    if is_dtensor(local):
-        local = TorchKernels().settle(namespace(values[0]), local).to_local()
+    if not is_dtensor(local):
+        return _across(local, norm_type, groups) if groups else local
+    # DTensors: a Replicate DTensor, as the 2-norm's and torch's own get_total_norm
+    norm = TorchKernels().settle(namespace(values[0]), local)
     if not groups:
-        return local
-    return _across(local, norm_type, groups)
+        return norm
+    from torch.distributed.tensor import DTensor, Replicate
+
+    mesh = norm.device_mesh
+    total = _across(norm.to_local(), norm_type, groups)
+    out: torch.Tensor = DTensor.from_local(total, mesh, [Replicate()] * mesh.ndim, run_check=False)
+    return out
 
 
 def _across(local: torch.Tensor, norm_type: float, groups: tuple[Any, ...]) -> torch.Tensor:

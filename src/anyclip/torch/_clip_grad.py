@@ -233,9 +233,9 @@ def _total_norm(
     if not is_dtensor(local):
         return _across(local, norm_type, groups) if groups else local
     # DTensors: a Replicate DTensor, as the 2-norm's and torch's own get_total_norm
-    norm = TorchKernels().settle(namespace(values[0]), local)
+    norm: Any = TorchKernels().settle(namespace(values[0]), local)
     if not groups:
-        return norm
+        return norm  # type: ignore[no-any-return]
     from torch.distributed.tensor import DTensor, Replicate
 
     mesh = norm.device_mesh

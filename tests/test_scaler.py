@@ -137,3 +137,33 @@ def test_scaler_argument_errors(backend, kwargs, match):
     objects = {"scaler": _scaler(backend), "opt": torch.optim.SGD(model.parameters(), lr=0.1)}
     with pytest.raises(TypeError, match=match):
         at.clip_grad_norm_(model.parameters(), 1.0, **{k: objects[v] for k, v in kwargs.items()})
+
+
+def test_torch_grad_scaler_keeps_the_stage_anyclip_reads():
+    # anyclip.torch._scaler.already_unscaled reads GradScaler's private per-optimizer stage
+    # (torch has no public accessor): this fails loudly when a torch release changes it
+    torch = pytest.importorskip("torch")
+    from torch.amp.grad_scaler import OptState
+
+    from anyclip.torch._scaler import already_unscaled
+
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([p], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+    scaler.scale(torch.ones(()))  # a step starts by scaling the loss
+    p.grad = torch.full((3,), 8.0)
+    assert already_unscaled(scaler, opt) is False
+    assert id(opt) not in scaler._per_optimizer_states  # reading creates no entry
+    scaler.unscale_(opt)
+    state = scaler._per_optimizer_states[id(opt)]
+    assert isinstance(state, dict) and state["stage"] is OptState.UNSCALED
+    assert already_unscaled(scaler, opt) is True
+    scaler.step(opt)
+    assert scaler._per_optimizer_states[id(opt)]["stage"] is OptState.STEPPED
+    assert already_unscaled(scaler, opt) is False
+    scaler.update()
+    assert already_unscaled(scaler, opt) is False
+    # a changed layout is an error naming the fix, never a silent second unscale
+    scaler._per_optimizer_states = None
+    with pytest.raises(RuntimeError, match=r"call scaler\.unscale_\(optimizer\) yourself"):
+        already_unscaled(scaler, opt)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.amp.grad_scaler import OptState
 
-__all__ = ["unscale_once"]
+__all__ = ["already_unscaled", "unscale_once"]
 
 
 def unscale_once(scaler: Any, optimizer: Any) -> None:
@@ -50,8 +50,45 @@ def unscale_once(scaler: Any, optimizer: Any) -> None:
         raise TypeError(msg)
     if not scaler.is_enabled():
         return
-    # GradScaler's per-optimizer stage (no public accessor): UNSCALED means unscale_ ran
-    # since the last update()
-    if scaler._per_optimizer_states[id(optimizer)]["stage"] is OptState.UNSCALED:
+    if already_unscaled(scaler, optimizer):
         return
     scaler.unscale_(optimizer)
+
+
+def already_unscaled(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``scaler.unscale_(optimizer)`` ran since the last ``scaler.update()``.
+
+    The only place anyclip reads ``GradScaler``'s private state: ``_per_optimizer_states``, a
+    dict from ``id(optimizer)`` to ``{"stage": OptState, ...}`` (torch 2.13, unchanged since
+    torch 1.6), where ``OptState.UNSCALED`` means unscaled this step. Reading it does not
+    create an entry (``unscale_`` and ``step`` do).
+
+    Raises
+    ------
+    RuntimeError
+        If the installed torch keeps this state differently (a torch release changed it):
+        anyclip cannot tell, and unscaling twice would silently shrink the gradients.
+    """
+    states = getattr(scaler, "_per_optimizer_states", None)
+    entry = states.get(id(optimizer)) if isinstance(states, dict) else None
+    if states is None or (entry is not None and not isinstance(entry, dict)):
+        msg = (
+            f"torch {torch.__version__}'s GradScaler no longer keeps `_per_optimizer_states` "
+            "as anyclip expects (a dict of {'stage': OptState, ...} per optimizer), so "
+            "anyclip cannot tell whether this step's gradients were unscaled; call "
+            "scaler.unscale_(optimizer) yourself and clip without scaler=, or use a torch "
+            "version anyclip supports"
+        )
+        raise RuntimeError(msg)
+    if entry is None:
+        return False
+    stage = entry.get("stage")
+    if not isinstance(stage, OptState):
+        msg = (
+            f"torch {torch.__version__}'s GradScaler keeps an optimizer's stage as "
+            f"{stage!r}, not a torch.amp.grad_scaler.OptState; anyclip cannot tell whether "
+            "this step's gradients were unscaled; call scaler.unscale_(optimizer) yourself "
+            "and clip without scaler="
+        )
+        raise RuntimeError(msg)
+    return stage is OptState.UNSCALED

@@ -417,6 +417,7 @@ def write_report(
     lines += ['--8<-- "docs/_ext/distributed-results.md"', ""]
     # peak memory with accumulate_dtype: written by `python -m benchmarks.memory`
     lines += ['--8<-- "docs/_ext/memory-results.md"', ""]
+    lines += ['--8<-- "docs/_ext/float64-order.md"', ""]
     out_md.write_text("\n".join(lines))
     _chart(rows, out_png)
 

@@ -419,6 +419,7 @@ def write_report(
     lines += ['--8<-- "docs/_ext/memory-results.md"', ""]
     # ZClip, QuantileClip and skip_on_spike: written by `python -m benchmarks.history`
     lines += ['--8<-- "docs/_ext/history-results.md"', ""]
+    lines += ['--8<-- "docs/_ext/float64-order.md"', ""]
     out_md.write_text("\n".join(lines))
     _chart(rows, out_png)
 

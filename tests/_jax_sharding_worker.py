@@ -68,35 +68,45 @@ def temp_bytes(f: Any, *args: Any) -> int:
     return int(f.lower(*args).compile().memory_analysis().temp_size_in_bytes)
 
 
-def jit_sharded(kind: Any, set_mesh: bool = True) -> None:
+def jit_sharded(kind: Any, set_mesh: bool = True, in_shardings: bool = False) -> None:
     """clip_by_global_norm under jit on a mesh with ``kind`` axes: no gather, same values.
 
     ``set_mesh=False``: the arrays are on the mesh but no ``jax.set_mesh`` is active (``Auto``
-    axes need none). The temporaries stay within twice optax's (which never reshapes).
+    axes need none). ``in_shardings=True`` (without ``jax.set_mesh``): host arrays, sharded
+    by ``jax.jit(..., in_shardings=...)`` alone, so the traced arrays name no mesh. The
+    temporaries stay within twice optax's (which never reshapes).
     """
     mesh = jax.make_mesh((8,), ("x",), axis_types=(kind,))
     host = data()
-    tree = {k: jax.device_put(v, NamedSharding(mesh, SPECS[k])) for k, v in host.items()}
+    shardings = {k: NamedSharding(mesh, SPECS[k]) for k in host}
+    tree = {k: jax.device_put(v, shardings[k]) for k, v in host.items()}
     exact = exact_norm(list(host.values()))
+
+    def jit(fn: Callable[..., Any], n: int = 1) -> Any:
+        if not in_shardings:
+            return jax.jit(fn)
+        return jax.jit(fn, in_shardings=(shardings, *[None] * (n - 1)))
+
+    args = host if in_shardings else tree
     with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
-        f = jax.jit(lambda t: anyclip.tree.clip_by_global_norm(t, 1.0))
-        out, norm = f(tree)
-        check_hlo(f.lower(tree).compile().as_text())
-        g = jax.jit(lambda t: anyclip.tree.global_norm(t))
-        check_hlo(g.lower(tree).compile().as_text())
+        f = jit(lambda t: anyclip.tree.clip_by_global_norm(t, 1.0))
+        out, norm = f(args)
+        check_hlo(f.lower(args).compile().as_text())
+        g = jit(lambda t: anyclip.tree.global_norm(t))
+        check_hlo(g.lower(args).compile().as_text())
         tx = anyclip.optax.clip_by_global_norm(1.0)
         state = tx.init(tree)
-        h = jax.jit(lambda u, s: tx.update(u, s)[0])
-        check_hlo(h.lower(tree, state).compile().as_text())
-        updates = h(tree, state)
+        h = jit(lambda u, s: tx.update(u, s)[0], 2)
+        check_hlo(h.lower(args, state).compile().as_text())
+        updates = h(args, state)
         ref = optax.clip_by_global_norm(1.0)
-        r = jax.jit(lambda u, s: ref.update(u, s)[0])
-        budget = 2 * temp_bytes(r, tree, ref.init(tree))
-        for name, fn, args in (("clip", f, (tree,)), ("optax adapter", h, (tree, state))):
-            used = temp_bytes(fn, *args)
+        r = jit(lambda u, s: ref.update(u, s)[0], 2)
+        budget = 2 * temp_bytes(r, args, ref.init(tree))
+        for name, fn, fargs in (("clip", f, (args,)), ("optax adapter", h, (args, state))):
+            used = temp_bytes(fn, *fargs)
             assert used <= budget, f"{name}: {used} bytes of temporaries, optax's x2: {budget}"
     assert ulp_distance(float(norm), exact) <= ULP_DIST, (float(norm), exact)
-    assert float(g(tree)) == float(norm)
+    assert float(g(args)) == float(norm)
     for k, v in host.items():
         assert out[k].sharding.is_equivalent_to(tree[k].sharding, v.ndim), k
         want = v.astype(np.float64) / exact
@@ -311,6 +321,9 @@ def wrong_group() -> None:
 CHECKS: dict[str, Callable[[], None]] = {
     "jit_auto": lambda: jit_sharded(AxisType.Auto),
     "jit_auto_no_set_mesh": lambda: jit_sharded(AxisType.Auto, set_mesh=False),
+    "jit_in_shardings_no_set_mesh": lambda: jit_sharded(
+        AxisType.Auto, set_mesh=False, in_shardings=True
+    ),
     "jit_explicit": lambda: jit_sharded(AxisType.Explicit),
     "shard_map_group": shard_map_group,
     "shard_map_groups": shard_map_groups,

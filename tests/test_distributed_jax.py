@@ -2,7 +2,8 @@
 
 The checks run in a fresh process (``tests/_jax_sharding_worker.py``) started with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=8``, which JAX reads at import. They
-inspect the compiled HLO: no all-gather, all-to-all or collective-permute, and every
+inspect the compiled HLO (arrays put on the mesh, or host arrays sharded by ``jit``'s
+``in_shardings`` alone): no all-gather, all-to-all or collective-permute, and every
 all-reduce of scalars only; outputs keep their shardings; values are the exact norm of the
 unsharded data within ``ULP_DIST`` float32 ULP.
 """
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECKS = (
     "jit_auto",
     "jit_auto_no_set_mesh",
+    "jit_in_shardings_no_set_mesh",
     "jit_explicit",
     "shard_map_group",
     "shard_map_groups",

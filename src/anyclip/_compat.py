@@ -283,13 +283,18 @@ def is_functorch_wrapped(a: Any) -> bool:
 
 def _auto_devices(mesh: Any) -> int:
     """The number of devices along the ``Auto`` axes of a JAX (abstract) mesh (1: none)."""
-    if mesh is None or mesh.empty:
+    if _no_mesh(mesh):
         return 1
     from jax.sharding import AxisType
 
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
     types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
     return math.prod(n for name, n in sizes.items() if types[name] == AxisType.Auto)
+
+
+def _no_mesh(mesh: Any) -> bool:
+    """Whether a JAX (abstract) mesh is absent or empty."""
+    return mesh is None or mesh.empty
 
 
 def may_be_sharded(a: Any) -> bool:
@@ -301,6 +306,11 @@ def may_be_sharded(a: Any) -> bool:
     ``jax.set_mesh``) or the one set by ``jax.set_mesh``. Under ``Auto`` axes the tracer does
     not say how it is sharded. ``Manual`` axes (inside ``shard_map``) hold local blocks: a
     reshape of them moves nothing.
+
+    A tracer that names no mesh, with none set either, says nothing of its sharding: it may
+    be sharded whenever the program sees several devices. Host arrays traced by
+    ``jax.jit(f, in_shardings=...)`` are such tracers, sharded as ``in_shardings`` say (a
+    reshape of them made XLA gather them). On one device nothing can be sharded.
     """
     import jax
 
@@ -309,9 +319,12 @@ def may_be_sharded(a: Any) -> bool:
             sharding = jax.typeof(a).sharding
             spec, mesh = sharding.spec, sharding.mesh
         except AttributeError:  # older JAX: no sharding in types
-            return False
+            return jax.device_count() > 1
         if any(s is not None for s in spec):
             return True
-        return _auto_devices(mesh) > 1 or _auto_devices(jax.sharding.get_abstract_mesh()) > 1
+        context = jax.sharding.get_abstract_mesh()
+        if _no_mesh(mesh) and _no_mesh(context):
+            return jax.device_count() > 1
+        return _auto_devices(mesh) > 1 or _auto_devices(context) > 1
     sharding = getattr(a, "sharding", None)
     return sharding is not None and not sharding.is_fully_replicated

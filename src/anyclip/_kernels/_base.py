@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._compat import device, dtype_name, is_functorch_wrapped, library
+from anyclip._kernels._tforder import tf_order_squares
 from anyclip._numerics import constant, reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
@@ -42,6 +43,10 @@ UPCAST_BLOCK = 1 << 20
 #: array exists in memory: their arrays are cast one block at a time. JAX arrays have no views
 #: (its kernels run a compiled loop over blocks instead); dask casts chunk by chunk itself.
 _EAGER = ("numpy", "torch", "cupy", "array_api_strict")
+
+#: Libraries whose float64 sums of squares the generic kernels add in TF's (CPU) order. NumPy
+#: and torch have their own kernels for it; JAX's check its arrays (CPU, not sharded).
+_TF_ORDER = ("numpy", "array_api_strict")
 
 
 class Kernels:
@@ -67,7 +72,27 @@ class Kernels:
 
     def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
         """``sqrt(sum(x * x, axes, keepdims=True))``: the Euclidean norm of ``tf.norm``."""
-        return sqrt(xp, self.settle(xp, reduce_sum(xp, x * x, axes, keepdims=True)))
+        return sqrt(xp, self._square_sum(xp, x, axes))
+
+    def _square_sum(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
+        """``sum(x * x, axes, keepdims=True)``, over every axis in TF's order where it can."""
+        if axes is None:
+            total = self.tf_order_squares(xp, [x], half=False)
+            if total is not None:
+                return xp.reshape(total, (1,) * x.ndim)
+        return self.settle(xp, reduce_sum(xp, x * x, axes, keepdims=True))
+
+    def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
+        """The float64 sum of squares of ``arrays`` in TF's order, 0-d, or None.
+
+        :func:`~anyclip._kernels._tforder.tf_order_squares` (with ``half``, the sum of
+        their ``l2_loss``) for float64 arrays of the libraries in :data:`_TF_ORDER`
+        (array-API operations: ``take``, ``where``, slices, additions); None for the others
+        (their sums keep the library's own order).
+        """
+        if library(xp) not in _TF_ORDER or dtype_name(arrays[0].dtype) != "float64":
+            return None
+        return tf_order_squares(xp, arrays, half=half)
 
     def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
         """The L2 norm of ``tf.clip_by_norm``: TF's double ``where`` keeps its gradient finite at 0.
@@ -76,7 +101,7 @@ class Kernels:
         kept. An override may drop the ``where``s only where no gradient is recorded (the
         values are the same).
         """
-        l2sum = self.settle(xp, reduce_sum(xp, t * t, axes, keepdims=True))
+        l2sum = self._square_sum(xp, t, axes)
         pred = l2sum > 0
         ones = xp.ones_like(l2sum)
         return xp.where(pred, sqrt(xp, xp.where(pred, l2sum, ones)), l2sum)
@@ -100,6 +125,9 @@ class Kernels:
         The arrays (at least one) share one dtype and one device; the sum is over ``stack``,
         in list order, as TF's.
         """
+        total = self.tf_order_squares(xp, arrays, half=True)
+        if total is not None:
+            return total
         half = [_half_square_sum(xp, v) for v in arrays]
         return reduce_sum(xp, xp.stack(half), None, keepdims=False)
 

@@ -31,6 +31,7 @@ from typing import Any
 from anyclip._compat import dtype_name, may_be_sharded
 from anyclip._kernels import _base
 from anyclip._kernels._base import Kernels, groups
+from anyclip._kernels._tforder import square_list, tf_order_squares, tf_order_sum_of
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
@@ -57,6 +58,38 @@ def _loop_ok(arrays: Sequence[Any]) -> bool:
         if sharding is not None and len(sharding.device_set) > 1:  # sharded or replicated
             return False
     return any(int(a.size) > _base.UPCAST_BLOCK for a in arrays)
+
+
+#: The compiled sums in TF's order, by (kind, half, namespace).
+_TF_ORDER: dict[tuple[str, bool, str], Callable[..., Any]] = {}
+
+
+def _tf_jit(key: tuple[str, bool, str], fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """The ``jax.jit`` of ``fn``, made once per ``key``."""
+    found = _TF_ORDER.get(key)
+    if found is None:
+        import jax
+
+        found = _TF_ORDER[key] = jax.jit(fn, **kwargs)
+    return found
+
+
+def _tf_order_ok(arrays: Sequence[Any]) -> bool:
+    """Whether float64 ``arrays`` are summed in TF's order: on the CPU and not sharded.
+
+    A traced array's platform is JAX's default backend's.
+    """
+    import jax
+
+    if any(may_be_sharded(a) for a in arrays):
+        return False
+    for a in arrays:
+        if isinstance(a, jax.core.Tracer):
+            if jax.default_backend() != "cpu":
+                return False
+        elif any(d.platform != "cpu" for d in a.devices()):
+            return False
+    return True
 
 
 def _compiled(
@@ -104,8 +137,36 @@ class JaxKernels(Kernels):
 
     name = "jax"
 
+    def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
+        """As :meth:`Kernels.tf_order_squares`, for float64 arrays on the CPU, not sharded.
+
+        Traced arrays (the caller's ``jit``, ``grad``) get the order's operations inline,
+        where XLA:CPU contracts some squares with their additions into fused multiply-adds
+        (up to 1 ULP from TF measured; ``tests/test_long_sums.py``). Eager ones take two
+        compiled programs per shapes, the squares in the first: bit-equal to TF. Sharded
+        arrays keep XLA's own reduction (a gather of their leaves would gather them), and so
+        do arrays on another platform (TF's order is its CPU kernels').
+        """
+        if dtype_name(arrays[0].dtype) != "float64" or not _tf_order_ok(arrays):
+            return None
+        import jax
+
+        if any(isinstance(a, jax.core.Tracer) for a in arrays):
+            return tf_order_squares(xp, arrays, half=half)
+        squares = _tf_jit(("squares", False, xp.__name__), lambda *a: square_list(xp, a))
+        sizes = tuple(int(a.size) for a in arrays)
+        total = _tf_jit(
+            ("sum", half, xp.__name__),
+            lambda q, n: tf_order_sum_of(xp, q, n, half=half),
+            static_argnums=1,
+        )
+        return total(squares(*arrays), sizes)
+
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """As :meth:`Kernels.half_squares`, one reduction per group of arrays under 65,536."""
+        total = self.tf_order_squares(xp, arrays, half=True)
+        if total is not None:
+            return total
         joinable = [a for a in arrays if not may_be_sharded(a)]
         grouped = groups(joinable, lambda a: int(a.size))
         if len(grouped) == len(joinable):  # nothing to join

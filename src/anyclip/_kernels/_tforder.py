@@ -1,6 +1,6 @@
 """TF's order of additions for float64 sums: Eigen's tree reduction, reproduced.
 
-Layer: kernels, used by the NumPy and torch (CPU) kernels for float64 sums of squares. Every
+Layer: kernels, used by the kernels for float64 sums of squares. Every
 order of additions has its own rounding error; for many values of equal magnitude it reaches
 10 to 20 ULP in float64 whatever the order (TF's included), so a more accurate order is still
 that far from TF. Only TF's own order lands on TF's value: :func:`tf_order_sums` adds in the
@@ -8,9 +8,13 @@ order of TF 2.21's CPU ``reduce_sum`` (and ``l2_loss``), Eigen's ``InnerMostDimR
 with AVX packets of 4 doubles, and :func:`tf_order_total` adds the per-array sums as
 ``tf.linalg.global_norm`` does (a ``reduce_sum`` of their stack).
 
-``xp`` is an array namespace (NumPy's, or array-api-compat's torch); ``column_sums`` sums a
-3-D array down its axis 0 one row after another (a sequential sum of each column), which
-the array API does not promise and each library spells its own way.
+Two forms of the same order. :func:`tf_order_sums` (NumPy and torch on the CPU) sums the
+leaves vectorised and walks the tree in Python floats: ``xp`` is NumPy's namespace or
+array-api-compat's torch, and ``column_sums`` sums a 3-D array down its axis 0 one row after
+another (a sequential sum of each column), which the array API does not promise and each
+library spells its own way. :func:`tf_order_squares` (JAX on the CPU, array-api-strict) is
+array-API operations only (gathers, ``where``, slices, additions): no host round trip, so it
+traces under ``jax.jit``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ from typing import Any
 
 from anyclip._compat import device, library
 
-__all__ = ["SMALL", "small_sum", "tf_order_sums", "tf_order_total"]
+__all__ = [
+    "SMALL",
+    "small_sum",
+    "square_list",
+    "tf_order_squares",
+    "tf_order_sum_of",
+    "tf_order_sums",
+    "tf_order_total",
+]
 
 #: Sums a 3-D array down its axis 0, one row after another.
 ColumnSums = Callable[[Any], Any]
@@ -72,7 +84,7 @@ def tf_order_sums(
     trees: list[Any] = []
     first = 0
     for n in sizes:
-        trees.append(_leaves(first, n, leaves) if n else None)
+        trees.append(_leaves(first, 0, n, leaves) if n else None)
         first += n
     by_length: dict[int, list[int]] = {}
     for i, (_, length) in enumerate(leaves):
@@ -128,16 +140,23 @@ def _finish(acc: list[float] | None, rest: list[float]) -> float:
     return tail + ((lanes[0] + lanes[2]) + (lanes[1] + lanes[3]))
 
 
-def _leaves(first: int, n: int, out: list[tuple[int, int]]) -> Any:
-    """Eigen's split of ``[first, first + n)``: a leaf index, or a list of one or two nodes."""
+def _leaves(origin: int, first: int, n: int, out: list[tuple[int, int]]) -> Any:
+    """Eigen's split of ``[first, first + n)``: a leaf index, or a list of one or two nodes.
+
+    ``first`` counts from the reduced array's own first element, at ``origin`` in the flat
+    array the leaves ``out`` index (``(start, length)``): Eigen aligns each split on a
+    packet of the array it reduces. (Counted from the start of a joined flat array instead,
+    an array after one of a length not a multiple of 4 was split elsewhere than TF, up to 2
+    ULP off.)
+    """
     if n <= _LEAF:
-        out.append((first, n))
+        out.append((origin + first, n))
         return len(out) - 1
     split = _PACKET * -(-(first + -(-n // 2)) // _PACKET)
     left = min(split - first, n)
-    node = [_leaves(first, left, out)]
+    node = [_leaves(origin, first, left, out)]
     if left < n:
-        node.append(_leaves(split, n - left, out))
+        node.append(_leaves(origin, split, n - left, out))
     return node
 
 
@@ -246,3 +265,175 @@ def tf_order_total(
         return per_array[0] * 0.5
     halves = xp.asarray([v * 0.5 for v in per_array], dtype=xp.float64)
     return tf_order_sums(xp, halves, [len(per_array)], column_sums, square=False)[0]
+
+
+def tf_order_squares(xp: Any, arrays: Sequence[Any], *, half: bool) -> Any:
+    """The float64 sum of squares of ``arrays`` in TF's order, in array-API operations only.
+
+    The order of :func:`tf_order_sums` and :func:`tf_order_total` (bit for bit) without a
+    host round trip, written with ``take``, ``where``, slices and elementwise additions, so
+    that it runs on any namespace and traces under ``jax.jit``: XLA keeps the order of
+    elementwise additions (it reassociates a ``sum``, never a chain of ``+``). Without
+    ``half`` (one array: ``tf.norm``) the sum of squares; with ``half``, the sum of every
+    array's ``l2_loss`` (``tf.linalg.global_norm``). A 0-d array.
+
+    Every leaf of TF's tree is gathered into a fixed layout, padded with exact zeros where
+    it is shorter (adding 0 changes no sum): its rows of 16 elements, then its at most 3
+    whole packets, then its at most 3 last elements. The rows are added one after another
+    (a chain of additions, one per row, for all the leaves at once); leaves are grouped by
+    their number of rows, rounded up to a power of two, so that at most 9 groups are
+    gathered. The tree's additions follow, one level of nodes at a time.
+
+    Examples
+    --------
+    >>> import array_api_strict as xp
+    >>> from anyclip._kernels._tforder import tf_order_squares
+    >>> float(tf_order_squares(xp, [xp.full(1000, 1.7, dtype=xp.float64)], half=False))
+    2889.9999999999964
+    """
+    return tf_order_sum_of(xp, square_list(xp, arrays), [_size(a) for a in arrays], half=half)
+
+
+def _size(a: Any) -> int:
+    return math.prod(int(d) for d in a.shape)
+
+
+def square_list(xp: Any, arrays: Sequence[Any]) -> Any:
+    """The squares of every element of ``arrays``, as one 1-D array (the arrays in order)."""
+    flats = [xp.reshape(a, (-1,)) for a in arrays]
+    flat = flats[0] if len(flats) == 1 else xp.concat(flats)
+    return flat * flat
+
+
+def tf_order_sum_of(xp: Any, squares: Any, sizes: Sequence[int], *, half: bool) -> Any:
+    """:func:`tf_order_squares` of the arrays whose :func:`square_list` is ``squares``.
+
+    Apart so that the JAX kernels can compute the squares in a compiled program of their
+    own: in one program XLA:CPU contracts a square and the addition it feeds into one fused
+    multiply-add (it always allows that), which rounds once where TF rounds twice.
+    """
+    sums = _segment_sums(xp, squares, sizes)
+    if not half:
+        return sums[0]
+    halves = sums * xp.asarray(0.5, dtype=sums.dtype)
+    if len(sizes) == 1:
+        return halves[0]
+    return _segment_sums(xp, halves, [len(sizes)])[0]
+
+
+def _segment_sums(xp: Any, flat: Any, sizes: Sequence[int]) -> Any:
+    """:func:`tf_order_sums` as a 1-D array: the sum of each segment of the 1-D ``flat``."""
+    leaves: list[tuple[int, int]] = []
+    trees: list[Any] = []
+    first = 0
+    for n in sizes:
+        trees.append(_leaves(first, 0, n, leaves) if n else None)
+        first += n
+    dev = device(flat)
+    zero = xp.zeros((1,), dtype=flat.dtype, device=dev)
+    by_rows: dict[int, list[int]] = {}
+    for i, (_, length) in enumerate(leaves):
+        rows = length // (4 * _PACKET)
+        by_rows.setdefault(1 << (rows - 1).bit_length() if rows else 0, []).append(i)
+    parts = [zero]
+    order: list[int] = []
+    for rows, which in sorted(by_rows.items()):
+        parts.append(_padded_leaf_sums(xp, flat, [leaves[i] for i in which], rows))
+        order += which
+    # the values: 0 first (empty arrays), then the leaves in ``leaves``' order
+    values = xp.concat(parts)
+    at = [0] * len(leaves)
+    for pos, i in enumerate(order):
+        at[i] = pos + 1
+    values, roots = _add_nodes(xp, values, [_tree_ids(tree, at) for tree in trees])
+    return xp.take(values, xp.asarray(roots, device=dev), axis=0)
+
+
+def _tree_ids(tree: Any, at: list[int]) -> Any:
+    """``tree`` (of :func:`_leaves`) with each leaf replaced by its value's position."""
+    if tree is None:
+        return 0
+    if isinstance(tree, int):
+        return at[tree]
+    kids = [_tree_ids(t, at) for t in tree]
+    return kids[0] if len(kids) == 1 else kids
+
+
+def _add_nodes(xp: Any, values: Any, trees: list[Any]) -> tuple[Any, list[int]]:
+    """Every node's sum (left + right), a level at a time; and each tree's root position.
+
+    ``trees`` are nested pairs of positions in ``values``. A node's level is its height over
+    its leaves: the nodes of one level only add values of lower levels, so each level is
+    one pair of ``take`` and one addition, its sums appended to ``values``.
+    """
+    levels: list[list[tuple[Any, Any]]] = []
+
+    def visit(node: Any) -> tuple[Any, int]:
+        if isinstance(node, int):
+            return node, 0
+        (left, hl), (right, hr) = visit(node[0]), visit(node[1])
+        height = max(hl, hr) + 1
+        while len(levels) < height:
+            levels.append([])
+        levels[height - 1].append((left, right))
+        return (height - 1, len(levels[height - 1]) - 1), height
+
+    refs = [visit(tree)[0] for tree in trees]
+    start = [int(values.shape[0])]
+    for level in levels:
+        start.append(start[-1] + len(level))
+
+    def pos(ref: Any) -> int:
+        return ref if isinstance(ref, int) else start[ref[0]] + ref[1]
+
+    dev = device(values)
+    for level in levels:
+        left = xp.asarray([pos(a) for a, _ in level], device=dev)
+        right = xp.asarray([pos(b) for _, b in level], device=dev)
+        added = xp.take(values, left, axis=0) + xp.take(values, right, axis=0)
+        values = xp.concat([values, added])
+    return values, [pos(r) for r in refs]
+
+
+def _padded_leaf_sums(xp: Any, flat: Any, leaves: list[tuple[int, int]], rows: int) -> Any:
+    """The sums of ``leaves`` (``(start, length)`` of ``flat``) of at most ``rows`` rows.
+
+    Each leaf is laid out as ``rows`` rows of 16 (its own rows, then rows of zeros), 3
+    packets (its whole packets after its rows, then zeros) and 3 last elements (likewise),
+    and summed as :func:`_finish`: the rows added in order into 16 accumulators, these
+    added into the first packet, the packets added to it, its lanes reduced as
+    ``(a0 + a2) + (a1 + a3)``, and the last elements' sum added to that.
+    """
+    p = _PACKET
+    wide = 4 * p
+    dev = device(flat)
+    k = len(leaves)
+    itype = xp.int64
+    start = xp.asarray([s for s, _ in leaves], dtype=itype, device=dev)
+    full = xp.asarray([n // wide * wide for _, n in leaves], dtype=itype, device=dev)
+    packs = xp.asarray([n % wide // p * p for _, n in leaves], dtype=itype, device=dev)
+    last = xp.asarray([n % p for _, n in leaves], dtype=itype, device=dev)
+
+    def gather(offset: Any, count: Any, width: int) -> Any:
+        j = xp.arange(width, dtype=itype, device=dev)[None, :]
+        inside = j < count[:, None]
+        index = xp.where(inside, (start + offset)[:, None] + j, xp.zeros_like(j))
+        got = xp.reshape(xp.take(flat, xp.reshape(index, (-1,)), axis=0), (k, width))
+        return xp.where(inside, got, xp.zeros_like(got))
+
+    if rows:
+        heads = xp.reshape(gather(xp.zeros_like(start), full, rows * wide), (k, rows, wide))
+        acc = heads[:, 0, :]
+        for r in range(1, rows):
+            acc = acc + heads[:, r, :]
+        lanes = acc[:, :p] + acc[:, p : 2 * p]
+        lanes = lanes + acc[:, 2 * p : 3 * p]
+        lanes = lanes + acc[:, 3 * p :]
+    else:
+        lanes = xp.zeros((k, p), dtype=flat.dtype, device=dev)
+    rest = gather(full, packs, 3 * p)
+    for j in range(3):
+        lanes = lanes + rest[:, j * p : (j + 1) * p]
+    tail = gather(full + packs, last, p - 1)
+    tails = (tail[:, 0] + tail[:, 1]) + tail[:, 2]
+    return tails + ((lanes[:, 0] + lanes[:, 2]) + (lanes[:, 1] + lanes[:, 3]))

@@ -20,20 +20,6 @@ CASES = reference.real_gradient_cases()
 FUNCTIONS = ["global_norm", "clip_by_global_norm"]
 JAX_BACKENDS = [b.value for b in BackendId if b.library == "jax"]
 
-#: Known deviations under ``jax.jit`` (strict: they fail once fixed). Measured on XLA:CPU.
-JIT_DEVIATIONS = {
-    case: "under jax.jit the float16 norm is 4 ulp below TF's (eager JAX is within 1 ulp): "
-    "about 4,900 of this step's squares fall below float16's normal range, and XLA:CPU's fused "
-    "float16 arithmetic rounds them otherwise than TF's kernels; not fixed yet"
-    for case in ("mlp_policy_float16/step2", "mlp_policy_float16/step3")
-}
-JIT_CASES = [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=JIT_DEVIATIONS[c]))
-    if c in JIT_DEVIATIONS
-    else c
-    for c in CASES
-]
-
 
 def _run(case_id: str, function: str, backend: Any, variant: str, record: Any) -> None:
     try:
@@ -52,7 +38,7 @@ def test_real_gradients(case_id: str, function: str, backend: Any, record_proper
 
 @pytest.mark.parametrize("backend", JAX_BACKENDS, indirect=True)
 @pytest.mark.parametrize("function", FUNCTIONS)
-@pytest.mark.parametrize("case_id", JIT_CASES)
+@pytest.mark.parametrize("case_id", CASES)
 def test_real_gradients_jit(case_id: str, function: str, backend: Any) -> None:
     harness.check_real_gradients(case_id, function, backend, "jit")
 

@@ -13,8 +13,9 @@ function and writes ``tests/data/value_paths.json`` (TF's version recorded in it
   known shape; on dask the input (and any operand as long as it) loses its chunk sizes.
 * ``subnormal``: float32/float64 inputs and intermediate results below the smallest normal
   number, which TF's CPU kernels flush to zero (FTZ/DAZ). JAX flushes too; NumPy, torch,
-  array-api-strict and dask keep IEEE subnormals (a declared deviation: the cases where that
-  changes the result are strict xfails there).
+  array-api-strict and dask keep IEEE subnormals by default (a declared deviation: the cases
+  where that changes the result are strict xfails there) and give TF's values inside
+  ``anyclip.flush_subnormals()``, every case run both ways.
 """
 
 from __future__ import annotations
@@ -193,9 +194,10 @@ def test_unknown_chunk_sizes_on_dask(case_id: str):
 
 
 #: The subnormal cases whose result differs where the backend keeps IEEE subnormals (NumPy,
-#: torch, array-api-strict, dask): a declared deviation (docs/tf-behaviour.md, the FTZ row).
-#: Emulating TF's flush at every step was measured at 1.5x to 20x the time of a call, so it is
-#: not done; JAX (XLA:CPU flushes) gives TF's values.
+#: torch, array-api-strict, dask), as anyclip does by default: a declared deviation
+#: (docs/tf-behaviour.md, the FTZ row). Flushing as TF does costs a pass over the data per
+#: step, so it is opt-in (``anyclip.flush_subnormals()``), which passes them; JAX (XLA:CPU
+#: flushes) gives TF's values either way.
 KEEPS_SUBNORMALS = frozenset(
     {
         "subnormal/float32/clip_by_average_norm/25",
@@ -234,16 +236,23 @@ KEEPS_SUBNORMALS = frozenset(
 )
 
 
+@pytest.mark.parametrize("flushed", [False, True], ids=["default", "flush_subnormals"])
 @pytest.mark.parametrize("case_id", _ids("subnormal/"))
 def test_subnormals_flush_as_in_tf(
-    case_id: str, backend: Backend, make: Any, check: Any, request: pytest.FixtureRequest
+    case_id: str,
+    flushed: bool,
+    backend: Backend,
+    make: Any,
+    check: Any,
+    request: pytest.FixtureRequest,
 ):
-    if case_id in KEEPS_SUBNORMALS and backend.library != "jax":
+    if case_id in KEEPS_SUBNORMALS and backend.library != "jax" and not flushed:
         reason = f"{backend.name} keeps IEEE subnormals where TF flushes them (declared)"
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     case = CASES[case_id]
     want = gen.decode(case["tf"])
-    out = _call(case, make, unknown=False)
+    with anyclip.flush_subnormals(flushed):
+        out = _call(case, make, unknown=False)
     check(out, want, case["tf"]["dtype"], ulp=ULP.get(case["fn"], 0), what=case_id)
 
 

@@ -22,6 +22,7 @@ from anyclip._clip import (
 )
 from anyclip._embedding import embedding_lookup
 from anyclip._norms import l2_normalize, norm, normalize
+from anyclip._subnormals import flush_subnormals
 
 __version__ = "0.1.0"
 
@@ -32,6 +33,7 @@ __all__ = [
     "clip_by_value",
     "constraints",
     "embedding_lookup",
+    "flush_subnormals",
     "global_norm",
     "l2_normalize",
     "norm",

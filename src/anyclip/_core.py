@@ -9,6 +9,10 @@ is TF 2.21's, with no shortcut when nothing needs clipping, so results round as 
 is no Python ``if`` on an array value anywhere below: only shapes and dtypes steer the code, so
 everything traces under ``jax.jit`` and ``torch.compile``.
 
+TF's CPU kernels flush subnormal float32/float64 values to zero (FTZ/DAZ); the core does it at
+TF's op boundaries through ``kernels.flush`` and ``kernels.flush_squares``, which are the
+identity unless the kernels flush (inside :class:`anyclip.flush_subnormals`).
+
 ``maximum``, ``minimum``, ``abs`` and ``rsqrt`` come from :mod:`anyclip._gradients`, which
 gives them TF's gradient rules on the autodiff backends.
 """
@@ -25,6 +29,7 @@ from anyclip import _gradients as g
 from anyclip._compat import dtype_name, library
 from anyclip._kernels import Kernels
 from anyclip._numerics import as_array, complex_from_parts, constant, quiet, reduce_sum, sqrt
+from anyclip._subnormals import flush
 from anyclip._typing import Namespace, Nonfinite
 
 __all__ = [
@@ -130,12 +135,18 @@ def _squeeze_reduced(xp: Namespace, r: Any, axis: Any) -> Any:
 
 
 # ----------------------------------------------------------------- clipping
-def _clip_by_value(xp: Namespace, t: Any, lo: Any, hi: Any) -> Any:
+def _clip_by_value(xp: Namespace, t: Any, lo: Any, hi: Any, kernels: Kernels | None = None) -> Any:
     """``maximum(minimum(t, hi), lo)``: the upper bound first, so ``lo`` wins when ``lo > hi``.
 
     The bounds broadcast to ``t``'s shape (the caller checked they cannot enlarge it).
+    ``kernels`` (only to flush): subnormal bounds count as 0 and a subnormal result becomes
+    0, as in TF (FTZ/DAZ); with bounds that are normal or 0, flushing the result is flushing
+    ``t`` first.
     """
-    return g.maximum(xp, g.minimum(xp, t, hi), lo)
+    if kernels is None or not kernels.ftz:
+        return g.maximum(xp, g.minimum(xp, t, hi), lo)
+    lo, hi = kernels.flush(xp, lo), kernels.flush(xp, hi)
+    return kernels.flush(xp, g.maximum(xp, g.minimum(xp, t, hi), lo), owned=True)
 
 
 clip_by_value = _entry(_clip_by_value, can_warn=False)  # minimum and maximum never warn
@@ -150,11 +161,21 @@ def nonnegative(xp: Namespace, clip_norm: Any, zero: Any) -> Any:
 def clip_by_norm(
     xp: Namespace, kernels: Kernels, t: Any, clip_norm: Any, axes: tuple[int, ...] | None
 ) -> Any:
-    """``(t * c) / maximum(l2norm, c)`` with TF's double ``where`` for a finite gradient at 0."""
-    l2norm = kernels.clip_norm2(xp, t, axes)
-    intermediate = t * clip_norm
+    """``(t * c) / maximum(l2norm, c)`` with TF's double ``where`` for a finite gradient at 0.
+
+    Flushing kernels: subnormal inputs count as 0 and subnormal results (each square,
+    ``t * c``, the quotient) become 0, as in TF.
+    """
+    if not kernels.ftz:
+        l2norm = kernels.clip_norm2(xp, t, axes)
+        intermediate = t * clip_norm
+        divisor = g.maximum(xp, l2norm, clip_norm)
+        return kernels.divide_into(xp, intermediate, divisor)
+    clip_norm = kernels.flush(xp, clip_norm)
+    l2norm = kernels.clip_norm2(xp, kernels.flush_squares(xp, t), axes)
+    intermediate = kernels.flush(xp, t * clip_norm, t, owned=True)
     divisor = g.maximum(xp, l2norm, clip_norm)
-    return kernels.divide_into(xp, intermediate, divisor)
+    return kernels.flush(xp, kernels.divide_into(xp, intermediate, divisor), owned=True)
 
 
 def norm_from_half_squares(xp: Namespace, total: Any) -> Any:
@@ -218,6 +239,7 @@ def global_scale(
     nonfinite: Nonfinite = "tf",
     *,
     unclipped_at_inf: bool = False,
+    kernels: Kernels | None = None,
 ) -> Any:
     """The factor ``clip_by_global_norm`` multiplies every array by, in ``use_norm``'s dtype.
 
@@ -229,9 +251,17 @@ def global_scale(
     1 (NaN for a non-finite norm, except under ``"skip"``), as torch's and optax's, instead of
     TF's ``inf * 0 = NaN``; selected with ``where``, so a finite ``c`` gives TF's factor bit
     for bit and an array ``c`` is never read on the host.
+
+    ``kernels`` (only to flush): subnormal inputs, reciprocals and products become 0.
     """
     one = _scalar(xp, 1.0, use_norm)
-    scale_for_finite = clip_norm * g.minimum(xp, one / use_norm, one / clip_norm)
+    if kernels is None or not kernels.ftz:
+        scale_for_finite = clip_norm * g.minimum(xp, one / use_norm, one / clip_norm)
+    else:
+        f = kernels.flush
+        clip_norm, use_norm = f(xp, clip_norm), f(xp, use_norm)
+        inverse = g.minimum(xp, f(xp, one / use_norm), f(xp, one / clip_norm))
+        scale_for_finite = f(xp, clip_norm * inverse)
     if nonfinite == "torch":
         scale = scale_for_finite
     elif nonfinite == "skip":
@@ -261,7 +291,9 @@ def clip_by_global_norm(
     ``bools``: the positions of bool arrays (with a given ``use_norm`` only). TF casts the
     scale to bool (``scale != 0``, so NaN is True) and its ``*`` on bools is a logical and.
     """
-    scale = global_scale(xp, clip_norm, use_norm, nonfinite, unclipped_at_inf=unclipped_at_inf)
+    scale = global_scale(
+        xp, clip_norm, use_norm, nonfinite, unclipped_at_inf=unclipped_at_inf, kernels=kernels
+    )
     if not bools:
         return kernels.scale(xp, t_list, scale)
     numeric = list(t_list)
@@ -275,17 +307,30 @@ def clip_by_global_norm(
 
 
 @_entry
-def clip_by_average_norm(xp: Namespace, t: Any, clip_norm: Any) -> Any:
-    """``t * c * minimum(rsqrt(sum(t * t)) * size(t), 1 / c)``."""
+def clip_by_average_norm(
+    xp: Namespace, t: Any, clip_norm: Any, kernels: Kernels | None = None
+) -> Any:
+    """``t * c * minimum(rsqrt(sum(t * t)) * size(t), 1 / c)``.
+
+    ``kernels`` (only to flush): subnormal inputs and results of each step become 0.
+    """
     size = _known_size(t.shape)
     if size is None:  # unknown (dask): counted when the graph is computed, rounded as TF's cast
         n_element = xp.astype(xp.sum(xp.ones_like(t, dtype=xp.int64)), t.dtype)
     else:
         n_element = _scalar(xp, float(size), t)
     axes = tuple(range(t.ndim))
-    l2norm_inv = g.rsqrt(xp, reduce_sum(xp, t * t, axes, keepdims=False))
-    bound = g.minimum(xp, l2norm_inv * n_element, _scalar(xp, 1.0, t) / clip_norm)
-    return t * clip_norm * bound
+    if kernels is None or not kernels.ftz:
+        l2norm_inv = g.rsqrt(xp, reduce_sum(xp, t * t, axes, keepdims=False))
+        bound = g.minimum(xp, l2norm_inv * n_element, _scalar(xp, 1.0, t) / clip_norm)
+        return t * clip_norm * bound
+    f = kernels.flush
+    clip_norm = f(xp, clip_norm)
+    ts = kernels.flush_squares(xp, t)
+    l2norm_inv = g.rsqrt(xp, reduce_sum(xp, ts * ts, axes, keepdims=False))
+    inverse = f(xp, _scalar(xp, 1.0, t) / clip_norm)
+    bound = g.minimum(xp, f(xp, l2norm_inv * n_element), inverse)
+    return f(xp, f(xp, t * clip_norm, t, owned=True) * bound, owned=True)
 
 
 # -------------------------------------------------------------------- norms
@@ -305,6 +350,8 @@ def norm(
     the norm is computed in, ``x`` cast to it a block at a time (:func:`_vector_p_norm`).
     """
     r = None
+    if kernels.ftz and not xp.isdtype(x.dtype, "complex floating"):  # TF's DAZ
+        x = kernels.flush_squares(xp, x) if ord in ("fro", "euclidean", 2) else kernels.flush(xp, x)
     if axis is None and ord not in ("fro", "euclidean", 2) and (_known_size(x.shape) or 0) > 0:
         r = _vector_p_norm(xp, kernels, x, ord, x.dtype if acc is None else acc)
     if r is None and acc is not None and acc != x.dtype:
@@ -341,7 +388,11 @@ def norm(
         else:
             p = _scalar(xp, ord, a)
             inv_p = _scalar(xp, 1.0 / ord, a)
-            r = reduce_sum(xp, a**p, axis, keepdims=True) ** inv_p
+            if kernels.ftz:
+                f = kernels.flush
+                r = f(xp, f(xp, reduce_sum(xp, f(xp, a**p), axis, True)) ** inv_p)
+            else:
+                r = reduce_sum(xp, a**p, axis, keepdims=True) ** inv_p
     r = kernels.settle(xp, r)
     if keepdims:
         return r
@@ -363,6 +414,11 @@ def _abs_pow_sum(xp: Namespace, b: Any, p: Any) -> Any:
     return reduce_sum(xp, g.abs(xp, b) ** p, None, keepdims=False)
 
 
+def _flushed_abs_pow_sum(xp: Namespace, b: Any, p: Any) -> Any:
+    """:func:`_abs_pow_sum` with subnormal powers flushed to 0, as in TF."""
+    return reduce_sum(xp, flush(xp, g.abs(xp, b) ** p), None, keepdims=False)
+
+
 def _vector_p_norm(xp: Namespace, kernels: Kernels, x: Any, ord: Any, acc: Any) -> Any | None:
     """The vector ``ord``-norm over every axis of a non-empty ``x``, in ``acc``, or None.
 
@@ -380,9 +436,11 @@ def _vector_p_norm(xp: Namespace, kernels: Kernels, x: Any, ord: Any, acc: Any) 
         r = kernels.cast_reduce(xp, x, acc, _abs_max, (), "max")
     else:
         p = constant(xp, ord, acc, x)
-        r = kernels.cast_reduce(xp, x, acc, _abs_pow_sum, (p,), "sum")
+        fn = _flushed_abs_pow_sum if kernels.ftz else _abs_pow_sum
+        r = kernels.cast_reduce(xp, x, acc, fn, (p,), "sum")
         if r is not None:
-            r = r ** constant(xp, 1.0 / ord, acc, x)
+            f = kernels.flush
+            r = f(xp, f(xp, r) ** constant(xp, 1.0 / ord, acc, x))
     return None if r is None else xp.reshape(r, (1,) * x.ndim)
 
 
@@ -426,7 +484,8 @@ def l2_normalize(
     """``x * rsqrt(maximum(sum(x * x), epsilon))``: ``epsilon`` floors the *squared* norm.
 
     ``kernels`` (optional) settles the sum of squares (:meth:`Kernels.settle`: one
-    all-reduce when ``x`` is a DTensor sharded over a reduced axis).
+    all-reduce when ``x`` is a DTensor sharded over a reduced axis), and flushes subnormal
+    squares and results to 0 where they flush.
     """
 
     def settle(r: Any) -> Any:
@@ -438,9 +497,14 @@ def l2_normalize(
         x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
         # TF scales the parts apart: inf + 0j gives nan + 0j, not nan + nan j
         return complex_from_parts(xp, re * x_inv_norm, im * x_inv_norm, x.dtype)
-    square_sum = settle(reduce_sum(xp, x * x, axis, keepdims=True))
-    x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
-    return x * x_inv_norm
+    if kernels is None or not kernels.ftz:
+        square_sum = settle(reduce_sum(xp, x * x, axis, keepdims=True))
+        x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
+        return x * x_inv_norm
+    xs = kernels.flush_squares(xp, x)
+    square_sum = settle(reduce_sum(xp, xs * xs, axis, keepdims=True))
+    x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, kernels.flush(xp, epsilon)))
+    return kernels.flush(xp, x * x_inv_norm, x, owned=True)
 
 
 #: TF's true division of integers: int8/int16 (and uint8/uint16) give float32, wider give float64.
@@ -467,8 +531,8 @@ def normalize(
     if xp.isdtype(x.dtype, "integral"):
         bits = _TRUEDIV_FLOAT_BITS[xp.iinfo(x.dtype).bits]
         fdt = xp.float32 if bits == 32 else xp.float64
-        return xp.astype(x, fdt) / xp.astype(n, fdt), n
-    return x / n, n
+        return kernels.flush(xp, xp.astype(x, fdt) / xp.astype(n, fdt), owned=True), n
+    return kernels.flush(xp, x / n, x, owned=True), n
 
 
 # ------------------------------------------------------------ group norms

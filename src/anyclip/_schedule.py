@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from anyclip import _core
+from anyclip._kernels import Kernels
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
@@ -29,12 +30,13 @@ def keras_gate(xp: Namespace, value: Any, clipped: Any, unclipped: Any) -> Any:
     return xp.where(value > constant(xp, 0.0, value.dtype, value), clipped, unclipped)
 
 
-def keras_global_scale(xp: Namespace, value: Any, norm: Any) -> Any:
+def keras_global_scale(xp: Namespace, value: Any, norm: Any, kernels: Kernels | None = None) -> Any:
     """Keras's ``global_clipnorm`` factor at a scheduled ``value``: TF's, or 1 when ``value <= 0``.
 
     TF's factor is :func:`anyclip._core.global_scale` (NaN for a non-finite norm, and for
-    ``value=inf``, as Keras 3); ``value`` is cast to the norm's dtype first.
+    ``value=inf``, as Keras 3); ``value`` is cast to the norm's dtype first. ``kernels``
+    (only to flush subnormals, as :func:`~anyclip._core.global_scale`).
     """
     c = value if value.dtype == norm.dtype else xp.astype(value, norm.dtype)
     one = constant(xp, 1.0, norm.dtype, norm)
-    return keras_gate(xp, c, _core.global_scale(xp, c, norm, "tf"), one)
+    return keras_gate(xp, c, _core.global_scale(xp, c, norm, "tf", kernels=kernels), one)

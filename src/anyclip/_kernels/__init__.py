@@ -14,6 +14,10 @@ list) to it. Which kernels serve a call depends on the library and the dtype onl
   dask's own SVD for the matrix 2-norm);
 * everything else: :data:`GENERIC`, the array-API implementation of every step.
 
+Inside :class:`anyclip.flush_subnormals`, each of these (but JAX's: XLA:CPU flushes by
+itself) comes wrapped in :class:`~anyclip._kernels._flush.FlushKernels`, which flush
+subnormals to zero as TF's CPU kernels do.
+
 Tests run the generic code on every backend by binding :data:`GENERIC` explicitly
 (``anyclip._api.bind(GENERIC)``); there is no global switch. The plain-call fast paths
 (:func:`plain_clip_by_value`, :func:`plain_clip_by_norm`, :func:`plain_norm`) live here too.
@@ -28,14 +32,17 @@ from typing import Any
 from anyclip._compat import library, memo_by_dtype
 from anyclip._kernels._base import Kernels
 from anyclip._kernels._dask import DaskKernels
+from anyclip._kernels._flush import FlushKernels
 from anyclip._kernels._jax import JaxKernels
 from anyclip._kernels._numpy import NumpyKernels
 from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, plain_norm
 from anyclip._kernels._torch import TorchKernels
+from anyclip._subnormals import flushing
 from anyclip._typing import Namespace
 
 __all__ = [
     "DASK",
+    "FLUSH_GENERIC",
     "GENERIC",
     "JAX",
     "NUMPY",
@@ -54,9 +61,19 @@ TORCH = TorchKernels()
 JAX = JaxKernels()
 DASK = DaskKernels()
 
+#: The generic kernels, flushing subnormals (:class:`anyclip.flush_subnormals`).
+FLUSH_GENERIC = FlushKernels(GENERIC)
+
+#: The flushing twin of each kernels above, by name (JAX's: XLA:CPU flushes by itself).
+_FLUSHING = {
+    k.name: FlushKernels(k) if k is not GENERIC else FLUSH_GENERIC
+    for k in (GENERIC, NUMPY, TORCH, DASK)
+}
+
 #: The kernels of each (namespace name, dtype) met so far: string keys, which torch.compile
-#: can hash, and one dict lookup per call.
+#: can hash, and one dict lookup per call; inside ``flush_subnormals``, from the other dict.
 _CHOSEN: dict[tuple[str, Any], Kernels] = {}
+_CHOSEN_FLUSHING: dict[tuple[str, Any], Kernels] = {}
 
 #: Libraries whose kernels are for float32 and float64 only.
 _FLOAT_ONLY = {"numpy": NUMPY, "jax": JAX}
@@ -67,7 +84,8 @@ def kernels_for(xp: Namespace, arrays: Sequence[Any], dtype: Any = None) -> Kern
 
     Chosen from the library and the first array's dtype (the arrays a core step reduces share
     one dtype), or ``dtype`` when given (the accumulation dtype the arrays are cast to); the
-    answer is cached.
+    answer is cached. Inside :class:`anyclip.flush_subnormals`, kernels that flush subnormals
+    to zero (:class:`~anyclip._kernels._flush.FlushKernels`).
 
     Examples
     --------
@@ -81,7 +99,14 @@ def kernels_for(xp: Namespace, arrays: Sequence[Any], dtype: Any = None) -> Kern
     """
     if dtype is None:
         dtype = arrays[0].dtype
+    if flushing():
+        return memo_by_dtype(_CHOSEN_FLUSHING, xp, dtype, _choose_flushing)
     return memo_by_dtype(_CHOSEN, xp, dtype, _choose)
+
+
+def _choose_flushing(xp: Namespace, dtype: Any) -> Kernels:
+    k = _choose(xp, dtype)
+    return _FLUSHING.get(k.name, k)  # JAX's own: XLA:CPU flushes
 
 
 def _choose(xp: Namespace, dtype: Any) -> Kernels:

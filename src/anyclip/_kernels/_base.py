@@ -67,8 +67,29 @@ class Kernels:
     #: A short name, for reprs and test ids.
     name = "generic"
 
+    #: Whether these kernels flush subnormals to zero as TF's CPU kernels do (FTZ/DAZ): the
+    #: core's :meth:`flush` and :meth:`flush_squares` steps, and the list steps, then do;
+    #: :func:`anyclip._kernels.kernels_for` gives such kernels inside
+    #: :class:`anyclip.flush_subnormals`.
+    ftz = False
+
     def __repr__(self) -> str:
         return f"<anyclip kernels: {self.name}>"
+
+    def flush(self, xp: Namespace, x: Any, also: Any = None, *, owned: bool = False) -> Any:
+        """``x`` with subnormal values flushed to 0 where :attr:`ftz` (here: ``x`` itself).
+
+        See :func:`anyclip._subnormals.flush` (``also``: the op's input, for TF's DAZ;
+        ``owned``: ``x`` is the caller's temporary).
+        """
+        return x
+
+    def flush_squares(self, xp: Namespace, x: Any, *, halved: bool = False) -> Any:
+        """``x`` with zeros where TF's flushed square is 0, where :attr:`ftz` (here: ``x``).
+
+        See :func:`anyclip._subnormals.flush_squares`.
+        """
+        return x
 
     def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
         """``sqrt(sum(x * x, axes, keepdims=True))``: the Euclidean norm of ``tf.norm``."""

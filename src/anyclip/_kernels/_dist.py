@@ -330,6 +330,15 @@ class GroupKernels(Kernels):
         self.lib = lib
         self.groups = groups
         self.name = f"{base.name}+group"
+        self.ftz = base.ftz
+
+    def flush(self, xp: Namespace, x: Any, also: Any = None, *, owned: bool = False) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.flush(xp, x, also, owned=owned)
+
+    def flush_squares(self, xp: Namespace, x: Any, *, halved: bool = False) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.flush_squares(xp, x, halved=halved)
 
     def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
         """As the wrapped kernels'."""

@@ -135,8 +135,9 @@ def scheduled_keras(name: str, schedule: Schedule) -> optax.GradientTransformati
         else:
             present = [t for t in leaves if t is not None]
             norm = tree.global_norm(present)
-            scale = _schedule.keras_global_scale(xp, c, norm)
-            out = kernels_for(xp, present).scale(xp, leaves, scale) if present else leaves
+            k = kernels_for(xp, present) if present else None
+            scale = _schedule.keras_global_scale(xp, c, norm, k)
+            out = k.scale(xp, leaves, scale) if k is not None else leaves
         return unflatten(out), ScheduledClipState(optax.safe_increment(state.count))
 
     return optax.GradientTransformation(lambda params: ScheduledClipState(_count()), update_fn)

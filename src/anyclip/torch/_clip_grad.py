@@ -17,7 +17,7 @@ from torch.utils.hooks import RemovableHandle
 
 from anyclip import _clip, _core
 from anyclip._compat import namespace
-from anyclip._kernels import _base
+from anyclip._kernels import FLUSH_GENERIC, _base
 from anyclip._kernels._base import partials
 from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor, zero_partial
 from anyclip._kernels._torch import TorchKernels
@@ -32,6 +32,7 @@ from anyclip._policy import (
     resolve_accumulate_dtype,
 )
 from anyclip._sparse import dense_operand, values_of
+from anyclip._subnormals import flush, flushing
 from anyclip._typing import DTypeLike, Nonfinite
 
 if TYPE_CHECKING:
@@ -373,20 +374,43 @@ def _scale_(
     xp = namespace(total_norm)
     at_inf = unclipped_at_inf and not finite_number(max_norm, xp, total_norm.dtype)
     c = as_operand(max_norm, xp, total_norm, "max_norm", cast_arrays=True)
-    scale = _core.global_scale(xp, c, total_norm, policy, unclipped_at_inf=at_inf)
-    _mul_(values, scale, foreach)
+    k = FLUSH_GENERIC if flushing() else None
+    scale = _core.global_scale(xp, c, total_norm, policy, unclipped_at_inf=at_inf, kernels=k)
+    _mul_(values, scale, foreach, ftz=k is not None)
 
 
-def _mul_(values: list[torch.Tensor], scale: torch.Tensor, foreach: bool | None = None) -> None:
-    """Multiply every tensor of ``values`` in place by the 0-d ``scale``, cast to its dtype."""
+def _mul_(
+    values: list[torch.Tensor],
+    scale: torch.Tensor,
+    foreach: bool | None = None,
+    *,
+    ftz: bool = False,
+) -> None:
+    """Multiply every tensor of ``values`` in place by the 0-d ``scale``, cast to its dtype.
+
+    ``ftz`` (inside :class:`anyclip.flush_subnormals`): subnormal values count as 0 and
+    subnormal products become 0, as in TF.
+    """
     shards = [_local(v) for v in values]  # DTensors scaled shard by shard, in place
+    if ftz:
+        _flush_(shards)
     for (device, dtype), grp in _by_device_and_dtype(shards).items():
         s = scale.to(device=device, dtype=dtype, non_blocking=True)
+        if ftz:
+            s = flush(namespace(s), s)
         if _use_foreach(foreach, grp, device):
             torch._foreach_mul_(grp, s)
         else:
             for g in grp:
                 g.mul_(s)
+    if ftz:
+        _flush_(shards)
+
+
+def _flush_(values: list[torch.Tensor]) -> None:
+    """Flush every tensor of ``values`` in place: subnormal entries become 0 (TF's FTZ/DAZ)."""
+    for v in values:
+        v.copy_(flush(namespace(v), v))
 
 
 @overload

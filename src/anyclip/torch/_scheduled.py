@@ -18,7 +18,9 @@ from torch.utils.hooks import RemovableHandle
 
 from anyclip import _clip, _schedule
 from anyclip._compat import namespace
+from anyclip._kernels import FLUSH_GENERIC
 from anyclip._sparse import values_of
+from anyclip._subnormals import flushing
 from anyclip.torch import _clip_grad as cg
 
 __all__ = ["STATE_KEY", "scheduled_keras_clipping"]
@@ -75,8 +77,12 @@ def scheduled_keras_clipping(
                     v.copy_(_schedule.keras_gate(xp, c, _clip.clip_by_norm(v, c), v))
             else:
                 norm = cg._local(_clip.global_norm(values, accumulate_dtype="widest"))
-                scale = _schedule.keras_global_scale(xp, c.to(norm.device), norm)
-                _mul_(values, scale)
+                k = FLUSH_GENERIC if flushing() else None
+                scale = _schedule.keras_global_scale(xp, c.to(norm.device), norm, k)
+                if k is None:
+                    _mul_(values, scale)
+                else:
+                    cg._mul_(values, scale, ftz=True)
         n.add_(1)
 
     def save(opt: torch.optim.Optimizer, state_dict: dict[str, Any]) -> None:

@@ -1,0 +1,133 @@
+"""Kernels that flush subnormals to zero as TF's CPU kernels do (FTZ/DAZ), around others.
+
+Layer: kernels. :class:`FlushKernels` wraps the kernels :func:`anyclip._kernels.kernels_for`
+would choose and is what it gives inside :class:`anyclip.flush_subnormals`. Its
+:meth:`~FlushKernels.flush` and :meth:`~FlushKernels.flush_squares` are the core's steps at
+TF's op boundaries (the identity in every other kernels, so that the default path is the
+unflushed one); the steps over lists of arrays (sums of squares, the scaling of a list) flush
+here, around the wrapped kernels' own code: values whose square TF flushes are left out of the
+sums, and each product is flushed. Every other step is the wrapped kernels'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from anyclip._kernels._base import Kernels
+from anyclip._subnormals import flush, flush_squares
+from anyclip._typing import Namespace
+
+__all__ = ["FlushKernels"]
+
+
+class FlushKernels(Kernels):
+    """``base``'s steps with TF's flush of subnormals (float32 and float64; not on JAX)."""
+
+    ftz = True
+
+    def __init__(self, base: Kernels) -> None:
+        self.base = base
+        self.name = f"{base.name}+ftz"
+
+    def flush(self, xp: Namespace, x: Any, also: Any = None, *, owned: bool = False) -> Any:
+        """:func:`anyclip._subnormals.flush`."""
+        return flush(xp, x, also, owned=owned)
+
+    def flush_squares(self, xp: Namespace, x: Any, *, halved: bool = False) -> Any:
+        """:func:`anyclip._subnormals.flush_squares`."""
+        return flush_squares(xp, x, halved=halved)
+
+    def _halved(self, xp: Namespace, arrays: Sequence[Any], acc: Any = None) -> list[Any]:
+        """``arrays`` with zeros where TF's flushed halved square is 0.
+
+        An array cast to another ``acc`` is flushed as a Cast's input (DAZ): its squares in
+        the wider dtype are normal.
+        """
+        return [
+            flush_squares(xp, v, halved=True) if acc is None or v.dtype == acc else flush(xp, v)
+            for v in arrays
+        ]
+
+    def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
+        """The wrapped kernels' sum of the kept halved squares."""
+        return self.base.half_squares(xp, self._halved(xp, arrays))
+
+    def total_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any = None) -> Any:
+        """The wrapped kernels' sum of the kept halved squares."""
+        return self.base.total_half_squares(xp, self._halved(xp, arrays, acc), acc)
+
+    def cast_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
+        """The wrapped kernels' sum of the kept halved squares."""
+        return self.base.cast_half_squares(xp, self._halved(xp, arrays, acc), acc)
+
+    def row_squares(self, xp: Namespace, rows: Any) -> Any:
+        """The wrapped kernels' sums of the kept squares."""
+        return self.base.row_squares(xp, flush_squares(xp, rows))
+
+    def scale(self, xp: Namespace, t_list: Sequence[Any], scale: Any) -> list[Any]:
+        """The wrapped kernels' products, flushed (a subnormal array value gives 0)."""
+        out = self.base.scale(xp, t_list, flush(xp, scale))
+        return [
+            o if o is None else flush(xp, o, v, owned=o is not v)
+            for o, v in zip(out, t_list, strict=True)
+        ]
+
+    # ---------------------------------------------------------- the wrapped kernels'
+    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
+        """As the wrapped kernels' (the core flushes ``x``'s squares first)."""
+        return self.base.norm2(xp, x, axes)
+
+    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
+        """As the wrapped kernels' (the core flushes ``t``'s squares first)."""
+        return self.base.clip_norm2(xp, t, axes)
+
+    def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
+        """As the wrapped kernels' (the core flushes the quotient)."""
+        return self.base.divide_into(xp, owned, divisor)
+
+    def blocks(self, xp: Namespace, v: Any) -> list[Any] | None:
+        """As the wrapped kernels'."""
+        return self.base.blocks(xp, v)
+
+    def cast_reduce(
+        self,
+        xp: Namespace,
+        x: Any,
+        acc: Any,
+        fn: Callable[..., Any],
+        operands: Sequence[Any],
+        combine: str,
+    ) -> Any | None:
+        """As the wrapped kernels' (the core passes a flushing ``fn``)."""
+        return self.base.cast_reduce(xp, x, acc, fn, operands, combine)
+
+    def cast_map(
+        self, xp: Namespace, t: Any, acc: Any, fn: Callable[..., Any], operands: Sequence[Any]
+    ) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.cast_map(xp, t, acc, fn, operands)
+
+    def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.reduce_max(xp, x, axis)
+
+    def settle(self, xp: Namespace, r: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.settle(xp, r)
+
+    def spectral_input(self, xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.spectral_input(xp, x, axis)
+
+    def svdvals(self, xp: Namespace, m: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.svdvals(xp, m)
+
+    def local(self, xp: Namespace, x: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.local(xp, x)
+
+    def replicated(self, xp: Namespace, value: Any, like: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.replicated(xp, value, like)

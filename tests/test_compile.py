@@ -483,6 +483,50 @@ def test_torch_compile_adapters(backend, compile_fullgraph, name):
         )
 
 
+@torch_backends
+@pytest.mark.parametrize("case_id", TORCH_CASES)
+def test_torch_compile_flush_subnormals(backend, case_id):
+    # inside flush_subnormals() every case compiles without a graph break (Dynamo cannot read
+    # the ContextVar; anyclip reads an attribute it guards on) and gives the eager values
+    torch = backend.module
+    torch._dynamo.reset()
+    case = CASES[case_id]
+    args = _inputs(backend, case)
+    with anyclip.flush_subnormals():
+        eager = case.fn(*args)
+        compiled = torch.compile(case.fn, fullgraph=True, backend="aot_eager")(*args)
+    torch._dynamo.reset()
+    _assert_same(backend, compiled, eager, ulp=TORCH_ULP)
+
+
+@torch_backends
+def test_torch_compile_follows_flush_subnormals(backend, compile_fullgraph):
+    # one compiled function, called outside and inside the block, and entering it itself:
+    # each call gives the eager value of its setting (a change of setting recompiles)
+    t = backend.asarray([1e-30, 1.0, -3e-25], "float32")
+
+    def f(x):
+        return anyclip.clip_by_global_norm([x], 1e-16)[0][0]
+
+    def g(x):
+        with anyclip.flush_subnormals():
+            inside = f(x)
+        return inside, f(x)
+
+    kept = f(t)  # IEEE: -3e-25 * 1e-16 is the subnormal -3e-41
+    with anyclip.flush_subnormals():
+        flushed = f(t)  # TF's: -0
+    assert backend.to_numpy(kept)[2] != 0
+    assert backend.to_numpy(flushed)[2] == 0
+    compiled = compile_fullgraph(f)
+    for want, on in ((kept, False), (flushed, True), (kept, False)):
+        with anyclip.flush_subnormals(on):
+            _assert_same(backend, compiled(t), want, ulp=0)
+    inside, outside = compile_fullgraph(g)(t)
+    _assert_same(backend, inside, flushed, ulp=0)
+    _assert_same(backend, outside, kept, ulp=0)
+
+
 def test_torch_compile_first_call_without_warnings():
     # In a fresh process, compiling before any eager call must not emit warnings (the
     # project runs with -W error). Dynamo warns when it traces an lru_cache-wrapped function.

@@ -269,6 +269,16 @@ KEEPS_SUBNORMALS = frozenset(
 )
 
 
+#: A product in the rounding gap below the smallest normal number: TF's FTZ (x86: tininess
+#: after rounding, unbounded exponent) flushes a product whose exact value is in the lower half
+#: of the last subnormal step below it; IEEE gradual underflow rounds it up to that number
+#: first, and only the exact product (an FMA, or twice the precision) tells them apart. Not
+#: emulated, with or without flush_subnormals() (docs/tf-behaviour.md, the FTZ row).
+ROUNDING_GAP = frozenset(
+    {"subnormal/float32/clip_by_norm/rounding_gap", "subnormal/float64/clip_by_norm/rounding_gap"}
+)
+
+
 @pytest.mark.parametrize("flushed", [False, True], ids=["default", "flush_subnormals"])
 @pytest.mark.parametrize("case_id", _ids("subnormal/"))
 def test_subnormals_flush_as_in_tf(
@@ -281,6 +291,9 @@ def test_subnormals_flush_as_in_tf(
 ):
     if case_id in KEEPS_SUBNORMALS and backend.library != "jax" and not flushed:
         reason = f"{backend.name} keeps IEEE subnormals where TF flushes them (declared)"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    if case_id in ROUNDING_GAP and backend.library != "jax":
+        reason = "the product rounds up to the smallest normal number first (IEEE)"
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     case = CASES[case_id]
     want = gen.decode(case["tf"])

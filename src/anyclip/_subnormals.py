@@ -77,8 +77,8 @@ class flush_subnormals:
       computes half precision in float32 and rounds each step, which this does not follow).
     * JAX needs nothing: XLA:CPU flushes by itself, eagerly and under ``jax.jit``; the block
       changes nothing there.
-    * Flushing costs extra passes over the data: measured at 1.1x to 9x the time of a call
-      (docs/tf-behaviour.md, the FTZ row).
+    * Flushing costs extra passes over the data: measured at 2.8x to 30x the time of a call
+      on the benchmark workloads (docs/tf-behaviour.md, the FTZ row).
     * The setting is a :mod:`contextvars` variable, so threads and asyncio tasks each have
       their own. ``torch.compile`` (Dynamo) cannot read one: code it traces sees the value the
       last ``flush_subnormals`` block set or restored in any thread, and recompiles when that

@@ -273,7 +273,27 @@ def _subnormal_cases(dt: str) -> list[dict[str, Any]]:
         ]
     for i, case in enumerate(out):
         case["id"] = f"subnormal/{dt}/{case['fn']}/{i}"
+    # ``t * c`` is exactly between the largest subnormal and the smallest normal number, in
+    # the lower half: IEEE rounds it up to the smallest normal number, x86's FTZ (tininess
+    # after rounding, unbounded exponent) flushes it; then ``/ |t|`` makes it normal.
+    a, c = GAP[dt]
+    out.append(
+        {
+            "id": f"subnormal/{dt}/clip_by_norm/rounding_gap",
+            "fn": "clip_by_norm",
+            "x": _f([float.fromhex(a)], dt),
+            "clip_norm": _f(float.fromhex(c), dt),
+        }
+    )
     return out
+
+
+#: ``(t, c)`` per dtype whose exact product lies in ``(tiny - ulp, tiny - ulp / 2]`` (``ulp``
+#: the spacing just below ``tiny`` with an unbounded exponent), found by a random search.
+GAP = {
+    "float32": ("0x1.8306bep-1", "0x1.52aa0ep-126"),
+    "float64": ("0x1.8306bdf37922ep-1", "0x1.52aa0f089a253p-1022"),
+}
 
 
 SUBNORMAL = _subnormal_cases("float32") + _subnormal_cases("float64")

@@ -66,8 +66,12 @@ TF_NAMES = {
 
 def test_all_lists_the_eight_functions():
     # the TF functions (the eight, and embedding_lookup); other public entries (issue 4's
-    # `tree`, `constraints`, ...) must be submodules
-    functions = [n for n in anyclip.__all__ if not inspect.ismodule(getattr(anyclip, n))]
+    # `tree`, `constraints`, ...) must be submodules, but the flush_subnormals context manager
+    functions = [
+        n
+        for n in anyclip.__all__
+        if not inspect.ismodule(getattr(anyclip, n)) and n != "flush_subnormals"
+    ]
     assert sorted(functions) == sorted(SIGNATURES)
     assert len(anyclip.__all__) == len(set(anyclip.__all__))
     for name in functions:
@@ -88,6 +92,13 @@ ADAPTERS = {"torch", "optax"}
 def test_no_other_public_names():
     public = {n for n in dir(anyclip) if not n.startswith("_")}
     assert public <= set(anyclip.__all__) | {"annotations"} | ADAPTERS
+
+
+def test_flush_subnormals_is_a_context_manager():
+    assert inspect.isclass(anyclip.flush_subnormals)
+    assert anyclip.flush_subnormals.__module__ == "anyclip._subnormals"
+    with anyclip.flush_subnormals(), anyclip.flush_subnormals(False):
+        pass
 
 
 @pytest.mark.parametrize("name", sorted(SIGNATURES))

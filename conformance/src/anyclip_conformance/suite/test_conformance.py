@@ -50,12 +50,13 @@ def test_catalogue_size() -> None:
     assert outputs >= 1500
     assert grads >= 300
     assert errors >= 100
-    # every public TF-named clip/norm function (submodules and embedding_lookup, tested in
-    # tests/test_embedding.py, aside) has reference data
+    # every public TF-named clip/norm function (submodules, embedding_lookup, tested in
+    # tests/test_embedding.py, and the flush_subnormals switch aside) has reference data
     assert set(reference.functions()) == set(anyclip.__all__) - {
         "tree",
         "constraints",
         "embedding_lookup",
+        "flush_subnormals",
     }
 
 

@@ -68,7 +68,7 @@ from anyclip._sparse import (
     through_values_or_jagged,
     values_list,
 )
-from anyclip._subnormals import flushing
+from anyclip._subnormals import OPEN, flushing
 from anyclip._typing import (
     Array,
     ArrayT,
@@ -167,7 +167,7 @@ def clip_by_value(
     >>> anyclip.clip_by_value(np.array([0, 5, 10]), 6, 4)  # min > max: min wins, as in TF
     array([6, 6, 6])
     """
-    if not flushing():  # the plain call keeps IEEE subnormals (anyclip.flush_subnormals)
+    if not (OPEN and flushing()):  # the plain call keeps IEEE subnormals (flush_subnormals)
         plain = plain_clip_by_value(t, clip_value_min, clip_value_max)
         if plain is not None:
             return cast(Array, plain)
@@ -199,7 +199,7 @@ def _clip_by_value(
             xp, xp.astype(t, widened), xp.astype(lo, widened), xp.astype(hi, widened)
         )
         return xp.astype(out, t.dtype)
-    return _core.clip_by_value(xp, t, lo, hi, FLUSH_GENERIC if flushing() else None)
+    return _core.clip_by_value(xp, t, lo, hi, FLUSH_GENERIC if OPEN and flushing() else None)
 
 
 def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any) -> Any:
@@ -324,7 +324,7 @@ def clip_by_norm(
     >>> out.layout, out._indices(), out._values()
     (torch.sparse_coo, tensor([[0, 2, 0]]), tensor([1.5000, 2.0000, 6.0000]))
     """
-    if axes is None and accumulate_dtype is None and not flushing():
+    if axes is None and accumulate_dtype is None and not (OPEN and flushing()):
         plain = plain_clip_by_norm(t, clip_norm)
         if plain is not None:
             return cast(ArrayT, plain)
@@ -825,4 +825,4 @@ def _clip_by_average_norm(
     c = as_operand(clip_norm, xp, t, "clip_norm", tf=tf_expected)
     # TF multiplies without a shape check: only a clip_norm that cannot broadcast fails there.
     check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t", tf_static=False)
-    return _core.clip_by_average_norm(xp, t, c, FLUSH_GENERIC if flushing() else None)
+    return _core.clip_by_average_norm(xp, t, c, FLUSH_GENERIC if OPEN and flushing() else None)

@@ -34,7 +34,7 @@ from anyclip._policy import (
     tf_words,
 )
 from anyclip._sparse import dense_operand, densified
-from anyclip._subnormals import flushing
+from anyclip._subnormals import OPEN, flushing
 from anyclip._typing import ArrayT, Axes, DTypeLike, Namespace, NormOrd, Operand
 
 __all__ = ["l2_normalize", "norm", "normalize"]
@@ -322,7 +322,9 @@ def norm(
     array(6., dtype=float32)
     """
     if isinstance(ord, str) and ord == "euclidean" and axis is None and not keepdims:
-        plain = None if accumulate_dtype is not None or flushing() else plain_norm(tensor)
+        plain = (
+            None if accumulate_dtype is not None or (OPEN and flushing()) else plain_norm(tensor)
+        )
         if plain is not None:
             return cast(ArrayT, plain)
     return cast(ArrayT, _norm(None, tensor, ord, axis, keepdims, accumulate_dtype=accumulate_dtype))

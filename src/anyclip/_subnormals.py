@@ -27,7 +27,7 @@ from anyclip._compat import dtype_name, library, memo_by_dtype
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
-__all__ = ["flush", "flush_limits", "flush_squares", "flush_subnormals", "flushing"]
+__all__ = ["OPEN", "flush", "flush_limits", "flush_squares", "flush_subnormals", "flushing"]
 
 #: Whether anyclip flushes subnormals in this context (``flush_subnormals`` sets it).
 _FLUSH: ContextVar[bool] = ContextVar("anyclip.flush_subnormals", default=False)
@@ -35,6 +35,11 @@ _FLUSH: ContextVar[bool] = ContextVar("anyclip.flush_subnormals", default=False)
 #: The value the last ``flush_subnormals`` block set (on entry) or restored (on exit), in any
 #: thread: what compiled torch code sees (Dynamo cannot trace ``ContextVar.get``).
 _traced = False
+
+#: One entry per ``flush_subnormals`` block open in any thread (``append``/``pop`` are atomic):
+#: while it is empty nothing is flushed, and a call does not look further. The hot paths test
+#: ``OPEN and flushing()``: the default path costs one global lookup.
+OPEN: list[None] = []
 
 
 def _torch_compiling() -> bool:
@@ -44,6 +49,8 @@ def _torch_compiling() -> bool:
 
 def flushing() -> bool:
     """Whether subnormals are flushed to zero here (inside ``flush_subnormals()``)."""
+    if not OPEN:  # no block anywhere: one list check, the cost of the default path
+        return False
     if _torch_compiling():
         return _traced
     return _FLUSH.get()
@@ -83,7 +90,8 @@ class flush_subnormals:
       their own. ``torch.compile`` (Dynamo) cannot read one: code it traces sees the value the
       last ``flush_subnormals`` block set or restored in any thread, and recompiles when that
       changes. Enter the block inside the compiled function, or in the thread that calls it
-      while no other thread enters one.
+      while no other thread enters one. While no block is open in any thread, nothing is
+      flushed, even in a task or context copied from inside a block that has since exited.
     * A product whose exact value lies in the lower half of the last subnormal step below the
       smallest normal number is 0 in TF (x86 detects tininess after rounding with an
       unbounded exponent) and the smallest normal number here (IEEE rounds it up first).
@@ -110,6 +118,7 @@ class flush_subnormals:
         token = None if _torch_compiling() else _FLUSH.set(self._enabled)
         self._saved.append((token, _traced))
         _traced = self._enabled
+        OPEN.append(None)
 
     def __exit__(
         self,
@@ -122,6 +131,7 @@ class flush_subnormals:
         if token is not None:
             _FLUSH.reset(token)
         _traced = previous
+        OPEN.pop()
 
     def __repr__(self) -> str:
         return f"anyclip.flush_subnormals(enabled={self._enabled})"

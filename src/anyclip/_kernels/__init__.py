@@ -37,7 +37,7 @@ from anyclip._kernels._jax import JaxKernels
 from anyclip._kernels._numpy import NumpyKernels
 from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, plain_norm
 from anyclip._kernels._torch import TorchKernels
-from anyclip._subnormals import flushing
+from anyclip._subnormals import OPEN, flushing
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -99,7 +99,7 @@ def kernels_for(xp: Namespace, arrays: Sequence[Any], dtype: Any = None) -> Kern
     """
     if dtype is None:
         dtype = arrays[0].dtype
-    if flushing():
+    if OPEN and flushing():
         return memo_by_dtype(_CHOSEN_FLUSHING, xp, dtype, _choose_flushing)
     return memo_by_dtype(_CHOSEN, xp, dtype, _choose)
 

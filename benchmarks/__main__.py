@@ -417,6 +417,8 @@ def write_report(
     lines += ['--8<-- "docs/_ext/distributed-results.md"', ""]
     # peak memory with accumulate_dtype: written by `python -m benchmarks.memory`
     lines += ['--8<-- "docs/_ext/memory-results.md"', ""]
+    # per-example clipping and AGC against optax, Opacus and timm: `python -m benchmarks.rules`
+    lines += ['--8<-- "docs/_ext/rules-results.md"', ""]
     out_md.write_text("\n".join(lines))
     _chart(rows, out_png)
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from anyclip._compat import dtype_name, is_array, namespace
+from anyclip._kernels import kernels_for
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import dtype_kind, resolve_accumulate_dtype, widest_float
@@ -352,6 +353,8 @@ def unit_axes(shape: Sequence[int], layout: str, axis: Any = None) -> tuple[int,
 def _core_unit_norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None, p: float) -> Any:
     """The ``p``-norm of ``x`` over ``axes`` (``None``: all), with the reduced axes kept."""
     if p == 2:
+        if xp.isdtype(x.dtype, "real floating"):
+            return kernels_for(xp, [x]).unit_norm2(xp, x, axes)
         return sqrt(xp, xp.sum(_core_abs_sq(xp, x), axis=axes, keepdims=True))
     a = xp.abs(x)
     if p == math.inf:

@@ -74,7 +74,19 @@ def _core_sq_norms(
 def _core_norms(
     xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any, style: str
 ) -> Any:
-    """The per-example global norms, shape ``(batch,)``."""
+    """The per-example global norms, shape ``(batch,)``.
+
+    ``"opacus"``: Opacus's order, the norm of the per-leaf norms (``torch.stack(per_param_norms,
+    dim=1).norm(2, dim=1)``); the others: the square root of the summed squares.
+    """
+    if style == "opacus":
+        per_leaf = []
+        for a in arrays:
+            flat = xp.reshape(a, (a.shape[0], -1))
+            per_leaf.append(
+                kernels.row_norms(xp, flat if flat.dtype == acc else xp.astype(flat, acc))
+            )
+        return kernels.row_norms(xp, xp.stack(per_leaf, axis=1))
     if style == "tf":
         total = _core_sq_norms(xp, kernels, arrays, acc, half=True)
         return sqrt(xp, total * constant(xp, 2.0, acc, total))

@@ -89,8 +89,13 @@ def adaptive_clip_grad_(
     if not params:
         return
     with torch.no_grad():
-        grads = [p.grad.detach() for p in params if p.grad is not None]
-        data = [p.detach() for p in params]
-        new = tree.adaptive_clip(grads, data, clip_factor, eps, layout="timm", norm_type=norm_type)
-        for g, n in zip(grads, new, strict=True):
+        # one parameter at a time, each copied back at once (as timm's loop): the clipped
+        # gradient of one parameter is alive at a time, not of all of them
+        for p in params:
+            g = p.grad.detach() if p.grad is not None else None
+            if g is None:
+                continue
+            (n,) = tree.adaptive_clip(
+                [g], [p.detach()], clip_factor, eps, layout="timm", norm_type=norm_type
+            )
             g.copy_(n)

@@ -283,7 +283,9 @@ def test_torch_adaptive_clip_grad_has_timms_signature():
 
     at = pytest.importorskip("anyclip.torch")
     params = inspect.signature(at.adaptive_clip_grad_).parameters
-    assert [(n, p.default) for n, p in params.items()] == [
+    # timm's parameters, in timm's order; anyclip's additions are keyword-only after them
+    assert [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY] == ["group"]
+    assert [(n, p.default) for n, p in params.items() if p.kind is not p.KEYWORD_ONLY] == [
         ("parameters", inspect.Parameter.empty),
         ("clip_factor", 0.01),
         ("eps", 1e-3),

@@ -35,6 +35,7 @@ from anyclip._adaptive import scalar_operand
 from anyclip._compat import dtype_name, namespace
 from anyclip._core import global_scale
 from anyclip._kernels import Kernels, kernels_for
+from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import dtype_kind, resolve_accumulate_dtype
@@ -72,12 +73,19 @@ def _core_sq_norms(
 
 
 def _core_norms(
-    xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any, style: str
+    xp: Namespace,
+    kernels: Kernels,
+    arrays: Sequence[Any],
+    acc: Any,
+    style: str,
+    reduce: Callable[[Any], Any] | None = None,
 ) -> Any:
     """The per-example global norms, shape ``(batch,)``.
 
     ``"opacus"``: Opacus's order, the norm of the per-leaf norms (``torch.stack(per_param_norms,
     dim=1).norm(2, dim=1)``); the others: the square root of the summed squares.
+    ``reduce`` (``group=``) sums this process's per-example sums of squares (Opacus: its
+    norms squared) over the processes: one all-reduce of a ``(batch,)`` vector.
     """
     if style == "opacus":
         per_leaf = []
@@ -86,11 +94,14 @@ def _core_norms(
             per_leaf.append(
                 kernels.row_norms(xp, flat if flat.dtype == acc else xp.astype(flat, acc))
             )
-        return kernels.row_norms(xp, xp.stack(per_leaf, axis=1))
+        local = kernels.row_norms(xp, xp.stack(per_leaf, axis=1))
+        return local if reduce is None else sqrt(xp, reduce(local * local))
+    total = _core_sq_norms(xp, kernels, arrays, acc, half=style == "tf")
+    if reduce is not None:
+        total = reduce(total)
     if style == "tf":
-        total = _core_sq_norms(xp, kernels, arrays, acc, half=True)
         return sqrt(xp, total * constant(xp, 2.0, acc, total))
-    return sqrt(xp, _core_sq_norms(xp, kernels, arrays, acc, half=False))
+    return sqrt(xp, total)
 
 
 def _core_factors(xp: Namespace, norms: Any, c: Any, style: str) -> Any:
@@ -161,11 +172,24 @@ def _batched(leaves: list[Any]) -> tuple[Namespace, list[Any]]:
     return xp, arrays
 
 
+def _reducer(xp: Namespace, group: Any) -> Callable[[Any], Any] | None:
+    """The sum over ``group``'s processes (None without a group); refuses a foreign group."""
+    groups = check_group(xp, group)
+    if not groups:
+        return None
+    return lambda x: all_reduce(xp, x, groups)
+
+
 def _clip_and_sum(
-    xp: Namespace, arrays: Sequence[Any], c: Any, acc: Any, style: str
+    xp: Namespace,
+    arrays: Sequence[Any],
+    c: Any,
+    acc: Any,
+    style: str,
+    reduce: Callable[[Any], Any] | None = None,
 ) -> tuple[list[Any], Any]:
     with quiet(xp):
-        norms = _core_norms(xp, kernels_for(xp, arrays, acc), arrays, acc, style)
+        norms = _core_norms(xp, kernels_for(xp, arrays, acc), arrays, acc, style, reduce)
         factors = _core_factors(xp, norms, c, style)
         return [_core_weighted_sum(xp, factors, a) for a in arrays], norms
 
@@ -177,6 +201,7 @@ def per_example_clip(
     *,
     style: Style = "tf",
     accumulate_dtype: DTypeLike = "widest",
+    group: Any = None,
 ) -> tuple[TreeT, Any]:
     """Clip each example's gradient to a global L2 norm, then sum over the examples (DP-SGD).
 
@@ -205,6 +230,12 @@ def per_example_clip(
         Whose clipping factor (see above).
     accumulate_dtype : dtype, str or "widest", optional
         The dtype the norms are computed in (default: the widest leaf dtype).
+    group : torch ProcessGroup, DeviceMesh, JAX axis name, or a sequence of them, optional
+        The processes that hold the rest of each example's gradients (some of the leaves,
+        or a part of each leaf, split along any axis but the batch axis): the per-example
+        sums of squares are summed over them (one all-reduce of a ``(batch,)`` vector), so
+        every process gets the norms of the whole gradients and clips its part with them.
+        Each process returns the clipped sum of its own part.
 
     Returns
     -------
@@ -223,7 +254,8 @@ def per_example_clip(
         If a leaf is 0-d or the leaves' first axes differ (naming both leaves), ``grads``
         has no array, ``style`` is unknown, or a number ``l2_norm_clip`` is negative or NaN.
     TypeError
-        If a leaf is not of a real floating dtype.
+        If a leaf is not of a real floating dtype, or ``group`` is not a group of the
+        leaves' library.
 
     See Also
     --------
@@ -253,7 +285,7 @@ def per_example_clip(
     xp, arrays = _batched(leaves)
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [a.dtype for a in arrays])
     c = scalar_operand(xp, l2_norm_clip, acc, arrays[0], "l2_norm_clip", nonnegative=True)
-    sums, norms = _clip_and_sum(xp, arrays, c, acc, s)
+    sums, norms = _clip_and_sum(xp, arrays, c, acc, s, _reducer(xp, group))
     it = iter(sums)
     return cast(TreeT, unflatten([None if a is None else next(it) for a in leaves])), norms
 

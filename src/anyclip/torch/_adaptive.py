@@ -23,6 +23,8 @@ def adaptive_clip_grad_(
     clip_factor: float = 0.01,
     eps: float = 1e-3,
     norm_type: float = 2.0,
+    *,
+    group: Any = None,
 ) -> None:
     """Adaptive gradient clipping in place, with timm's ``adaptive_clip_grad`` signature.
 
@@ -46,6 +48,10 @@ def adaptive_clip_grad_(
         The floor on the parameter norm.
     norm_type : float, optional
         The order of the unit norms (2, 1, inf or any ``p > 0``).
+    group : ProcessGroup, DeviceMesh or a sequence of them, optional
+        The processes that hold the rest of every unit (each parameter split along its
+        input axes, as row-wise tensor parallelism splits it): the unit norms are summed
+        over them, one all-reduce per parameter (:func:`anyclip.tree.adaptive_clip`).
 
     Returns
     -------
@@ -96,6 +102,6 @@ def adaptive_clip_grad_(
             if g is None:
                 continue
             (n,) = tree.adaptive_clip(
-                [g], [p.detach()], clip_factor, eps, layout="timm", norm_type=norm_type
+                [g], [p.detach()], clip_factor, eps, layout="timm", norm_type=norm_type, group=group
             )
             g.copy_(n)

@@ -125,39 +125,41 @@ def _core_abs_sq(xp: Namespace, x: Any) -> Any:
     return x * x
 
 
+def _core_leaf_sum(xp: Namespace, v: Any) -> Any:
+    """``sum(v)`` in ``v``'s dtype, as ``jnp.sum``: a 16-bit ``v`` summed in float32, rounded."""
+    if dtype_name(v.dtype) in ("float16", "bfloat16"):
+        return xp.astype(xp.sum(xp.astype(v, xp.float32)), v.dtype)
+    return xp.sum(v)
+
+
 def _core_tree_norm(
     xp: Namespace, arrays: Sequence[Any], ord: float, squared: bool, acc: Any, like: Any
 ) -> Any:
-    """The tree norm of optax: per-leaf sums (or maxima) added (compared) leaf after leaf.
+    """The tree norm of optax 0.2.8 (``optax.tree.norm``), in its order and dtypes.
 
-    A real leaf is cast to the real dtype ``acc`` first (no-op for one dtype); a complex
-    leaf is reduced in its own dtype (its magnitudes are real) and the result cast.
+    Each leaf is reduced in its own (real) dtype: ``sum(|x| ** 2)``, ``sum(|x|)`` or
+    ``max(|x|)`` (an empty leaf skipped by the maximum); the per-leaf results are then added
+    (compared) leaf after leaf, each step promoting to the wider dtype, as optax's
+    ``jax.tree.reduce(operator.add, sums, initializer=0)``. ``acc`` (the widest real dtype)
+    and ``like`` give an empty tree's ``0`` (``-inf`` for ``ord=inf``).
     """
-
-    def cast(x: Any) -> Any:
-        if xp.isdtype(x.dtype, "complex floating") or x.dtype == acc:
-            return x
-        return xp.astype(x, acc)
-
     with quiet(xp):
-        if ord == 2:
-            total = constant(xp, 0.0, acc, like)
+        if ord == math.inf:
+            arrays = [x for x in arrays if math.prod(x.shape) != 0]  # optax skips empty leaves
+        if not arrays:
+            total = constant(xp, -math.inf if ord == math.inf else 0.0, acc, like)
+        elif ord == math.inf:
+            total = None
             for x in arrays:
-                s = xp.sum(_core_abs_sq(xp, cast(x)))
-                total = total + (s if s.dtype == acc else xp.astype(s, acc))
-            return as_array(total if squared else sqrt(xp, total))
-        if ord == 1:
-            total = constant(xp, 0.0, acc, like)
-            for x in arrays:
-                s = xp.sum(xp.abs(cast(x)))
-                total = total + (s if s.dtype == acc else xp.astype(s, acc))
+                s = xp.max(xp.abs(x))
+                total = s if total is None else xp.maximum(total, s)
         else:
-            total = constant(xp, -math.inf, acc, like)
+            total = None
             for x in arrays:
-                if math.prod(x.shape) == 0:  # optax skips empty leaves
-                    continue
-                s = xp.max(xp.abs(cast(x)))
-                total = xp.maximum(total, s if s.dtype == acc else xp.astype(s, acc))
+                s = _core_leaf_sum(xp, _core_abs_sq(xp, x) if ord == 2 else xp.abs(x))
+                total = s if total is None else total + s
+        if ord == 2:
+            return as_array(total if squared else sqrt(xp, total))
         return as_array(total * total if squared else total)
 
 
@@ -202,9 +204,10 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
     -------
     array
         A 0-d array of the widest real dtype of the leaves (float32 for complex64), on the
-        first leaf's device. Each leaf is cast to that dtype before it is reduced (optax
-        reduces each leaf in its own dtype, then promotes: the two agree for a tree of one
-        dtype). An empty tree gives a NumPy float32 ``0`` (``-inf`` for ``ord=inf``).
+        first leaf's device. As optax, each leaf is reduced in its own dtype (a float16 leaf
+        summed in float32 and rounded to float16, as ``jnp.sum``), and the per-leaf results
+        are added leaf after leaf with type promotion. An empty tree gives a NumPy float32
+        ``0`` (``-inf`` for ``ord=inf``).
 
     Raises
     ------

@@ -22,6 +22,7 @@ Importing this package imports no framework.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +46,7 @@ __all__ = [
     "plain_clip_by_norm",
     "plain_clip_by_value",
     "plain_norm",
+    "rounded_apart",
 ]
 
 #: The array-API implementation of every step, for any namespace.
@@ -82,6 +84,22 @@ def kernels_for(xp: Namespace, arrays: Sequence[Any], dtype: Any = None) -> Kern
     if dtype is None:
         dtype = arrays[0].dtype
     return memo_by_dtype(_CHOSEN, xp, dtype, _choose)
+
+
+def rounded_apart(xp: Namespace, x: Any) -> Any:
+    """``x``, rounded on its own before the additions it feeds (the identity, bar under JAX).
+
+    XLA contracts a product that feeds an addition into one fused multiply-add under
+    ``jax.jit`` (one rounding instead of two), which TF's kernels do not do. A select
+    between them stops the contraction: ``where(isnan(x), nan, x)`` is ``x`` (a NaN stays
+    NaN) and passes ``jax.grad`` and ``jax.vmap`` through (measured on XLA's CPU backend;
+    ``optimization_barrier`` is dropped before fusion there and does not). Other libraries
+    round each operation already.
+    """
+    if library(xp) != "jax":
+        return x
+    nan = xp.asarray(math.nan, dtype=x.dtype)
+    return xp.where(xp.isnan(x), nan, x)
 
 
 def _choose(xp: Namespace, dtype: Any) -> Kernels:

@@ -348,8 +348,12 @@ def per_example_clip(
     float32): bit for bit TF's sum for the same factors, eagerly and under ``jax.jit``, except
     for leaves of one element per example (a full reduction in TF, within 2 ulp). The
     factors come from anyclip's global norms, which may differ from TF's in the last place.
-    That sum runs a Python loop over groups of four examples (vectorised over the rest), so
-    it costs more Python time than the other styles for large batches.
+    That sum runs a Python loop over groups of four examples (vectorised over the rest):
+    under ``jax.jit`` it unrolls into ``B / 4`` additions per column chunk, so compile and
+    run time grow with the batch (measured once, a 784-128-10 MLP with ``B = 256`` on a
+    loaded 2-core CPU: 138 ms against 20 ms for ``"optax"``'s ``tensordot``, 6 s to
+    compile; NumPy 1.1 times ``"optax"``, torch 1.4 times). Pick ``"optax"`` where
+    TF's last bits do not matter.
 
     Examples
     --------

@@ -420,6 +420,8 @@ def write_report(
     # ZClip, QuantileClip and skip_on_spike: written by `python -m benchmarks.history`
     lines += ['--8<-- "docs/_ext/history-results.md"', ""]
     lines += ['--8<-- "docs/_ext/float64-order.md"', ""]
+    # per-example clipping and AGC against optax, Opacus and timm: `python -m benchmarks.rules`
+    lines += ['--8<-- "docs/_ext/rules-results.md"', ""]
     out_md.write_text("\n".join(lines))
     _chart(rows, out_png)
 

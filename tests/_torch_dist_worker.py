@@ -615,6 +615,7 @@ def history(world: int, rank: int) -> None:
         np.testing.assert_allclose(got, part, rtol=1e-5, atol=1e-30)
 
 
+<<<<<<< HEAD
 #: Steps of the FSDP2 training runs whose loss is scaled (a spike) or made NaN or inf.
 SPIKES = {17: 40.0, 22: 30.0, 27: 50.0}
 NONFINITE = {20: math.nan, 25: math.inf}
@@ -722,6 +723,97 @@ def fsdp2_history(world: int, rank: int) -> None:
         np.testing.assert_allclose(stats, alone_stats, rtol=1e-5, err_msg=rule)
         for got, want in zip(params, alone_params, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=rule)
+=======
+#: AGC's factor ``max_norm / g_norm`` holds two unit sums (of the parameter and of the
+#: gradient) that the split regroups, each a few float32 ULP from the one-process order.
+ULP_AGC = 8
+
+
+def _split(a: torch.Tensor, axis: int, world: int, rank: int) -> torch.Tensor:
+    """This rank's part of ``a`` along ``axis`` (``np.array_split``'s parts, maybe empty)."""
+    bounds = np.cumsum([0] + [len(c) for c in np.array_split(np.arange(a.shape[axis]), world)])
+    return a.narrow(axis, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank])).clone()
+
+
+def _close(
+    got: torch.Tensor, want: torch.Tensor, what: str, ulp: int = ULP_DIST, scaled: bool = False
+) -> None:
+    """Within ``ulp`` float32 ULP of each value (``scaled``: of the array's largest value, for
+    sums over the examples of terms of both signs, whose factors moved by an ULP or two)."""
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.shape, want.shape)
+    ref = np.abs(want.double().numpy())
+    if scaled and ref.size:
+        ref = np.full_like(ref, ref.max())
+    tol = ulp * np.spacing(ref.astype(np.float32))
+    err = np.abs(got.double().numpy() - want.double().numpy())
+    assert np.all(err <= tol + 1e-30), f"{what}: {float((err / (tol + 1e-30)).max())} x {ulp} ULP"
+
+
+def rules(world: int, rank: int) -> None:
+    """per_example_clip and AGC with ``group=``: each rank holds a part of the gradients (whole
+    leaves, and one leaf split along a non-batch / a unit's axis); the norms, and each rank's
+    part of the clipped result, are the one-process call's on the whole gradients; one
+    all-reduce per call (per leaf for AGC)."""
+    import anyclip.torch
+    from anyclip import tree
+
+    group = dist.group.WORLD
+    batch = 6
+    shapes = [(batch, 7, 3), (batch, 5), (batch, 4, 4), (batch, 9), (batch, 2, 6)]
+    full = full_grads(shapes, seed=19)
+    for t, scale in zip(full, (0.05, 0.3, 1.0, 2.0, 0.5), strict=True):
+        t.mul_(torch.linspace(0.0, 2.0, batch).reshape((batch,) + (1,) * (t.ndim - 1)) * scale)
+    # leaf 0 split along axis 1 over all ranks; the others whole, on rank i % world
+    mine = {0: _split(full[0], 1, world, rank)}
+    mine.update({i: full[i] for i in range(1, len(full)) if i % world == rank})
+    for style in ("tf", "optax", "opacus"):
+        alone, alone_norms = tree.per_example_clip(full, 0.7, style=style)
+        with Counter() as c:
+            got, norms = tree.per_example_clip(mine, 0.7, style=style, group=group)
+        c.check(max_all_reduce=1)
+        assert sum(v for k, v in c.counts.items() if "reduce" in k) == 1, c.counts
+        _close(norms, alone_norms, f"{style} norms")
+        _close(got[0], _split(alone[0], 0, world, rank), f"{style} leaf 0", scaled=True)
+        for i in mine:
+            if i:
+                _close(got[i], alone[i], f"{style} leaf {i}", scaled=True)
+        same_on_every_rank(norms.tolist())
+
+    # AGC, torch's OIHW / OI layouts (timm's units: every axis but the first), each parameter
+    # and its gradient split along axis 1 (a bias: along its one axis, the unit)
+    p_shapes = [(8, 6, 3, 3), (4, 10), (5,), (3, 7)]
+    params = [t * 0.05 for t in full_grads(p_shapes, seed=23)]
+    grads = [
+        t * s for t, s in zip(full_grads(p_shapes, seed=29), (1e-3, 1e-2, 1e-4, 1.0), strict=True)
+    ]
+    params[1][0].zero_()  # a zero unit: eps sets its threshold
+    axes = [1, 1, 0, 1]
+    p_mine = [_split(p, a, world, rank) for p, a in zip(params, axes, strict=True)]
+    g_mine = [_split(g, a, world, rank) for g, a in zip(grads, axes, strict=True)]
+    for norm_type in (2.0, 1.0, math.inf, 3.0):
+        alone = tree.adaptive_clip(grads, params, 0.01, layout="timm", norm_type=norm_type)
+        with Counter() as c:
+            got = tree.adaptive_clip(
+                g_mine, p_mine, 0.01, layout="timm", norm_type=norm_type, group=group
+            )
+        c.check(max_all_reduce=len(p_shapes))
+        for i, a in enumerate(axes):
+            want = _split(alone[i], a, world, rank)
+            _close(got[i], want, f"AGC {norm_type} leaf {i}", ulp=ULP_AGC)
+        clipped = [not torch.equal(x, y) for x, y in zip(alone, grads, strict=True)]
+        assert any(clipped) and not all(clipped), clipped  # some units clipped, some not
+    # timm's signature, in place
+    ps = [torch.nn.Parameter(p.clone()) for p in p_mine]
+    for p, g in zip(ps, g_mine, strict=True):
+        p.grad = g.clone()
+    with Counter() as c:
+        anyclip.torch.adaptive_clip_grad_(ps, 0.01, group=group)
+    c.check(max_all_reduce=len(p_shapes))
+    alone = tree.adaptive_clip(grads, params, 0.01, layout="timm")
+    for i, (p, a) in enumerate(zip(ps, axes, strict=True)):
+        want = _split(alone[i], a, world, rank)
+        _close(p.grad, want, f"adaptive_clip_grad_ leaf {i}", ulp=ULP_AGC)
+>>>>>>> h-rules
 
 
 def _tf_cases() -> list[tuple[str, list[np.ndarray], np.ndarray]]:
@@ -789,7 +881,11 @@ SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "nonfinite": nonfinite,
     "groups": groups,
     "history": history,
+<<<<<<< HEAD
     "fsdp2_history": fsdp2_history,
+=======
+    "rules": rules,
+>>>>>>> h-rules
 }
 
 

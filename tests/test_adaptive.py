@@ -86,6 +86,30 @@ def test_tree_norm_complex_matches_optax(backend, optax_ref, ord):
     assert_array(got, want, backend=backend, dtype="float32", ulp=ULP)
 
 
+@pytest.mark.parametrize("ord", [2, 1, math.inf])
+@pytest.mark.parametrize("squared", [False, True])
+@pytest.mark.parametrize(
+    "dtypes", [("float16", "float32", "float64"), ("float64", "float16"), ("float32", "float16")]
+)
+def test_tree_norm_mixed_dtypes_matches_optax(backend, optax_ref, ord, squared, dtypes):
+    # optax 0.2.8 reduces each leaf in its own dtype (jnp.sum: a float16 leaf summed in
+    # float32, rounded to float16), then adds the sums left to right with promotion
+    rng = np.random.default_rng(7)
+    data = {
+        f"{i}_{dt}": (rng.standard_normal(37) * (3.0 + i)).astype(dt) for i, dt in enumerate(dtypes)
+    }
+    for dt in dtypes:
+        backend.dtype(dt)
+    want = _ref(lambda t: optax_ref.tree.norm(t, ord=ord, squared=squared), data)
+    got = tree.norm({k: backend.asarray(v, str(v.dtype)) for k, v in data.items()}, ord, squared)
+    wide = "float64" if "float64" in dtypes else "float32"
+    assert str(want.dtype) == wide
+    # a float32 leaf's sum (another backend's order: a float32 ULP or two) enters a float64
+    # total: ULP counts in float32 units there (2 ** 29 float64 ULP each)
+    ulp = ULP * 2**29 if wide == "float64" and "float32" in dtypes else ULP
+    assert_array(got, want, backend=backend, dtype=wide, ulp=ulp)
+
+
 def test_tree_norm_inf_skips_empty_leaves(backend, optax_ref):
     data = {"e": np.zeros((0, 3), np.float32), "v": np.array([-2.0, 1.5], np.float32)}
     want = _ref(lambda t: optax_ref.tree.norm(t, ord=math.inf), data)
@@ -283,7 +307,9 @@ def test_torch_adaptive_clip_grad_has_timms_signature():
 
     at = pytest.importorskip("anyclip.torch")
     params = inspect.signature(at.adaptive_clip_grad_).parameters
-    assert [(n, p.default) for n, p in params.items()] == [
+    # timm's parameters, in timm's order; anyclip's additions are keyword-only after them
+    assert [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY] == ["group"]
+    assert [(n, p.default) for n, p in params.items() if p.kind is not p.KEYWORD_ONLY] == [
         ("parameters", inspect.Parameter.empty),
         ("clip_factor", 0.01),
         ("eps", 1e-3),

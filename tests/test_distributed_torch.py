@@ -5,11 +5,13 @@ rank, bounded in time and reaped), which run every scenario: DDP (replicated gra
 FSDP2 ``fully_shard`` with even and uneven shards, tensor parallel ``Shard(1)``, pipeline
 stages with ``group=`` (a ProcessGroup, a DeviceMesh, two groups in turn), norms over
 sharded dims, and a NaN or inf on the last rank (NaN or inf on every rank, through the sum
-and through the NaN-keeping maximum and minimum), and the norm-history rules (ZClip,
+and through the NaN-keeping maximum and minimum), the norm-history rules (ZClip,
 QuantileClip, skip_on_spike) with ``group=`` and on an FSDP2 model trained with spikes and
-NaN/inf losses, against one process training the unsharded model. Inside the ranks,
-``CommDebugMode`` counts the collectives: no gather, at most one all-reduce of a scalar (or
-of a value and its NaN flag) per global norm (per group). The expected values are the exact
+NaN/inf losses, against one process training the unsharded model, and the per-example and AGC
+norms with ``group=`` (each rank a part of the gradients; the one-process call's results).
+Inside the ranks, ``CommDebugMode`` counts the collectives: no gather, at most one all-reduce
+of a scalar (or of a value and its NaN flag) per global norm (per group). The expected values
+are the exact
 norms of the full data in float64, within ``ULP_DIST`` float32 ULP.
 """
 
@@ -44,6 +46,7 @@ SCENARIOS = (
     "groups",
     "history",
     "fsdp2_history",
+    "rules",
 )
 #: Seconds a world may run (starting torch in 4 processes on 2 cores included; the FSDP2
 #: training runs of ``fsdp2_history`` take about 40 s of it on 4 ranks).
@@ -121,3 +124,9 @@ def test_group_of_wrong_kind_is_a_type_error():
     np = pytest.importorskip("numpy")
     with pytest.raises(TypeError, match=r"`group` is for torch\.distributed or JAX arrays"):
         anyclip.clip_by_global_norm([np.ones(2)], 1.0, group="data")
+    from anyclip import tree
+
+    with pytest.raises(TypeError, match=r"`group` must be a torch\.distributed ProcessGroup"):
+        tree.per_example_clip([torch.ones(2, 3)], 1.0, group="data")
+    with pytest.raises(TypeError, match=r"`group` must be a torch\.distributed ProcessGroup"):
+        tree.adaptive_clip([torch.ones(2, 3)], [torch.ones(2, 3)], group="data")

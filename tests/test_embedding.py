@@ -91,6 +91,136 @@ def test_torch_sparse_gradient_is_tfs_indexed_slices(backend, case):
     )
 
 
+# ============================================================ sharded tables
+def _shards(backend: Backend, make: Any, case: str) -> tuple[list[Any], Any, Any, str]:
+    name, sizes, _, max_norm = gen.SHARD_CASES[case]
+    ids = REF[f"shard/{case}/ids"]
+    backend.dtype(ids.dtype.name)
+    dtype = REF[f"params/{name}"].dtype.name
+    parts = [make(t, dtype) for t in gen.shards(name, sizes)]
+    return parts, backend.asarray(ids, ids.dtype.name), max_norm, dtype
+
+
+@pytest.mark.parametrize("case", list(gen.SHARD_CASES))
+def test_sharded_lookup_gives_tf_values(backend, make, check, case):
+    # params a list: TF's "div" partition, even where the shard sizes are not its own
+    parts, ids, max_norm, dtype = _shards(backend, make, case)
+    out = anyclip.embedding_lookup(parts, ids, max_norm=max_norm)
+    ulp = 0 if max_norm is None else ULP_CLIP_NORM
+    check(out, REF[f"shard/{case}/lookup"], dtype, ulp=ulp, what=case)
+
+
+@pytest.mark.parametrize("case", ["div2", "div3-clip", "3d-div2-clip", "3-4-3", "1d-div3"])
+def test_sharded_dense_gradients_are_tfs_densified(grad_backend, case):
+    backend = grad_backend
+    name, sizes, _, max_norm = gen.SHARD_CASES[case]
+    dtype = REF[f"params/{name}"].dtype.name
+    parts = [backend.asarray(t, dtype) for t in gen.shards(name, sizes)]
+    ids = REF[f"shard/{case}/ids"]
+    if ids.dtype == np.int64 and not backend.has_dtype("int64"):
+        ids = ids.astype(np.int32)
+    ids_b = backend.asarray(ids, ids.dtype.name)
+    expected = REF[f"shard/{case}/lookup"]
+    w = backend.asarray(
+        np.arange(1, expected.size + 1, dtype=np.float64).reshape(expected.shape), dtype
+    )
+    grads = backend.grad(lambda *p: anyclip.embedding_lookup(list(p), ids_b, max_norm), parts, w)
+    for i, g in enumerate(grads):
+        got = backend.to_numpy(g)
+        want = REF[f"shard/{case}/grad/{i}"]
+        assert got.dtype == want.dtype and got.shape == want.shape, (case, i)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, err_msg=f"{case} shard {i}")
+
+
+@pytest.mark.parametrize("case", list(gen.SHARD_ERRORS))
+@pytest.mark.parametrize("backend", ["numpy", "array_api_strict"], indirect=True)
+def test_sharded_out_of_range_ids_raise_with_tfs_words(backend, case):
+    sizes, ids = gen.SHARD_ERRORS[case]
+    parts = [backend.asarray(t, "float32") for t in gen.shards("p10", sizes)]
+    words = str(REF[f"shard-error/{case}"])
+    with pytest.raises(IndexError, match=r"`(ids` must be in \[0, 10\)|params` shards must)"):
+        try:
+            anyclip.embedding_lookup(parts, backend.asarray(ids, "int32"))
+        except IndexError as e:
+            assert f"(TF: {words})" in str(e)
+            raise
+
+
+@pytest.mark.parametrize("backend", ["jax", "jax-gpu", "torch", "torch-cuda"], indirect=True)
+@pytest.mark.parametrize("case", list(gen.SHARD_ERRORS))
+def test_sharded_out_of_range_ids_give_nan_rows_on_jax_and_torch(backend, case):
+    # no raise (jit, torch.compile, no device sync): a NaN row where TF raises, never another
+    sizes, ids = gen.SHARD_ERRORS[case]
+    parts = [backend.asarray(t, "float32") for t in gen.shards("p10", sizes)]
+    got = anyclip.embedding_lookup(parts, backend.asarray(ids, "int32"))
+    out = backend.to_numpy(got).reshape(-1, 2)
+    # in every case the last id is the one TF refuses; the others read their own row
+    assert np.all(np.isnan(out[-1]))
+    np.testing.assert_array_equal(out[:-1], REF["params/p10"][ids.ravel()[:-1]])
+
+
+@pytest.mark.parametrize(
+    ("parts", "error", "match"),
+    [
+        ([], ValueError, r"non-empty list of arrays.*\(TF: Length of params is currently 0"),
+        (
+            [np.ones((3, 2), np.float32), np.ones((2, 3), np.float32)],
+            ValueError,
+            r"`params` shards must share their row shape.*\(3, 2\) for params\[0\] and "
+            r"\(2, 3\) for params\[1\].*\(TF: Need data\[0\]\.shape\[1:\]",
+        ),
+        (
+            [np.ones((3, 2), np.float32), np.ones((2, 2), np.float64)],
+            TypeError,
+            r"`params` shards must share one dtype, got float32 for params\[0\] and float64 "
+            r"for params\[1\].*\(TF: expected to be a float tensor but is a double tensor\)",
+        ),
+        (
+            [np.ones((1, 2), np.float32)] * 2 + [np.ones((0, 2), np.float32)],
+            ValueError,
+            r"at least as many rows in all as shards, got 2 rows in 3 shards.*"
+            r"\(TF: Integer division by zero\)",
+        ),
+        (
+            [np.ones((3, 2), np.int32)] * 2,
+            TypeError,
+            r"`params`",
+        ),
+    ],
+)
+def test_sharded_bad_params(parts, error, match):
+    max_norm = 1.0 if parts and parts[0].dtype == np.int32 else None
+    with pytest.raises(error, match=match):
+        anyclip.embedding_lookup(parts, np.array([0, 1], np.int32), max_norm=max_norm)
+
+
+def test_sharded_sparse_is_refused():
+    torch = pytest.importorskip("torch")
+    parts = [torch.ones(3, 2), torch.ones(2, 2)]
+    with pytest.raises(ValueError, match=r"`sparse=True` takes one table, got a list of 2"):
+        anyclip.embedding_lookup(parts, torch.tensor([0, 1]), sparse=True)
+
+
+@jax_backends
+def test_sharded_under_jax_jit(backend, check):
+    jax = backend.module
+    name, sizes, ids, max_norm = gen.SHARD_CASES["div4-clip"]
+    parts = [backend.asarray(t, "float32") for t in gen.shards(name, sizes)]
+    fn = jax.jit(lambda p, i: anyclip.embedding_lookup(p, i, max_norm))
+    out = fn(parts, backend.asarray(ids, "int32"))
+    check(out, REF["shard/div4-clip/lookup"], "float32", ulp=ULP_CLIP_NORM)
+
+
+@torch_backends
+def test_sharded_under_torch_compile_fullgraph(backend, check):
+    torch = backend.module
+    name, sizes, ids, max_norm = gen.SHARD_CASES["div4-clip"]
+    parts = [backend.asarray(t, "float32") for t in gen.shards(name, sizes)]
+    fn = torch.compile(lambda p, i: anyclip.embedding_lookup(p, i, max_norm), fullgraph=True)
+    out = fn(parts, backend.asarray(ids, "int64"))
+    check(out, REF["shard/div4-clip/lookup"], "float32", ulp=ULP_CLIP_NORM)
+
+
 # ===================================================================== errors
 @pytest.mark.parametrize("case", list(gen.BAD_IDS))
 @pytest.mark.parametrize("backend", ["numpy", "array_api_strict"], indirect=True)

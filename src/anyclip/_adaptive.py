@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from anyclip._compat import dtype_name, is_array, namespace
+from anyclip._kernels import kernels_for
+from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import dtype_kind, resolve_accumulate_dtype, widest_float
@@ -123,39 +125,41 @@ def _core_abs_sq(xp: Namespace, x: Any) -> Any:
     return x * x
 
 
+def _core_leaf_sum(xp: Namespace, v: Any) -> Any:
+    """``sum(v)`` in ``v``'s dtype, as ``jnp.sum``: a 16-bit ``v`` summed in float32, rounded."""
+    if dtype_name(v.dtype) in ("float16", "bfloat16"):
+        return xp.astype(xp.sum(xp.astype(v, xp.float32)), v.dtype)
+    return xp.sum(v)
+
+
 def _core_tree_norm(
     xp: Namespace, arrays: Sequence[Any], ord: float, squared: bool, acc: Any, like: Any
 ) -> Any:
-    """The tree norm of optax: per-leaf sums (or maxima) added (compared) leaf after leaf.
+    """The tree norm of optax 0.2.8 (``optax.tree.norm``), in its order and dtypes.
 
-    A real leaf is cast to the real dtype ``acc`` first (no-op for one dtype); a complex
-    leaf is reduced in its own dtype (its magnitudes are real) and the result cast.
+    Each leaf is reduced in its own (real) dtype: ``sum(|x| ** 2)``, ``sum(|x|)`` or
+    ``max(|x|)`` (an empty leaf skipped by the maximum); the per-leaf results are then added
+    (compared) leaf after leaf, each step promoting to the wider dtype, as optax's
+    ``jax.tree.reduce(operator.add, sums, initializer=0)``. ``acc`` (the widest real dtype)
+    and ``like`` give an empty tree's ``0`` (``-inf`` for ``ord=inf``).
     """
-
-    def cast(x: Any) -> Any:
-        if xp.isdtype(x.dtype, "complex floating") or x.dtype == acc:
-            return x
-        return xp.astype(x, acc)
-
     with quiet(xp):
-        if ord == 2:
-            total = constant(xp, 0.0, acc, like)
+        if ord == math.inf:
+            arrays = [x for x in arrays if math.prod(x.shape) != 0]  # optax skips empty leaves
+        if not arrays:
+            total = constant(xp, -math.inf if ord == math.inf else 0.0, acc, like)
+        elif ord == math.inf:
+            total = None
             for x in arrays:
-                s = xp.sum(_core_abs_sq(xp, cast(x)))
-                total = total + (s if s.dtype == acc else xp.astype(s, acc))
-            return as_array(total if squared else sqrt(xp, total))
-        if ord == 1:
-            total = constant(xp, 0.0, acc, like)
-            for x in arrays:
-                s = xp.sum(xp.abs(cast(x)))
-                total = total + (s if s.dtype == acc else xp.astype(s, acc))
+                s = xp.max(xp.abs(x))
+                total = s if total is None else xp.maximum(total, s)
         else:
-            total = constant(xp, -math.inf, acc, like)
+            total = None
             for x in arrays:
-                if math.prod(x.shape) == 0:  # optax skips empty leaves
-                    continue
-                s = xp.max(xp.abs(cast(x)))
-                total = xp.maximum(total, s if s.dtype == acc else xp.astype(s, acc))
+                s = _core_leaf_sum(xp, _core_abs_sq(xp, x) if ord == 2 else xp.abs(x))
+                total = s if total is None else total + s
+        if ord == 2:
+            return as_array(total if squared else sqrt(xp, total))
         return as_array(total * total if squared else total)
 
 
@@ -200,9 +204,10 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
     -------
     array
         A 0-d array of the widest real dtype of the leaves (float32 for complex64), on the
-        first leaf's device. Each leaf is cast to that dtype before it is reduced (optax
-        reduces each leaf in its own dtype, then promotes: the two agree for a tree of one
-        dtype). An empty tree gives a NumPy float32 ``0`` (``-inf`` for ``ord=inf``).
+        first leaf's device. As optax, each leaf is reduced in its own dtype (a float16 leaf
+        summed in float32 and rounded to float16, as ``jnp.sum``), and the per-leaf results
+        are added leaf after leaf with type promotion. An empty tree gives a NumPy float32
+        ``0`` (``-inf`` for ``ord=inf``).
 
     Raises
     ------
@@ -352,6 +357,8 @@ def unit_axes(shape: Sequence[int], layout: str, axis: Any = None) -> tuple[int,
 def _core_unit_norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None, p: float) -> Any:
     """The ``p``-norm of ``x`` over ``axes`` (``None``: all), with the reduced axes kept."""
     if p == 2:
+        if xp.isdtype(x.dtype, "real floating"):
+            return kernels_for(xp, [x]).unit_norm2(xp, x, axes)
         return sqrt(xp, xp.sum(_core_abs_sq(xp, x), axis=axes, keepdims=True))
     a = xp.abs(x)
     if p == math.inf:
@@ -364,6 +371,33 @@ def _core_unit_norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None, p: floa
     return xp.sum(a**pp, axis=axes, keepdims=True) ** constant(xp, 1.0 / p, a.dtype, a)
 
 
+def _core_unit_partial(xp: Namespace, x: Any, axes: tuple[int, ...] | None, p: float) -> Any:
+    """The local part of :func:`_core_unit_norm`, reduced axes kept.
+
+    The sum of ``|x| ** p`` (the maximum of ``|x|`` for ``p = inf``); once summed over the
+    processes, :func:`_core_unit_finish` ends it.
+    """
+    if p == 2:
+        return xp.sum(_core_abs_sq(xp, x), axis=axes, keepdims=True)
+    a = xp.abs(x)
+    if p == math.inf:
+        if math.prod(x.shape) == 0:
+            return xp.sum(a, axis=axes, keepdims=True)
+        return xp.max(a, axis=axes, keepdims=True)
+    if p == 1:
+        return xp.sum(a, axis=axes, keepdims=True)
+    return xp.sum(a ** constant(xp, p, a.dtype, a), axis=axes, keepdims=True)
+
+
+def _core_unit_finish(xp: Namespace, s: Any, p: float) -> Any:
+    """The unit norms from the partials summed (maximised) over the processes."""
+    if p == 2:
+        return sqrt(xp, s)
+    if p in (1, math.inf):
+        return s
+    return s ** constant(xp, 1.0 / p, s.dtype, s)
+
+
 def _core_agc(
     xp: Namespace,
     g: Any,
@@ -372,21 +406,36 @@ def _core_agc(
     eps: Any,
     axes: tuple[int, ...] | None,
     norm_type: float,
+    reduce: Callable[[Any, str], Any] | None = None,
 ) -> Any:
     """``where(g_norm < max_norm, g, g * (max_norm / maximum(g_norm, 1e-6)))``.
 
     ``max_norm = clipping * maximum(p_norm, eps)``; ``clipping`` and ``eps`` are 0-d arrays
     of ``p``'s real dtype. For ``g`` and ``p`` of different dtypes the arithmetic is in the
     wider one and the result is cast to ``g``'s dtype (as timm's ``copy_`` into the gradient).
+    ``reduce(x, op)`` (``group=``): the partial unit sums of ``p`` and ``g``, stacked, are
+    summed (``op="max"`` for ``norm_type=inf``) over the processes in one all-reduce.
     """
     work = widest_float(xp, [_real_dtype(xp, g.dtype), _real_dtype(xp, p.dtype)])
     gw = g if _real_dtype(xp, g.dtype) == work else xp.astype(g, work)
     pw = p if _real_dtype(xp, p.dtype) == work else xp.astype(p, work)
     if clipping.dtype != work:
         clipping, eps = xp.astype(clipping, work), xp.astype(eps, work)
-    p_norm = _core_unit_norm(xp, pw, axes, norm_type)
+    if reduce is None:
+        p_norm = _core_unit_norm(xp, pw, axes, norm_type)
+        g_norm = _core_unit_norm(xp, gw, axes, norm_type)
+    else:
+        both = xp.stack(
+            [
+                _core_unit_partial(xp, pw, axes, norm_type),
+                _core_unit_partial(xp, gw, axes, norm_type),
+            ]
+        )
+        both = _core_unit_finish(
+            xp, reduce(both, "max" if norm_type == math.inf else "sum"), norm_type
+        )
+        p_norm, g_norm = both[0, ...], both[1, ...]
     max_norm = xp.maximum(p_norm, eps) * clipping
-    g_norm = _core_unit_norm(xp, gw, axes, norm_type)
     floor = constant(xp, _DIV_EPS, g_norm.dtype, g_norm)
     clipped = gw * (max_norm / xp.maximum(g_norm, floor))
     out = xp.where(g_norm < max_norm, gw, clipped)
@@ -411,6 +460,7 @@ def adaptive_clip(
     axis: Any = None,
     layout: Layout = "optax",
     norm_type: float = 2.0,
+    group: Any = None,
 ) -> TreeT:
     """Adaptive gradient clipping (AGC): a unit's gradient norm <= ``clipping`` * its weight norm.
 
@@ -444,6 +494,12 @@ def adaptive_clip(
         Whose rule infers the unit axes when ``axis`` is not given.
     norm_type : float, optional
         The order of the unit norms (timm's ``norm_type``: 2, 1, inf or any ``p > 0``).
+    group : torch ProcessGroup, DeviceMesh, JAX axis name, or a sequence of them, optional
+        The processes that hold the rest of every unit: each leaf (and its parameter) split
+        across them along axes its units span (for torch's ``OIHW`` with ``layout="timm"``,
+        the input channels: row-wise tensor parallelism). The unit norms of the parameter
+        and of the gradient are summed over them (the maxima for ``norm_type=inf``), one
+        all-reduce per leaf; each process clips its part with the whole units' norms.
 
     Returns
     -------
@@ -457,7 +513,8 @@ def adaptive_clip(
         above 5 (pass ``axis=``), ``axis`` does not fit a leaf, a leaf of ``params`` has
         another shape than its gradient, or ``params`` has another number of leaves.
     TypeError
-        If a leaf is not of a real floating dtype.
+        If a leaf is not of a real floating dtype, or ``group`` is not a group of the
+        leaves' library.
 
     See Also
     --------
@@ -498,6 +555,8 @@ def adaptive_clip(
         msg = "`params` must have an array wherever `grads` has one, got None"
         raise ValueError(msg)
     _floating_leaves(xp, [p for _, p in pairs], "params")
+    groups = check_group(xp, group)
+    reduce = None if not groups else (lambda x, op: all_reduce(xp, x, groups, op))
     out: list[Any] = []
     with quiet(xp):
         for i, (g, p) in enumerate(zip(g_leaves, p_leaves, strict=True)):
@@ -514,5 +573,5 @@ def adaptive_clip(
             pdt = _real_dtype(xp, p.dtype)
             c = scalar_operand(xp, clipping, pdt, p, "clipping", positive=True)
             e = scalar_operand(xp, eps, pdt, p, "eps", nonnegative=True)
-            out.append(_core_agc(xp, g, p, c, e, axes, p_ord))
+            out.append(_core_agc(xp, g, p, c, e, axes, p_ord, reduce))
     return cast(TreeT, unflatten(out))

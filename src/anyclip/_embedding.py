@@ -1,5 +1,8 @@
 """``tf.nn.embedding_lookup`` with ``max_norm``: rows of a table, each clipped by TF's rule.
 
+A list ``params`` is a sharded table, read by TF's "div" partition strategy
+(:func:`_partitioned`: each shard gathered once for all ids, the rows selected with ``where``).
+
 Layer: public. :func:`embedding_lookup` checks and converts its arguments with
 :mod:`anyclip._policy`, gathers the rows with :func:`_take_rows` (the one backend branch:
 torch's ``embedding`` for its sparse gradient and its index check, JAX's ``take`` with a fill
@@ -15,13 +18,26 @@ from typing import Any, cast
 
 from anyclip import _core
 from anyclip._clip import _clip_norm_operand
-from anyclip._compat import dtype_name, library, namespace
+from anyclip._compat import dtype_name, is_array, library, namespace
 from anyclip._kernels import kernels_for
 from anyclip._keywords import hints_keywords
-from anyclip._policy import FLOATS, as_input, require_kind, tf_attr, tf_type, tf_words
+from anyclip._policy import (
+    FLOATS,
+    as_input,
+    dtype_kind,
+    require_kind,
+    tf_attr,
+    tf_expected,
+    tf_type,
+    tf_words,
+)
 from anyclip._typing import ArrayT, Namespace, Operand, PythonData
 
 __all__ = ["embedding_lookup"]
+
+#: TF's words for an empty list of shards, and for shards of different row shapes.
+TF_EMPTY = "Length of params is currently 0. Need at least one param."
+TF_STITCH = "Need data[0].shape[1:] = data[1].shape[1:]"
 
 #: The ids dtypes TF's ``GatherV2`` takes (``Tindices``).
 _ID_DTYPES = ("int16", "int32", "int64")
@@ -43,11 +59,21 @@ def embedding_lookup(
     table itself is never changed (``torch.nn.Embedding(max_norm=)`` renormalises its weight in
     place, with another formula).
 
+    ``params`` may be a list of arrays, the shards of one table split along its first axis,
+    as TF 2's "div" partition strategy reads them: with ``V`` rows in ``S`` shards and
+    ``q, r = divmod(V, S)``, id ``i`` is row ``i`` of the concatenation when the first ``r``
+    shards hold ``q + 1`` rows and the others ``q``. TF assumes those sizes whatever the
+    actual ones, and so does this function: id ``i`` goes to shard
+    ``p = max(i // (q + 1), (i - r) // q)``, row ``i % (q + 1)`` there if ``p < r``, else
+    ``(i - r) % q``.
+
     Parameters
     ----------
-    params : array
+    params : array or list of arrays
         The table, with at least one axis; its rows are ``params[i]``. Any dtype without
-        ``max_norm``; a real floating one with it.
+        ``max_norm``; a real floating one with it. A list: the table's shards (one dtype and
+        one row shape ``shape[1:]``; a list of one is the table). A tuple of arrays is
+        refused (TF stacks a tuple into one table).
     ids : array or int or list of int
         Row indices of dtype int16, int32 or int64 (TF's), of any shape (a 0-d id gives one
         row). Python ints convert to int32.
@@ -71,14 +97,20 @@ def embedding_lookup(
     ------
     TypeError
         If ``ids`` is not int16, int32 or int64, ``params`` is not floating with ``max_norm``,
-        or ``sparse=True`` on a backend other than torch.
+        ``sparse=True`` on a backend other than torch, shards differ in dtype, or ``params``
+        is a tuple of arrays.
     ValueError
-        If ``params`` is 0-d, or ``sparse=True`` for a ``params`` that is not 2-D.
+        If ``params`` (or a shard) is 0-d, ``sparse=True`` for a ``params`` that is not 2-D
+        or for shards, ``params`` is an empty list, shards differ in ``shape[1:]``, or there
+        are fewer rows than shards.
     IndexError
         If an id is negative or not below ``params.shape[0]`` (TF's CPU error), on NumPy and
         array-api-strict (host arrays) and on torch (its own check; a device-side assert on
         CUDA). JAX cannot raise from inside ``jit``: an out-of-range id gives a row of NaN
-        (floating ``params``) or of the dtype's lowest value, never another row.
+        (floating ``params``) or of the dtype's lowest value, never another row. With shards,
+        also if an id lands past the rows of its shard (shards not of the "div" sizes), with
+        TF's words, on NumPy and array-api-strict; torch and JAX give such ids (and ids out
+        of range) NaN rows (or the lowest value), never another row.
 
     See Also
     --------
@@ -103,19 +135,34 @@ def embedding_lookup(
     <BLANKLINE>
            [[0.6, 0.8],
             [1. , 0. ]]], dtype=float32)
+
+    The same table in two shards (TF's "div" sizes: 2 rows, then 1):
+
+    >>> anyclip.embedding_lookup([table[:2], table[2:]], [2, 0, 1], max_norm=1.0)
+    array([[1. , 0. ],
+           [0.6, 0.8],
+           [0.3, 0.4]], dtype=float32)
     """
-    xp = namespace(params, ids, names=("params", "ids"))
-    table = as_input(params, xp, "params")
-    index = as_input(ids, xp, "ids")
-    if dtype_name(index.dtype) not in _ID_DTYPES:
-        allowed = ", ".join(_ID_DTYPES)
-        words = f"Value for attr 'Tindices' of {tf_type(index.dtype)} is not in the list of "
+    if isinstance(params, tuple) and any(is_array(p) for p in params):
         msg = (
-            f"`ids` must have an integer dtype ({allowed}, as TF's gather), got "
-            f"{dtype_name(index.dtype)}; cast it with astype(ids, int32)"
-            f"{tf_words(words + 'allowed values: ' + allowed)}"
+            f"`params` must be an array or a list of arrays (the shards of a table), got a "
+            f"tuple of {len(params)}: TF converts a tuple to one stacked tensor, not shards; "
+            "pass list(params) for a sharded table, or stack the arrays for TF's table"
         )
         raise TypeError(msg)
+    if isinstance(params, list):
+        if not params:
+            msg = (
+                "`params` must be an array or a non-empty list of arrays (the shards of a "
+                f"table), got an empty list{tf_words(TF_EMPTY)}"
+            )
+            raise ValueError(msg)
+        if len(params) > 1:
+            return cast(ArrayT, _partitioned(params, ids, max_norm, sparse))
+        params = params[0]  # TF: one shard is the table
+    xp = namespace(params, ids, names=("params", "ids"))
+    table = as_input(params, xp, "params")
+    index = _ids(xp, ids)
     if table.ndim == 0:
         msg = "`params` must have at least one axis (its rows are params[i]), got a 0-d array"
         raise ValueError(msg)
@@ -127,6 +174,160 @@ def embedding_lookup(
         axes = tuple(range(1, table.ndim))
         rows = _core.clip_by_norm(xp, kernels_for(xp, (rows,)), rows, c, axes)
     return cast(ArrayT, xp.reshape(rows, (*tuple(index.shape), *tuple(table.shape)[1:])))
+
+
+def _ids(xp: Namespace, ids: Any) -> Any:
+    """``ids`` as an array of ``xp``; refuses a dtype TF's gather does not take."""
+    index = as_input(ids, xp, "ids")
+    if dtype_name(index.dtype) not in _ID_DTYPES:
+        allowed = ", ".join(_ID_DTYPES)
+        words = f"Value for attr 'Tindices' of {tf_type(index.dtype)} is not in the list of "
+        msg = (
+            f"`ids` must have an integer dtype ({allowed}, as TF's gather), got "
+            f"{dtype_name(index.dtype)}; cast it with astype(ids, int32)"
+            f"{tf_words(words + 'allowed values: ' + allowed)}"
+        )
+        raise TypeError(msg)
+    return index
+
+
+def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> Any:
+    """TF's lookup in a table split into ``len(params)`` shards, by its "div" strategy.
+
+    TF 2.21 (``embedding_ops._embedding_lookup_and_transform``) assigns id ``i`` of a table of
+    ``V`` rows in ``S`` shards to shard ``p = max(i // (q + 1), (i - r) // q)`` with
+    ``q, r = divmod(V, S)``, row ``i % (q + 1)`` there if ``p < r``, else ``(i - r) % q``:
+    the first ``r`` shards are taken to hold ``q + 1`` rows, the others ``q``, whatever
+    their actual sizes (``V`` is their sum). Each shard's rows are gathered and clipped
+    (``max_norm``) and put back in the order of ``ids``; the values are those of one table,
+    the concatenation of the shards, when the sizes are the "div" ones.
+    """
+    names = [f"params[{i}]" for i in range(len(params))]
+    xp = namespace(*params, ids, names=(*names, "ids"))
+    shards = [as_input(p, xp, n) for p, n in zip(params, names, strict=True)]
+    index = _ids(xp, ids)
+    first = shards[0]
+    for i, t in enumerate(shards):
+        if t.ndim == 0:
+            msg = (
+                f"`params` shards must have at least one axis (their rows), got a 0-d array "
+                f"at params[{i}]"
+            )
+            raise ValueError(msg)
+        if t.dtype != first.dtype:
+            msg = (
+                f"`params` shards must share one dtype, got {dtype_name(first.dtype)} for "
+                f"params[0] and {dtype_name(t.dtype)} for params[{i}]; cast them with astype"
+                f"{tf_words(tf_expected(first.dtype, t.dtype))}"
+            )
+            raise TypeError(msg)
+        if tuple(t.shape[1:]) != tuple(first.shape[1:]):
+            msg = (
+                f"`params` shards must share their row shape (shape[1:]), got "
+                f"{tuple(first.shape)} for params[0] and {tuple(t.shape)} for params[{i}]; "
+                f"split the table along its first axis only{tf_words(TF_STITCH)}"
+            )
+            raise ValueError(msg)
+    if sparse:
+        msg = (
+            "`sparse=True` takes one table, got a list of "
+            f"{len(shards)} shards; leave it False (dense gradients) or pass one table"
+        )
+        raise ValueError(msg)
+    if max_norm is not None:
+        require_kind(xp, first, "params", ("real",), FLOATS, tf_attr)
+    sizes = [int(t.shape[0]) for t in shards]
+    count = len(shards)
+    q, r = divmod(sum(sizes), count)
+    flat = xp.reshape(index, (-1,))
+    row = tuple(first.shape)[1:]
+    if q == 0 and int(flat.shape[0]) > 0:
+        msg = (
+            f"`params` must have at least as many rows in all as shards, got {sum(sizes)} "
+            f'rows in {count} shards (TF\'s "div" strategy gives each shard '
+            f"{sum(sizes)} // {count} = 0 rows); use fewer shards"
+            f"{tf_words('Integer division by zero')}"
+        )
+        raise ValueError(msg)
+    one = xp.asarray(1, dtype=flat.dtype)
+    q_ = xp.asarray(max(q, 1), dtype=flat.dtype)
+    r_ = xp.asarray(r, dtype=flat.dtype)
+    shard = xp.maximum(flat // (q_ + one), (flat - r_) // q_)
+    local = xp.where(shard < r_, flat % (q_ + one), (flat - r_) % q_)
+    lib = library(xp)
+    if lib in ("numpy", "array_api_strict"):  # host arrays: TF's CPU check costs no sync
+        _check_shards(xp, index, flat, shard, local, sizes)
+    n = int(flat.shape[0])
+    out = shards[0][:0, ...] if n == 0 else None  # no id: (0, *row)
+    for s, t in enumerate(shards):
+        if sizes[s] == 0 or n == 0:
+            continue
+        size = xp.asarray(sizes[s], dtype=flat.dtype)
+        ok = (shard == xp.asarray(s, dtype=flat.dtype)) & (local < size)
+        rows = _take_rows(xp, t, xp.where(ok, local, xp.zeros_like(local)), False)
+        mask = xp.reshape(ok, (n,) + (1,) * len(row))
+        out = xp.where(mask, rows, _fill(xp, rows) if out is None else out)
+    assert out is not None  # n > 0 gives q > 0: some shard has rows
+    if max_norm is not None:
+        c = _clip_norm_operand(xp, max_norm, out)
+        axes = tuple(range(1, out.ndim))
+        out = _core.clip_by_norm(xp, kernels_for(xp, (out,)), out, c, axes)
+    return xp.reshape(out, (*tuple(index.shape), *row))
+
+
+def _fill(xp: Namespace, rows: Any) -> Any:
+    """What a row no shard holds reads as: NaN (floating), else the dtype's lowest value.
+
+    Only met where an out-of-range id cannot raise (JAX, torch): as JAX's own lookup.
+    """
+    if dtype_kind(xp, rows.dtype) in ("real", "complex"):
+        return xp.full_like(rows, math.nan)
+    if rows.dtype == xp.bool:
+        return xp.zeros_like(rows)
+    return xp.full_like(rows, xp.iinfo(rows.dtype).min)
+
+
+def _check_shards(
+    xp: Namespace, ids: Any, flat: Any, shard: Any, local: Any, sizes: list[int]
+) -> None:
+    """TF's errors for an id outside every shard, or past its shard's rows (host arrays)."""
+    count = len(sizes)
+    bad = (shard < 0) | (shard >= count)
+    if bool(xp.any(bad)):
+        pos = int(xp.argmax(xp.astype(bad, xp.int8)))
+        at = _position(ids, pos)
+        value, p = int(flat[pos]), int(shard[pos])
+        msg = (
+            f"`ids` must be in [0, {sum(sizes)}) (the rows of all shards of `params`), got "
+            f"ids{at} = {value}; drop or remap the id"
+            f"{tf_words(f'partitions[{pos}] = {p} is not in [0, {count})')}"
+        )
+        raise IndexError(msg)
+    for s, size in enumerate(sizes):
+        mine = shard == xp.asarray(s, dtype=shard.dtype)
+        over = mine & (local >= xp.asarray(size, dtype=local.dtype))
+        if not bool(xp.any(over)):
+            continue
+        pos = int(xp.argmax(xp.astype(over, xp.int8)))
+        k = int(xp.sum(xp.astype(mine[:pos], xp.int32)))  # its place among shard s's ids
+        value, row = int(flat[pos]), int(local[pos])
+        msg = (
+            f'`params` shards must have TF\'s "div" sizes (the first {sum(sizes) % count} '
+            f"of {sum(sizes) // count + 1} rows, the others of {sum(sizes) // count}), got "
+            f"sizes {sizes}: ids{_position(ids, pos)} = {value} is row {row} of "
+            f"params[{s}], which has {size}; split the table with those sizes"
+            f"{tf_words(f'indices[{k}] = {row} is not in [0, {size})')}"
+        )
+        raise IndexError(msg)
+
+
+def _position(ids: Any, pos: int) -> str:
+    """``"[i,j]"``: the index into ``ids`` of its flat position ``pos``."""
+    where, rest = [], pos
+    for size in reversed(tuple(ids.shape)):
+        where.append(rest % size)
+        rest //= size
+    return "[" + ",".join(str(i) for i in reversed(where)) + "]" if where else ""
 
 
 def _take_rows(xp: Namespace, table: Any, ids: Any, sparse: bool) -> Any:
@@ -168,11 +369,7 @@ def _check_range(xp: Namespace, ids: Any, flat: Any, n: int) -> None:
         return
     pos = int(xp.argmax(xp.astype(bad, xp.int8)))
     value = int(flat[pos])
-    where, rest = [], pos
-    for size in reversed(tuple(ids.shape)):
-        where.append(rest % size)
-        rest //= size
-    at = "[" + ",".join(str(i) for i in reversed(where)) + "]" if where else ""
+    at = _position(ids, pos)
     msg = (
         f"`ids` must be in [0, {n}) (the rows of `params`), got ids{at} = {value}; "
         f"drop or remap the id{tf_words(f'indices{at} = {value} is not in [0, {n})')}"

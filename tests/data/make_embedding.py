@@ -12,6 +12,12 @@ The file holds:
   ``sum(w * result)`` (``w = 1..n``) with respect to ``params``, and ``grad/<case>/dense``, its
   dense form (repeated ids summed).
 * ``error/<case>``: TF's message for the out-of-range ids of :data:`BAD_IDS`.
+* ``shard/<case>/...``: a table split into shards (``params`` a list: TF's "div" strategy),
+  for each case of :data:`SHARD_CASES`: ``.../lookup``, and ``.../grad/<i>`` the dense form of
+  the ``IndexedSlices`` gradient with respect to shard ``i`` (``sum(w * result)``,
+  ``w = 1..n``); the shards are ``params/<name>`` split after the rows in ``sizes``.
+  ``shard-error/<case>``: TF's message for :data:`SHARD_ERRORS` (an id outside every shard;
+  shards whose sizes are not the "div" ones, where an id falls past its shard's rows).
 * ``model/...``: a small model (an embedding table, ids with repeated rows, a dense layer,
   mean squared error) whose gradients TF gives as ``[IndexedSlices, Tensor]``:
   ``model/global_norm`` is ``tf.linalg.global_norm`` of them (each repeated id counted once per
@@ -29,7 +35,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BAD_IDS", "CASES", "CLIP", "PARAMS", "main", "model_inputs"]
+__all__ = [
+    "BAD_IDS",
+    "CASES",
+    "CLIP",
+    "PARAMS",
+    "SHARD_CASES",
+    "SHARD_ERRORS",
+    "main",
+    "model_inputs",
+    "shards",
+]
 
 f32 = np.float32
 
@@ -44,6 +60,38 @@ PARAMS: dict[str, np.ndarray] = {
     "p3d": (_rng.standard_normal((4, 3, 2))).astype(f32),
 }
 PARAMS["p32"][4] = 0.0  # an all-zero row
+PARAMS["p10"] = (_rng.standard_normal((10, 2)) * 2).astype(f32)
+
+#: case: (params name, shard sizes, ids, max_norm). "div" sizes: the first ``V % S`` shards
+#: hold ``V // S + 1`` rows, the others ``V // S``; "3-4-3" is not (TF then reads row
+#: ``(i - 1) % 3`` of shard 1 for ids 4 to 6, not the concatenation's).
+SHARD_CASES: dict[str, tuple[str, tuple[int, ...], np.ndarray, float | None]] = {
+    "div2": ("p32", (3, 2), np.array([[0, 4], [3, 1], [2, 2]], np.int32), None),
+    "div3-clip": ("p32", (2, 2, 1), np.array([4, 0, 3, 1, 1, 2], np.int64), 1.0),
+    "div4-clip": ("p10", (3, 3, 2, 2), np.array([[9, 0, 5], [6, 3, 7]], np.int32), 1.5),
+    "one-shard": ("p32", (5,), np.array([3, 0], np.int32), 1.0),
+    "f64-div2-clip": ("p64", (3, 2), np.array([0, 4, 4, 2], np.int32), 1.0),
+    "1d-div3": ("p1d", (2, 1, 1), np.array([[3, 0], [2, 1]], np.int32), None),
+    "3d-div2-clip": ("p3d", (2, 2), np.array([3, 1, 0], np.int32), 1.5),
+    "scalar": ("p10", (4, 3, 3), np.array(7, np.int32), None),
+    "empty": ("p10", (4, 3, 3), np.zeros((0, 2), np.int32), 1.0),
+    "3-4-3": ("p10", (3, 4, 3), np.array([0, 2, 4, 5, 6, 7, 9], np.int32), None),
+}
+
+#: case: (shard sizes of ``p10``, ids) that TF refuses.
+SHARD_ERRORS: dict[str, tuple[tuple[int, ...], np.ndarray]] = {
+    "too-big": ((4, 3, 3), np.array([0, 10], np.int32)),
+    "negative": ((4, 3, 3), np.array([[2, -1]], np.int32)),
+    "not-div": ((2, 8), np.array([1, 3], np.int32)),
+    "3-4-3": ((3, 4, 3), np.array([9, 3], np.int32)),
+}
+
+
+def shards(name: str, sizes: tuple[int, ...]) -> list[np.ndarray]:
+    """``params/<name>`` split after the rows in ``sizes``."""
+    cuts = np.cumsum(sizes)[:-1]
+    return np.split(PARAMS[name], cuts)
+
 
 #: case: (params name, ids (NumPy, with their dtype), max_norm).
 CASES: dict[str, tuple[str, np.ndarray, float | None]] = {
@@ -114,6 +162,27 @@ def run_tf() -> dict[str, np.ndarray]:
         except tf.errors.InvalidArgumentError as e:
             found = re.search(r"indices\S* = -?\d+ is not in \[0, \d+\)", str(e))
             out[f"error/{case}"] = np.asarray(found.group(0) if found else str(e))
+    for case, (name, sizes, ids, max_norm) in SHARD_CASES.items():
+        parts = [tf.constant(t) for t in shards(name, sizes)]
+        with tf.GradientTape() as tape:
+            for t in parts:
+                tape.watch(t)
+            r = tf.nn.embedding_lookup(parts, tf.constant(ids), max_norm=max_norm)
+            loss = tf.reduce_sum(r * tf.constant(_weights(r.shape), dtype=r.dtype))
+        out[f"shard/{case}/ids"] = ids
+        out[f"shard/{case}/lookup"] = np.asarray(r)
+        for i, g in enumerate(tape.gradient(loss, parts)):
+            dense = tf.zeros_like(parts[i]) if g is None else tf.convert_to_tensor(g)
+            out[f"shard/{case}/grad/{i}"] = np.asarray(dense)
+    for case, (sizes, ids) in SHARD_ERRORS.items():
+        parts = [tf.constant(t) for t in shards("p10", sizes)]
+        try:
+            tf.nn.embedding_lookup(parts, tf.constant(ids))
+        except tf.errors.InvalidArgumentError as e:
+            found = re.search(r"(partitions|indices)\S* = -?\d+ is not in \[0, \d+\)", str(e))
+            out[f"shard-error/{case}"] = np.asarray(found.group(0) if found else str(e))
+        else:
+            raise AssertionError(f"TF accepted the ids of {case}")
     data = model_inputs()
     out.update(data)
     table, kernel = tf.Variable(data["model/table"]), tf.Variable(data["model/kernel"])

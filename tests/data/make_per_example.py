@@ -18,6 +18,16 @@ around 1 to 10, all entries >= 0 so that the sums over the examples do not cance
   parameters whose ``grad_sample`` holds the inputs (``noise_multiplier=0``), read from
   ``p.summed_grad``.
 
+The order of TF's sum over the examples (``sum/...``): for each case of ``SUM_CASES`` (batch
+``B``, per-example shape) and dtype of ``SUM_DTYPES``, ``sum/<case>/<dtype>/in`` holds
+per-example gradients (seed ``SEED``), ``.../scale`` the factor TF multiplies each example
+by, ``cast(c * minimum(1 / norm, 1 / c), dtype)`` with ``c = SUM_CLIP`` and ``norm`` TF's
+global norm (checked: ``tf.clip_by_global_norm``'s output is ``in * scale`` exactly), and
+``.../tf`` the ``tf.reduce_sum(stacked, axis=0)`` of the clipped examples. The cases cover
+``B`` below and above 16, ``B % 4 != 0``, per-example sizes ``N`` with ``N % 8`` and
+``N % 4`` nonzero, more than 1024 columns, and ``N == 1`` (a full reduction in TF, whose
+order anyclip does not reproduce). bfloat16 is stored as float32 (its values exactly).
+
 ``provenance`` (a JSON string) records the library versions, the seed and the calls.
 """
 
@@ -29,7 +39,21 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CLIPS", "DTYPES", "LEAVES", "SEED", "inputs", "main", "run_opacus", "run_tf"]
+__all__ = [
+    "CLIPS",
+    "DTYPES",
+    "LEAVES",
+    "SEED",
+    "SUM_CASES",
+    "SUM_CLIP",
+    "SUM_DTYPES",
+    "inputs",
+    "main",
+    "run_opacus",
+    "run_tf",
+    "run_tf_sum",
+    "sum_inputs",
+]
 
 SEED = 19
 #: The leaves: name and per-example shape (batch of ``BATCH`` in front).
@@ -37,6 +61,20 @@ LEAVES = {"w": (3, 4), "b": (5,), "s": ()}
 BATCH = 6
 DTYPES = ("float32", "float64")
 CLIPS = (0.0, 0.5, 2.0, 1000.0, float("inf"))
+#: (batch, per-example shape) of the summation-order cases, named "<B>x<shape>"
+SUM_CASES = {
+    "5x7": (5, (7,)),
+    "15x9": (15, (9,)),
+    "16x16": (16, (16,)),
+    "17x2": (17, (2,)),
+    "19x3x5": (19, (3, 5)),
+    "37x13": (37, (13,)),
+    "64x2x1031": (64, (2, 1031)),
+    "130x33": (130, (33,)),
+    "33x1": (33, (1,)),
+}
+SUM_DTYPES = ("float16", "bfloat16", "float32", "float64")
+SUM_CLIP = 1.0
 
 
 def inputs(dtype: str) -> dict[str, np.ndarray]:
@@ -67,6 +105,42 @@ def run_tf(grads: dict[str, np.ndarray], clip: float) -> tuple[dict[str, np.ndar
     return sums, np.asarray(norms)
 
 
+def sum_inputs(case: str, dtype: str) -> np.ndarray:
+    """Signed per-example gradients of norms around 0.1 to 10 (float32 for bfloat16)."""
+    import ml_dtypes
+
+    b, shape = SUM_CASES[case]
+    rng = np.random.default_rng([SEED, *map(ord, case + dtype)])
+    g = rng.standard_normal((b, *shape)) * rng.uniform(0.1, 3.0, (b,) + (1,) * len(shape))
+    if dtype == "bfloat16":
+        return g.astype(ml_dtypes.bfloat16).astype(np.float32)
+    return g.astype(dtype)
+
+
+def run_tf_sum(g: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """TF's per-example factors and ``reduce_sum`` of the clipped examples (float32 for bf16)."""
+    import tensorflow as tf
+
+    tf_dtype = tf.as_dtype(dtype)
+    clipped, scales = [], []
+    for b in range(g.shape[0]):
+        t = tf.cast(tf.constant(g[b]), tf_dtype)
+        (out,), norm = tf.clip_by_global_norm([t], SUM_CLIP)
+        # clip_by_global_norm's own factor (clip_ops.py), cast to the gradient's dtype
+        one = tf.constant(1.0, norm.dtype)
+        scale = tf.cast(SUM_CLIP * tf.minimum(1.0 / norm, one / SUM_CLIP), tf_dtype)
+        if not np.array_equal(
+            tf.bitcast(out, tf.uint16 if tf_dtype.size == 2 else tf_dtype).numpy(),
+            tf.bitcast(t * scale, tf.uint16 if tf_dtype.size == 2 else tf_dtype).numpy(),
+        ):
+            raise AssertionError(f"clip_by_global_norm is not t * scale for example {b}")
+        clipped.append(out)
+        scales.append(scale)
+    total = tf.reduce_sum(tf.stack(clipped), axis=0)
+    as32 = tf.float32 if dtype == "bfloat16" else tf_dtype
+    return tf.cast(tf.stack(scales), as32).numpy(), tf.cast(total, as32).numpy()
+
+
 def run_opacus(grads: dict[str, np.ndarray], clip: float) -> dict[str, np.ndarray]:
     import torch
     from opacus.optimizers import DPOptimizer
@@ -86,6 +160,19 @@ def run_opacus(grads: dict[str, np.ndarray], clip: float) -> dict[str, np.ndarra
     return {n: p.summed_grad.detach().numpy() for n, p in zip(grads, params, strict=True)}
 
 
+def _cpu() -> str:
+    """The CPU model (TF's reduction order follows its wheel's vector width: x86-64 AVX)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{platform.machine()}: {line.split(':', 1)[1].strip()}"
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def main(out: Path) -> None:
     import opacus
     import tensorflow as tf
@@ -103,6 +190,13 @@ def main(out: Path) -> None:
             data[f"tf/{dtype}/norms"] = norms
             for n, s in run_opacus(grads, clip).items():
                 data[f"opacus/{dtype}/{clip!r}/{n}"] = s
+    for case in SUM_CASES:
+        for dtype in SUM_DTYPES:
+            g = sum_inputs(case, dtype)
+            scale, total = run_tf_sum(g, dtype)
+            data[f"sum/{case}/{dtype}/in"] = g
+            data[f"sum/{case}/{dtype}/scale"] = scale
+            data[f"sum/{case}/{dtype}/tf"] = total
     provenance = {
         "script": "tests/data/make_per_example.py",
         "tensorflow": tf.__version__,
@@ -113,6 +207,8 @@ def main(out: Path) -> None:
         "tf_call": "tf.reduce_sum(tf.stack([tf.clip_by_global_norm(example, clip)[0] ...]), 0)",
         "opacus_call": "DPOptimizer(SGD(params, lr=0), noise_multiplier=0, max_grad_norm=clip,"
         " expected_batch_size=6).clip_and_accumulate(); p.summed_grad",
+        "sum_call": "tf.reduce_sum(tf.stack([tf.clip_by_global_norm([t], 1.0)[0][0] ...]), 0)",
+        "cpu": _cpu(),
     }
     data["provenance"] = np.asarray(json.dumps(provenance))
     np.savez(out, **data)

@@ -26,6 +26,7 @@ Importing this package imports no framework.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,7 @@ __all__ = [
     "plain_clip_by_norm",
     "plain_clip_by_value",
     "plain_norm",
+    "rounded_apart",
 ]
 
 #: The array-API implementation of every step, for any namespace.
@@ -104,9 +106,26 @@ def kernels_for(xp: Namespace, arrays: Sequence[Any], dtype: Any = None) -> Kern
     return memo_by_dtype(_CHOSEN, xp, dtype, _choose)
 
 
+<<<<<<< HEAD
 def _choose_flushing(xp: Namespace, dtype: Any) -> Kernels:
     k = _choose(xp, dtype)
     return _FLUSHING.get(k.name, k)  # JAX's own: XLA:CPU flushes
+=======
+def rounded_apart(xp: Namespace, x: Any) -> Any:
+    """``x``, rounded on its own before the additions it feeds (the identity, bar under JAX).
+
+    XLA contracts a product that feeds an addition into one fused multiply-add under
+    ``jax.jit`` (one rounding instead of two), which TF's kernels do not do. A select
+    between them stops the contraction: ``where(isnan(x), nan, x)`` is ``x`` (a NaN stays
+    NaN) and passes ``jax.grad`` and ``jax.vmap`` through (measured on XLA's CPU backend;
+    ``optimization_barrier`` is dropped before fusion there and does not). Other libraries
+    round each operation already.
+    """
+    if library(xp) != "jax":
+        return x
+    nan = xp.asarray(math.nan, dtype=x.dtype)
+    return xp.where(xp.isnan(x), nan, x)
+>>>>>>> h-rules
 
 
 def _choose(xp: Namespace, dtype: Any) -> Kernels:

@@ -131,6 +131,14 @@ class Kernels:
         """``owned / divisor``; ``owned`` is a temporary the core made, which may be reused."""
         return owned / divisor
 
+    def unit_norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
+        """``sqrt(sum(x * x, axes, keepdims=True))`` of a real ``x``: AGC's unit norms.
+
+        optax's and timm's own formula (no TF order to keep); an override may compute it
+        without the ``x * x`` temporary.
+        """
+        return sqrt(xp, xp.sum(x * x, axis=axes, keepdims=True))
+
     def row_squares(self, xp: Namespace, rows: Any) -> Any:
         """``sum(rows * rows, axis=-1)`` of a 2-D array: one sum of squares per row.
 
@@ -139,6 +147,14 @@ class Kernels:
         overrides sum without it.
         """
         return reduce_sum(xp, rows * rows, -1, keepdims=False)
+
+    def row_norms(self, xp: Namespace, rows: Any) -> Any:
+        """``sqrt(sum(rows * rows, axis=-1))`` of a 2-D array: one Euclidean norm per row.
+
+        Opacus's per-sample norms (its ``norm(2, dim=-1)``); overrides may use the backend's
+        own vector norm.
+        """
+        return sqrt(xp, self.row_squares(xp, rows))
 
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """``sum(l2_loss(t) for t in arrays)`` with ``l2_loss(t) = sum(t * t) * 0.5``.

@@ -37,6 +37,7 @@ from anyclip._typing import Namespace
 
 __all__ = [
     "GroupKernels",
+    "all_reduce",
     "all_reduce_torch",
     "any_dtensor",
     "check_group",
@@ -228,6 +229,24 @@ def all_reduce_torch(total: Any, groups: Sequence[Any], op: str = "sum") -> Any:
     else:
         out = _extreme(out, pgs, op)
     return out.to(dtype) if wide else out
+
+
+def all_reduce(xp: Namespace, x: Any, groups: Sequence[Any], op: str = "sum") -> Any:
+    """``x`` (any shape) summed (``op="max"``: maximised) over ``groups`` of ``xp``'s library.
+
+    ``groups`` as :func:`check_group` gives them: torch process groups or meshes
+    (:func:`all_reduce_torch`, one all-reduce per process group, NaN kept by the maximum) or
+    JAX axis names (``psum`` / ``pmax`` inside ``shard_map``). The per-example and AGC rules'
+    cross-process step.
+    """
+    if library(xp) == "jax":
+        import jax
+
+        fn: Callable[..., Any] = jax.lax.psum if op == "sum" else jax.lax.pmax  # untyped
+        for names in groups:
+            x = fn(x, names)
+        return x
+    return all_reduce_torch(x, groups, op=op)
 
 
 def replicate_partials(t: Any) -> Any:

@@ -203,6 +203,25 @@ class TorchKernels(Kernels):
         fast = self._l2norm(xp, t, axes)
         return super().clip_norm2(xp, t, axes) if fast is None else fast
 
+    def unit_norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
+        """As :meth:`Kernels.unit_norm2`; by ``vector_norm`` (timm's ``norm``) where it may.
+
+        Only when no gradient is recorded and ``torch.func`` does not wrap ``x``.
+        """
+        if not _fast_ok([x]):
+            return super().unit_norm2(xp, x, axes)
+        import torch
+
+        return torch.linalg.vector_norm(x, dim=axes, keepdim=True)
+
+    def row_norms(self, xp: Namespace, rows: Any) -> Any:
+        """As :meth:`Kernels.row_norms`; by ``vector_norm`` (Opacus's) where it may."""
+        if not _fast_ok([rows]):
+            return super().row_norms(xp, rows)
+        import torch
+
+        return torch.linalg.vector_norm(rows, dim=-1)
+
     def row_squares(self, xp: Namespace, rows: Any) -> Any:
         """As :meth:`Kernels.row_squares`; by ``vecdot`` (no ``rows * rows``) where it may.
 

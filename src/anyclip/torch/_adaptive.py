@@ -23,6 +23,8 @@ def adaptive_clip_grad_(
     clip_factor: float = 0.01,
     eps: float = 1e-3,
     norm_type: float = 2.0,
+    *,
+    group: Any = None,
 ) -> None:
     """Adaptive gradient clipping in place, with timm's ``adaptive_clip_grad`` signature.
 
@@ -46,6 +48,10 @@ def adaptive_clip_grad_(
         The floor on the parameter norm.
     norm_type : float, optional
         The order of the unit norms (2, 1, inf or any ``p > 0``).
+    group : ProcessGroup, DeviceMesh or a sequence of them, optional
+        The processes that hold the rest of every unit (each parameter split along its
+        input axes, as row-wise tensor parallelism splits it): the unit norms are summed
+        over them, one all-reduce per parameter (:func:`anyclip.tree.adaptive_clip`).
 
     Returns
     -------
@@ -89,8 +95,13 @@ def adaptive_clip_grad_(
     if not params:
         return
     with torch.no_grad():
-        grads = [p.grad.detach() for p in params if p.grad is not None]
-        data = [p.detach() for p in params]
-        new = tree.adaptive_clip(grads, data, clip_factor, eps, layout="timm", norm_type=norm_type)
-        for g, n in zip(grads, new, strict=True):
+        # one parameter at a time, each copied back at once (as timm's loop): the clipped
+        # gradient of one parameter is alive at a time, not of all of them
+        for p in params:
+            g = p.grad.detach() if p.grad is not None else None
+            if g is None:
+                continue
+            (n,) = tree.adaptive_clip(
+                [g], [p.detach()], clip_factor, eps, layout="timm", norm_type=norm_type, group=group
+            )
             g.copy_(n)

@@ -615,7 +615,6 @@ def history(world: int, rank: int) -> None:
         np.testing.assert_allclose(got, part, rtol=1e-5, atol=1e-30)
 
 
-<<<<<<< HEAD
 #: Steps of the FSDP2 training runs whose loss is scaled (a spike) or made NaN or inf.
 SPIKES = {17: 40.0, 22: 30.0, 27: 50.0}
 NONFINITE = {20: math.nan, 25: math.inf}
@@ -723,7 +722,8 @@ def fsdp2_history(world: int, rank: int) -> None:
         np.testing.assert_allclose(stats, alone_stats, rtol=1e-5, err_msg=rule)
         for got, want in zip(params, alone_params, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=rule)
-=======
+
+
 #: AGC's factor ``max_norm / g_norm`` holds two unit sums (of the parameter and of the
 #: gradient) that the split regroups, each a few float32 ULP from the one-process order.
 ULP_AGC = 8
@@ -813,7 +813,6 @@ def rules(world: int, rank: int) -> None:
     for i, (p, a) in enumerate(zip(ps, axes, strict=True)):
         want = _split(alone[i], a, world, rank)
         _close(p.grad, want, f"adaptive_clip_grad_ leaf {i}", ulp=ULP_AGC)
->>>>>>> h-rules
 
 
 def _tf_cases() -> list[tuple[str, list[np.ndarray], np.ndarray]]:
@@ -881,11 +880,8 @@ SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "nonfinite": nonfinite,
     "groups": groups,
     "history": history,
-<<<<<<< HEAD
     "fsdp2_history": fsdp2_history,
-=======
     "rules": rules,
->>>>>>> h-rules
 }
 
 

@@ -406,7 +406,10 @@ def write_report(rows: list[tuple[str, str, str, float | None]], n: int, out: Pa
         "the maximum across blocks would share its gradient otherwise than TF), and the "
         "elementwise steps join their blocks with `cat`;",
         "- dask keeps a few cast chunks per worker: the bound is per chunk, not per block; its "
-        "`compute` joins the output chunks into one array (twice the output at the end).",
+        "`compute` joins the output chunks into one array (twice the output at the end), so "
+        "a function whose output is as large as its input (`clip_by_norm`, `l2_normalize`) "
+        "cannot go under 1.5 on dask, whatever builds the graph: input + 2 x output over "
+        "input + output.",
         "",
         "A ratio under 1 means the allocator reused memory the warm-up call had freed but kept.",
         "",

@@ -249,6 +249,51 @@ def jax_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
     return [(*case, jax.block_until_ready) for case in cases]
 
 
+#: Chunks (of rows) of the dask array of the one-tensor workload (8 of 32 MiB for W4).
+DASK_CHUNKS = 8
+
+
+def dask_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
+    """The one-tensor operations on a dask array, against the same formula written in ``da``.
+
+    Each call builds the graph and computes it (dask's default threaded scheduler), so the
+    time holds anyclip's graph construction too. The list workloads are left out: a graph of
+    thousands of small arrays measures dask's task overhead, not the clipping.
+    """
+    import dask.array as da
+
+    import anyclip
+
+    if len(arrays) != 1 or arrays[0].size < DASK_CHUNKS << 20:  # W4 only: chunks of 1 Mi or more
+        return []
+    rows = max(1, arrays[0].shape[0] // DASK_CHUNKS)
+    x = da.from_array(arrays[0], chunks=(rows, *arrays[0].shape[1:]))
+    c32 = np.float32(c)
+    table = {
+        # TF's formulas, in dask's own functions
+        "clip_by_norm": (
+            lambda: (x * c32) / da.maximum(da.sqrt((x * x).sum()), c32),
+            lambda: anyclip.clip_by_norm(x, c),
+        ),
+        "clip_by_value": (
+            lambda: da.maximum(da.minimum(x, c32), -c32),
+            lambda: anyclip.clip_by_value(x, -c, c),
+        ),
+        "norm": (lambda: da.sqrt((x * x).sum()), lambda: anyclip.norm(x)),
+    }
+    name = "dask expression of TF's formula"
+    cases = []
+    for op in w.ops:
+        if op in table:
+            hand, ours = table[op]
+            cases += [(op, name, hand, None), (op, "anyclip", ours, name)]
+    return [(*case, _compute) for case in cases]
+
+
+def _compute(out: Any) -> Any:
+    return out.compute()
+
+
 def tf_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
@@ -274,6 +319,7 @@ BACKENDS: dict[str, Callable[..., list[tuple]]] = {
     "numpy": numpy_cases,
     "torch": torch_cases,
     "jax": jax_cases,
+    "dask": dask_cases,
     "tensorflow": tf_cases,
 }
 
@@ -401,6 +447,9 @@ def write_report(
         "- `clip_by_norm` keeps TF's `(t * c) / max(norm, c)`, a division per element, where the "
         "native anchors multiply by one reciprocal.",
         "- W5 measures Python overhead: microseconds per call.",
+        f"- dask: the W4 tensor in {DASK_CHUNKS} chunks of rows; each call builds the graph "
+        "and computes it with dask's threaded scheduler, against TF's formula written with "
+        "`dask.array` functions.",
         "",
         "| workload | op | backend | implementation | ms | x anchor | x floor |",
         "| --- | --- | --- | --- | ---: | ---: | ---: |",
@@ -509,7 +558,7 @@ def read_report(path: Path) -> tuple[list[Row], str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--workloads", default="W1,W2,W3,W4,W5")
-    parser.add_argument("--backends", default="numpy,torch,jax,tensorflow")
+    parser.add_argument("--backends", default="numpy,torch,jax,dask,tensorflow")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds per measurement")
     parser.add_argument("--output", default=str(ROOT / "docs" / "performance.md"))
     parser.add_argument(

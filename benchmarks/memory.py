@@ -397,15 +397,19 @@ def write_report(rows: list[tuple[str, str, str, float | None]], n: int, out: Pa
         "- a reduction over some of the axes (`axes=` / `axis=` given: the last two functions "
         "below), the matrix norms (`ord` with two axes), complex inputs, and `clip_by_norm` / "
         "`l2_normalize` with a `clip_norm` / `epsilon` array of more than one element;",
-        "- JAX under your own `jit`: XLA:CPU does not fuse the cast into a reduction (the "
-        "`jax, jit` rows: its plan holds a float32 copy of the input); eager JAX arrays on one "
-        "device run a compiled loop over blocks, arrays placed on several devices the whole "
-        "formula (a flat view of a sharded array would gather it);",
+        "- JAX arrays that may be sharded over several devices (placed there, or traced on a "
+        "mesh): the whole formula (a flat view of a sharded array would gather it), whose "
+        "cast XLA:CPU does not fuse into a reduction (a float32 copy of the input). JAX arrays "
+        "on one device, eager or under your own `jit` (the `jax, jit` rows), run a compiled "
+        "loop over blocks;",
         "- torch with a gradient recorded: the vector p-norms reduce the whole input (ties of "
         "the maximum across blocks would share its gradient otherwise than TF), and the "
         "elementwise steps join their blocks with `cat`;",
         "- dask keeps a few cast chunks per worker: the bound is per chunk, not per block; its "
-        "`compute` joins the output chunks into one array (twice the output at the end).",
+        "`compute` joins the output chunks into one array (twice the output at the end), so "
+        "a function whose output is as large as its input (`clip_by_norm`, `l2_normalize`) "
+        "cannot go under 1.5 on dask, whatever builds the graph: input + 2 x output over "
+        "input + output.",
         "",
         "A ratio under 1 means the allocator reused memory the warm-up call had freed but kept.",
         "",

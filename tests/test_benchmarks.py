@@ -95,15 +95,20 @@ def test_naive_anchor_is_what_the_bound_excludes():
     assert memory.peak_ratio("clip_by_norm", 1 << 25, impl="naive (cast all first)") > 2.5
 
 
-def test_jax_jit_memory_plan_is_no_worse_than_casting_first():
-    # what XLA plans for the compiled call (no run): input, output and temporaries. Under jit
-    # anyclip leaves the cast to XLA (not bounded on CPU, docs/performance.md), so its plan
-    # must not exceed the naive one's (cast everything, then compute).
+@pytest.mark.parametrize("name", list(memory.CALLS))
+def test_accumulate_dtype_jax_jit_memory_plan_is_bounded(name):
+    # what XLA plans for the compiled call under the caller's jit (no run): input, output and
+    # temporaries. XLA:CPU does not fuse the cast into a reduction, so the whole formula held a
+    # float32 copy of the input (2 to 3x); the block loop runs inside jit too. 64 MiB of float16.
     pytest.importorskip("jax")
-    names = ["clip_by_norm", "global_norm"]
-    ours = memory.jit_ratios("anyclip", names, 1 << 16)
-    naive = memory.jit_ratios("naive (cast all first)", names, 1 << 16)
-    assert all(ours[n] <= naive[n] + 1e-6 for n in names), (ours, naive)
+    assert memory.jit_ratios("anyclip", [name], 1 << 25)[name] <= 1.5
+
+
+def test_jax_jit_naive_anchor_is_what_the_bound_excludes():
+    # the plan of the formula on a cast of the input, by the same measure, exceeds the bound
+    pytest.importorskip("jax")
+    naive = memory.jit_ratios("naive (cast all first)", ["clip_by_norm"], 1 << 25)
+    assert naive["clip_by_norm"] > 1.5
 
 
 def test_rules_benchmark_command_writes_table(tmp_path):

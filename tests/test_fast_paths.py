@@ -160,3 +160,32 @@ def test_long_sums_stay_accurate(backend, long_arrays):
     assert_array(gn, _exact_norm(long_arrays), backend=backend, dtype="float32", ulp=ULP_GLOBAL)
     n = anyclip.norm(xs[0])
     assert_array(n, _exact_norm(long_arrays[:1]), backend=backend, dtype="float32", ulp=ULP_L2)
+
+
+def _many_small(rng):
+    """3,000 small float32 arrays: runs of one shape (joined by ``cat`` on torch), then mixed
+    ranks and 0-d arrays (which ``cat`` refuses: joined by ``_flatten_dense_tensors``)."""
+    same = [rng.standard_normal(256).astype(np.float32) for _ in range(1500)]
+    square = [rng.standard_normal((16, 16)).astype(np.float32) for _ in range(1000)]
+    shapes = [(), (7,), (3, 5), (2, 3, 4), (1,), (0,), (9, 1)]
+    mixed = [rng.standard_normal(shapes[i % len(shapes)]).astype(np.float32) for i in range(500)]
+    return same + square + mixed
+
+
+def test_many_small_arrays_norm_and_scale(backend):
+    """Thousands of small arrays, joined in groups for the sums: the global norm within a few
+    ULP of the exact one, the same for the arrays flattened (how they are joined does not
+    change it), and every array scaled by one factor."""
+    host = _many_small(np.random.default_rng(11))
+    xs = [backend.asarray(a, "float32") for a in host]
+    flat = [backend.asarray(a.reshape(-1), "float32") for a in host]
+    exact = _exact_norm(host)
+    gn = anyclip.global_norm(xs)
+    assert_array(gn, exact, backend=backend, dtype="float32", ulp=ULP_GLOBAL)
+    assert_array(anyclip.global_norm(flat), backend.to_numpy(gn), backend=backend, dtype="float32")
+    clipped, norm = anyclip.clip_by_global_norm(xs, 1.0)
+    assert_array(norm, backend.to_numpy(gn), backend=backend, dtype="float32")
+    # TF's factor, 1 * minimum(1 / norm, 1 / 1), in float32, times each array
+    factor = np.float32(1.0) * np.minimum(np.float32(1.0) / backend.to_numpy(gn), np.float32(1.0))
+    for i in (0, 1499, 1500, 2999):
+        assert_array(clipped[i], host[i] * factor, backend=backend, dtype="float32")

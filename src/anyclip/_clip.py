@@ -472,7 +472,8 @@ def _global_norm_of(
     all-reduce of the partial sum over them; a process without any array still joins it.
     """
     arrays = [v for v in values if v is not None]
-    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [v.dtype for v in arrays])
+    dtypes = [] if accumulate_dtype is None else [v.dtype for v in arrays]  # None: not read
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, dtypes)
     if acc is not None and any(v.dtype != acc for v in arrays):
         # no cast copy of every array: the kernels cast one block at a time, where it lives
         k = kernels if kernels is not None else kernels_for(xp, arrays, acc)

@@ -14,6 +14,8 @@ JAX axis name.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -205,7 +207,9 @@ class Kernels:
         partial sums are added in order (the arrays already in ``acc`` first, then the others'
         blocks in list order). ``self`` are the kernels of ``acc``.
         """
-        same = [v for v in arrays if acc is None or v.dtype == acc]
+        if acc is None:
+            return self.half_squares(xp, arrays)
+        same = [v for v in arrays if v.dtype == acc]
         if len(same) == len(arrays):
             return self.half_squares(xp, arrays)
         steps: list[Callable[[], Any]] = [lambda: self.half_squares(xp, same)] if same else []
@@ -376,27 +380,46 @@ def partials(
     return out
 
 
-def groups(arrays: Sequence[Any], count: Callable[[Any], int]) -> list[list[Any]]:
+def groups(
+    arrays: Sequence[Any],
+    count: Callable[[Any], int],
+    *,
+    block: int = BLOCK,
+    join: int = JOIN,
+) -> list[list[Any]]:
     """The arrays, in order, as groups whose squares are summed together.
 
-    One group per array of ``BLOCK`` elements or more; the smaller ones are joined, up to
-    ``JOIN`` elements per group. ``count`` gives an array's number of elements. Joining
+    One group per array of ``block`` elements or more; the smaller ones are joined, up to
+    ``join`` elements per group (a group closes once it holds ``join`` or more, so it holds
+    fewer than ``join + block``). ``count`` gives an array's number of elements. Joining
     replaces a reduction per small array by one per group (the per-array cost dominates for
     thousands of small arrays); the cap bounds the temporary a group is joined into.
     """
     sizes = list(map(count, arrays))
-    if sizes and max(sizes) < BLOCK and sum(sizes) < JOIN:  # all small: one group
-        return [list(arrays)]
+    if not sizes:
+        return []
+    if max(sizes) < block:  # all small: cut the running total, no loop per array
+        ends = list(itertools.accumulate(sizes))
+        if ends[-1] < join:
+            return [list(arrays)]
+        cuts: list[list[Any]] = []
+        start, base = 0, 0
+        while start < len(ends):
+            # the first array with which the group holds `join` elements or more
+            stop = min(bisect.bisect_left(ends, base + join, lo=start), len(ends) - 1) + 1
+            cuts.append(list(arrays[start:stop]))
+            start, base = stop, ends[stop - 1]
+        return cuts
     out: list[list[Any]] = []
     batch: list[Any] = []
     size = 0
     for a, n in zip(arrays, sizes, strict=True):
-        if n >= BLOCK:
+        if n >= block:
             out.append([a])
             continue
         batch.append(a)
         size += n
-        if size >= JOIN:
+        if size >= join:
             out.append(batch)
             batch, size = [], 0
     if batch:

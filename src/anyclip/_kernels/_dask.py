@@ -40,6 +40,14 @@ class DaskKernels(Kernels):
         map_blocks: Callable[..., Any] = t.map_blocks  # untyped in dask
         return map_blocks(_cast_map_chunk, *operands, fn=fn, acc=acc, dtype=t.dtype)
 
+    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
+        """As :meth:`Kernels.clip_norm2`, without TF's double ``where``: dask records no gradient.
+
+        The ``where``s only keep a gradient finite at 0; their values are the plain norm's.
+        Without them the graph has four layers fewer (``gt``, ``ones_like`` and two ``where``).
+        """
+        return self.norm2(xp, t, axes)
+
     def reduce_max(self, xp: Namespace, x: Any, axis: int | tuple[int, ...]) -> Any:
         """As :meth:`Kernels.reduce_max`: each chunk's maximum starts from the lowest value.
 

@@ -10,16 +10,19 @@ shard and all-reduces a scalar), and only arrays that cannot be sharded are join
 of an array sharded over ``Explicit`` mesh axes is a ``ShardingTypeError``; over ``Auto`` axes
 it makes XLA gather it). See :func:`anyclip._compat.may_be_sharded`.
 
-Casts to an accumulation dtype (``accumulate_dtype``) of a large eager array: XLA runs each
-eager operation alone, and XLA:CPU does not fuse a convert into a reduction even under ``jit``
-(``memory_analysis``: a float32 temporary of the whole input), so
-:meth:`JaxKernels.cast_half_squares`, :meth:`JaxKernels.cast_reduce` and
-:meth:`JaxKernels.cast_map` run their step as one compiled loop over blocks of
-``UPCAST_BLOCK`` elements (``lax.fori_loop`` over ``dynamic_slice``; the elementwise step
-writes each block into the output with ``dynamic_update_slice``), compiled once per step,
-accumulation dtype and shape. Only one block exists in the accumulation dtype at a time.
-Traced arrays (the caller's ``jit``, ``grad``, ``shard_map``) and sharded arrays (a flat
-view of them would gather them) take the step as it is, for XLA to compile with the rest.
+Casts to an accumulation dtype (``accumulate_dtype``) of a large array: XLA runs each eager
+operation alone, and XLA:CPU does not fuse a convert into a reduction even under ``jit``
+(``memory_analysis`` of the whole formula: a float32 temporary of the whole input, 2 to 3
+times the input and output), so :meth:`JaxKernels.cast_half_squares`,
+:meth:`JaxKernels.cast_reduce` and :meth:`JaxKernels.cast_map` run their step as one compiled
+loop over blocks of ``UPCAST_BLOCK`` elements (``lax.fori_loop`` over ``dynamic_slice``; the
+elementwise step writes each block into the output with ``dynamic_update_slice``), compiled
+once per step, accumulation dtype and shape. Only one block exists in the accumulation dtype
+at a time. The loop runs inside the caller's ``jit``, ``grad`` or ``vmap`` too (its trip
+count is static, so ``fori_loop`` is a ``scan``, which reverse-mode differentiates): under
+``jit`` the plan's temporaries are a few blocks, not a cast of the input. Arrays that may be
+sharded (:func:`~anyclip._compat.may_be_sharded`: a flat view of them would gather them)
+take the step as it is, for XLA to compile with the rest.
 """
 
 from __future__ import annotations
@@ -44,16 +47,18 @@ _LOOPS: dict[tuple[str, Any, str, str, int], Callable[..., Any]] = {}
 def _loop_ok(arrays: Sequence[Any]) -> bool:
     """Whether a cast step on ``arrays`` runs as a compiled block loop.
 
-    Eager (no tracer), on one device (a flat view of a sharded array would gather it; a
-    replicated one is whole on every device), and more than one block
-    (:data:`~anyclip._kernels._base.UPCAST_BLOCK`) in some array: a smaller cast costs less
-    than a compilation.
+    On one device (a flat view of a sharded array would gather it; a replicated one is whole
+    on every device; a traced array is asked :func:`~anyclip._compat.may_be_sharded`), and
+    more than one block (:data:`~anyclip._kernels._base.UPCAST_BLOCK`) in some array: a
+    smaller cast costs less than a compilation.
     """
     import jax
 
     for a in arrays:
         if isinstance(a, jax.core.Tracer):
-            return False
+            if may_be_sharded(a):
+                return False
+            continue
         sharding = getattr(a, "sharding", None)
         if sharding is not None and len(sharding.device_set) > 1:  # sharded or replicated
             return False

@@ -36,8 +36,11 @@ from anyclip._typing import Namespace
 __all__ = ["TorchKernels"]
 
 
-def _fast_ok(arrays: Sequence[Any]) -> bool:
+def _fast_ok(arrays: Sequence[Any], *, one_dtype: bool = False) -> bool:
     """float32 or float64, one dtype, no gradient recorded through ``arrays``, no DTensor.
+
+    ``one_dtype``: the caller has seen that ``arrays`` share ``arrays[0]``'s dtype (one pass
+    fewer over a list of thousands).
 
     A ``DTensor`` takes the generic code (DTensor's own ops: a reduction over a sharded
     dimension is a local reduction plus one all-reduce); the fast paths would flatten it,
@@ -64,7 +67,7 @@ def _fast_ok(arrays: Sequence[Any]) -> bool:
         and any(map(functorch.is_functorch_wrapped_tensor, arrays))
     ):
         return False
-    return {a.dtype for a in arrays} == {dtype}
+    return one_dtype or {a.dtype for a in arrays} == {dtype}
 
 
 def _reduced_count(shape: Sequence[int], axes: tuple[int, ...] | None) -> int:
@@ -79,13 +82,21 @@ def _reduced_count(shape: Sequence[int], axes: tuple[int, ...] | None) -> int:
     return count
 
 
+#: The largest group of small CPU tensors joined by :func:`_partial_norms` holds fewer than
+#: ``2 * SERIAL`` elements: below ATen's ``GRAIN_SIZE`` (32,768), under which ``cat`` takes its
+#: serial copy loop and a reduction runs on the calling thread.
+SERIAL = 1 << 14
+
+
 def _partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
     """A 1-D tensor of norms whose squares sum to the sum of squares of every element.
 
     ``torch._foreach_norm`` and ``torch.linalg.vector_norm`` accumulate float32 sequentially on
     CPU: over a million elements they are hundreds of ULP off (measured; TF is within a few).
     So each norm here covers at most ``ROW`` elements: every group of :func:`groups` (small
-    arrays joined by one ``_flatten_dense_tensors`` call) is cut into rows of ``ROW``, one
+    arrays joined by one ``cat``, or ``_flatten_dense_tensors`` where ``cat`` refuses their
+    shapes; on the CPU, fewer than ``2 * SERIAL`` elements per group) is cut into rows of
+    ``ROW``, one
     ``vector_norm(dim=1)`` gives the row norms, the leftover tails go to one
     ``_foreach_norm``, and ``torch.sum`` (pairwise) adds the squares.
     """
@@ -102,8 +113,27 @@ def _partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
         if m:
             parts.append(torch.linalg.vector_norm(flat[: m * ROW].view(m, ROW), dim=1))
 
-    for group in groups(arrays, torch.Tensor.numel):
-        rows(group[0].reshape(-1) if len(group) == 1 else flatten(group))
+    # On the CPU, groups of fewer than GRAIN_SIZE elements: torch's cat and reduction then run
+    # on the calling thread (a larger one starts its thread pool, which waits for a free core
+    # on a busy machine, and cats 2,000 inputs one copy each instead of one serial loop).
+    cap = {"block": SERIAL, "join": SERIAL} if arrays[0].is_cpu else {}
+    # `cat` along axis 0 lays the elements out in flatten's order, without the view of each
+    # tensor that `_flatten_dense_tensors` makes (a third of a join's time for 256-element
+    # tensors); where it refuses the shapes (mixed ndim, 0-d), flatten joins this group and
+    # the rest of the call.
+    cat_ok = not torch.compiler.is_compiling()
+    for group in groups(arrays, torch.Tensor.numel, **cap):
+        if len(group) == 1:
+            flat = group[0].reshape(-1)
+        elif cat_ok:
+            try:
+                flat = torch.cat(group).reshape(-1)
+            except RuntimeError:
+                cat_ok = False
+                flat = flatten(group)
+        else:
+            flat = flatten(group)
+        rows(flat)
     if tails:
         parts.append(torch.stack(torch._foreach_norm(tails, 2)))
     if not parts:  # only empty arrays
@@ -243,7 +273,7 @@ class TorchKernels(Kernels):
 
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """As :meth:`Kernels.half_squares`; by :func:`_partial_norms` when :func:`_fast_ok`."""
-        if not _fast_ok(arrays):
+        if not _fast_ok(arrays, one_dtype=True):  # one dtype: the method's contract
             return super().half_squares(xp, arrays)
         import torch
 
@@ -398,7 +428,7 @@ class TorchKernels(Kernels):
             if s.dtype != dtype:
                 s = tf_cast(xp, s, dtype)
             results: Sequence[Any]
-            if scale.ndim == 0 and not recorded and _fast_ok(group):
+            if scale.ndim == 0 and not recorded and _fast_ok(group, one_dtype=True):
                 results = torch._foreach_mul(group, s)
             else:
                 results = [v * s for v in group]

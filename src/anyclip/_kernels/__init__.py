@@ -106,11 +106,11 @@ def kernels_for(xp: Namespace, arrays: Sequence[Any], dtype: Any = None) -> Kern
     return memo_by_dtype(_CHOSEN, xp, dtype, _choose)
 
 
-<<<<<<< HEAD
 def _choose_flushing(xp: Namespace, dtype: Any) -> Kernels:
     k = _choose(xp, dtype)
     return _FLUSHING.get(k.name, k)  # JAX's own: XLA:CPU flushes
-=======
+
+
 def rounded_apart(xp: Namespace, x: Any) -> Any:
     """``x``, rounded on its own before the additions it feeds (the identity, bar under JAX).
 
@@ -125,7 +125,6 @@ def rounded_apart(xp: Namespace, x: Any) -> Any:
         return x
     nan = xp.asarray(math.nan, dtype=x.dtype)
     return xp.where(xp.isnan(x), nan, x)
->>>>>>> h-rules
 
 
 def _choose(xp: Namespace, dtype: Any) -> Kernels:

@@ -34,7 +34,7 @@ from anyclip._compat import library, memo_by_dtype
 from anyclip._kernels._base import Kernels
 from anyclip._kernels._dask import DaskKernels
 from anyclip._kernels._flush import FlushKernels
-from anyclip._kernels._jax import JaxKernels
+from anyclip._kernels._jax import JaxKernels, jax_tf_rows_sum
 from anyclip._kernels._numpy import NumpyKernels
 from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, plain_norm
 from anyclip._kernels._torch import TorchKernels
@@ -54,6 +54,7 @@ __all__ = [
     "plain_clip_by_value",
     "plain_norm",
     "rounded_apart",
+    "tf_rows_sum",
 ]
 
 #: The array-API implementation of every step, for any namespace.
@@ -125,6 +126,21 @@ def rounded_apart(xp: Namespace, x: Any) -> Any:
         return x
     nan = xp.asarray(math.nan, dtype=x.dtype)
     return xp.where(xp.isnan(x), nan, x)
+
+
+def tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any | None:
+    """The rows of ``f * flat`` added in TF 2.21's ``reduce_sum`` order, as one loop; or None.
+
+    ``flat`` is ``(B, N)``, ``f`` the ``(B, 1)`` factors in its dtype, ``acc`` the dtype the
+    products are added in, ``cut`` the columns summed by four accumulators (0 below 16
+    rows). JAX (eager or traced): :func:`~anyclip._kernels._jax.jax_tf_rows_sum`, one
+    compiled loop over the groups of four rows, where a Python loop would unroll under
+    ``jax.jit``. Other libraries: None, and :func:`anyclip._per_example._core_tf_sum` runs
+    its Python loop (each group one vectorised add; nothing is traced).
+    """
+    if library(xp) != "jax":
+        return None
+    return jax_tf_rows_sum(xp, f, flat, acc, cut)
 
 
 def _choose(xp: Namespace, dtype: Any) -> Kernels:

@@ -38,7 +38,7 @@ from anyclip._kernels._tforder import square_list, tf_order_squares, tf_order_su
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
-__all__ = ["JaxKernels"]
+__all__ = ["JaxKernels", "jax_tf_rows_sum"]
 
 #: The compiled block loops, by (step, function, namespace, accumulation dtype, block size).
 _LOOPS: dict[tuple[str, Any, str, str, int], Callable[..., Any]] = {}
@@ -135,6 +135,69 @@ def _loop_reduce(
     if n > m * block:
         total = join(total, part(flat[m * block :]))
     return total
+
+
+#: The compiled TF-order row sums, by namespace.
+_ROWS_SUM: dict[str, Callable[..., Any]] = {}
+
+
+def _rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any:
+    """:func:`jax_tf_rows_sum`'s body (traced): a ``fori_loop`` over the groups of four rows."""
+    from jax import lax
+
+    b, n = (int(d) for d in flat.shape)
+    whole = b - b % 4
+
+    def products(lo: Any, size: int) -> Any:
+        x = lax.dynamic_slice_in_dim(flat, lo, size, axis=0)  # no copy of the gradients
+        s = lax.dynamic_slice_in_dim(f, lo, size, axis=0)
+        p = s * x  # TF's v * cast(scale)
+        # rounded before the add: where(isnan(p), nan, p) stops XLA's fused multiply-add
+        # (anyclip._kernels.rounded_apart; checked bit for bit inside this loop by tests)
+        p = xp.where(xp.isnan(p), xp.asarray(math.nan, dtype=p.dtype), p)
+        return p if p.dtype == acc else xp.astype(p, acc)
+
+    def in_turn(total: Any, p: Any) -> Any:
+        for k in range(int(p.shape[0])):
+            total = total + p[k, :]
+        return total
+
+    def body(i: Any, carry: tuple[Any, Any]) -> tuple[Any, Any]:
+        acc4, tail = carry
+        p = products(i * 4, 4)
+        return acc4 + p[:, :cut], in_turn(tail, p[:, cut:])
+
+    init = (xp.zeros((4, cut), dtype=acc), xp.zeros((n - cut,), dtype=acc))
+    acc4, tail = lax.fori_loop(0, whole // 4, body, init)
+    total = ((acc4[0, :] + acc4[1, :]) + acc4[2, :]) + acc4[3, :]
+    if whole < b:  # the last b % 4 rows, in turn
+        p = products(whole, b - whole)
+        total = in_turn(total, p[:, :cut])
+        tail = in_turn(tail, p[:, cut:])
+    return xp.concat([total, tail])
+
+
+def jax_tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any:
+    """The rows of ``f * flat`` added in TF 2.21's ``reduce_sum`` order, in ``acc``.
+
+    As :func:`anyclip._per_example._core_tf_sum`'s Python loops (``cut``: the first columns,
+    summed by four accumulators taking rows ``j % 4``, combined, then the last ``B % 4`` rows
+    in turn; the other columns add every row in turn), as one ``lax.fori_loop`` over the
+    ``B // 4`` groups of four rows: its carry is the ``(4, cut)`` accumulators and the
+    running total of the other columns, each group's products made inside the loop from a
+    ``dynamic_slice`` of ``flat`` (no copy), rounded before they are added. One compiled
+    loop, whatever the batch (a Python loop unrolls under ``jax.jit``); a ``jax.jit`` made
+    once per namespace (dtype and ``cut`` static), so eager calls compile once per shape.
+    """
+    found = _ROWS_SUM.get(xp.__name__)
+    if found is None:
+        import jax
+
+        def run(f: Any, flat: Any, acc: Any, cut: int) -> Any:
+            return _rows_sum(xp, f, flat, acc, cut)
+
+        found = _ROWS_SUM[xp.__name__] = jax.jit(run, static_argnums=(2, 3))
+    return found(f, flat, acc, cut)
 
 
 class JaxKernels(Kernels):

@@ -417,6 +417,8 @@ def write_report(
     lines += ['--8<-- "docs/_ext/distributed-results.md"', ""]
     # peak memory with accumulate_dtype: written by `python -m benchmarks.memory`
     lines += ['--8<-- "docs/_ext/memory-results.md"', ""]
+    # make demo and the installed JAX conformance run: written by `python -m benchmarks.newcomer`
+    lines += ['--8<-- "docs/_ext/newcomer-results.md"', ""]
     out_md.write_text("\n".join(lines))
     _chart(rows, out_png)
 

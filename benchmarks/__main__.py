@@ -471,6 +471,8 @@ def write_report(
     lines += ['--8<-- "docs/_ext/float64-order.md"', ""]
     # per-example clipping and AGC against optax, Opacus and timm: `python -m benchmarks.rules`
     lines += ['--8<-- "docs/_ext/rules-results.md"', ""]
+    # make demo and the installed JAX conformance run: written by `python -m benchmarks.newcomer`
+    lines += ['--8<-- "docs/_ext/newcomer-results.md"', ""]
     out_md.write_text("\n".join(lines))
     _chart(rows, out_png)
 

@@ -1,11 +1,14 @@
 """``python -m benchmarks.demo``: how long ``make demo`` takes from a fresh clone, and its size.
 
 Clones the repository's committed ``HEAD`` into a temporary directory, runs ``make demo`` there
-(``.venv`` created from scratch with ``python3``; pip's own cache is used when it has the
-wheels, as on a machine that installed them before), and reports the wall time, the size of
+(``.venv`` created from scratch with ``python3``; the Makefile installs with ``--no-cache-dir``,
+so only a local wheel directory or index saves downloads), and reports the wall time, the size of
 ``.venv``, whether the demo wrote anything to stderr (a warning) and whether ``git status`` is
-clean afterwards. Nothing is asserted (the time depends on the machine and the network); the
-README quotes what this printed. ``--json`` prints the numbers as one JSON object.
+clean afterwards; ``rerun=True`` also times a second ``python -m anyclip`` on its own. The
+environment is this one's without ``PYTHONPATH``, ``VIRTUAL_ENV`` and ``PYTHONDONTWRITEBYTECODE``
+(a newcomer's shell sets none of them). Nothing is asserted (the time depends on the machine and
+the network); ``python -m benchmarks.newcomer`` records it in ``docs/performance.md``.
+``--json`` prints the numbers as one JSON object.
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ def tree_bytes(path: Path) -> int:
     return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def measure(repo: Path) -> dict[str, object]:
+def measure(repo: Path, *, rerun: bool = False) -> dict[str, object]:
     """Clone ``repo``, run ``make demo`` in the clone, and return what was measured."""
     with tempfile.TemporaryDirectory(prefix="anyclip-demo-") as tmp:
         clone = Path(tmp) / "anyclip"
         subprocess.run(["git", "clone", "--quiet", str(repo), str(clone)], check=True)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        drop = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE")
+        env = {k: v for k, v in os.environ.items() if k not in drop}
+        load = os.getloadavg()[0]
         start = time.perf_counter()
         done = subprocess.run(
             ["make", "demo"], cwd=clone, env=env, capture_output=True, text=True, check=False
@@ -45,8 +50,21 @@ def measure(repo: Path) -> dict[str, object]:
             text=True,
             check=True,
         ).stdout
+        rerun_seconds = None
+        if rerun and done.returncode == 0:
+            start = time.perf_counter()
+            subprocess.run(
+                [str(clone / ".venv" / "bin" / "python"), "-m", "anyclip"],
+                cwd=clone,
+                env=env,
+                capture_output=True,
+                check=True,
+            )
+            rerun_seconds = round(time.perf_counter() - start, 1)
         return {
             "returncode": done.returncode,
+            "load": round(load, 1),
+            "rerun_seconds": rerun_seconds,
             "seconds": round(seconds, 1),
             "venv_gib": round(tree_bytes(clone / ".venv") / 2**30, 2),
             "stderr": done.stderr.strip(),

@@ -7,6 +7,7 @@ Peak memory is asserted (``benchmarks/memory.py``): it does not depend on the ma
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,28 @@ def test_distributed_benchmark_command_writes_report(tmp_path):
     table = out.read_text()
     assert "| 2 | `anyclip.torch.clip_grad_norm_` | allreduce_ x1 (4 B) |" in table
     assert "| 2 | `torch.nn.utils.clip_grad_norm_` |" in table
+
+
+def test_newcomer_benchmark_writes_its_table(tmp_path):
+    """``python -m benchmarks.newcomer`` without the demo, on a few JAX cases (cold, then warm)."""
+    pytest.importorskip("jax")
+    out = tmp_path / "newcomer.md"
+    keyword = "-k 'test_case and clip_by_average_norm and edge and nan'"
+    args = ["--no-demo", "--conformance-args", keyword, "--output", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.newcomer", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = out.read_text()
+    assert table.startswith("## A newcomer's first run")
+    assert "`python -m anyclip_conformance --backends jax -k" in table
+    for cache in ("empty", "warm"):
+        assert re.search(rf"^\| {cache} \| [\d.]+ \| [\d.]+ \| [\d.]+ \| 0 \|", table, re.M), table
 
 
 @pytest.mark.parametrize("name", list(memory.CALLS))

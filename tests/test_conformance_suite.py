@@ -79,6 +79,59 @@ def test_progress_without_a_terminal_is_one_line_per_row(capsys) -> None:
     )
 
 
+def test_sample_covers_every_function_family_and_dtype() -> None:
+    index = reference.load_index()
+    chosen = reference.sample()
+    cases = chosen - set(reference.real_gradient_cases())
+    assert cases <= set(index)
+    for level in (lambda f: (f[0], f[2]), lambda f: (f[0], f[1])):
+        wanted = {level(reference._family(c)) for c in index}
+        assert {level(reference._family(c)) for c in cases} == wanted
+    assert {e["function"] for c, e in index.items() if c in cases} == set(reference.functions())
+    # every kind of case: outputs, gradients, errors, a random grid (bulk), under jit
+    for kind in ("grads", "error", "bulk"):
+        assert any(kind in index[c] for c in cases), kind
+    assert cases & set(reference.case_ids(kind="jit"))
+    models = {c.partition("/step")[0] for c in reference.real_gradient_cases()}
+    assert {c.partition("/step")[0] for c in chosen - cases} == models
+    assert len(cases) < len(index) / 10
+
+
+def test_jax_runs_the_sample_unless_full(capsys) -> None:
+    pytest.importorskip("jax")
+    keyword = ["-k", "test_case and clip_by_average_norm"]
+    assert main(["--backends", "jax", *keyword]) == 0
+    captured = capsys.readouterr()
+    assert "jax: a sample of the catalogue" in captured.err
+    assert "--full runs every case" in captured.out
+    sampled = re.search(r"\| `clip_by_average_norm` \| jax \| (\d+) \|", captured.out)
+    eager = [c for c in reference.case_ids("clip_by_average_norm") if c in reference.sample()]
+    assert sampled is not None and int(sampled[1]) == len(eager), captured.out
+    assert main(["--backends", "jax", "--full", "-k", keyword[1] + " and edge and nan"]) == 0
+    captured = capsys.readouterr()
+    assert "sample" not in captured.err + captured.out
+    full = re.search(r"\| `clip_by_average_norm` \| jax \| (\d+) \|", captured.out)
+    edge = [c for c in reference.case_ids("clip_by_average_norm") if "/edge/" in c and "nan" in c]
+    assert full is not None and int(full[1]) == len(edge), captured.out
+
+
+def test_jit_variant_shares_a_program_between_cases_that_differ_in_data_only() -> None:
+    from anyclip_conformance import harness, load_backend
+
+    pytest.importorskip("jax")
+    jax = load_backend("jax")
+    a, b = "global_norm/f32/random/3/scale=0.01", "global_norm/f32/random/3/scale=30.0"
+    harness.release_compiled()
+    assert harness.check_case(a, jax, "jit") >= 0
+    assert harness.check_case(b, jax, "jit") >= 0
+    assert len(harness._JITTED) == 1
+    (runner,) = harness._JITTED.values()
+    assert runner._cache_size() == 1  # one trace and one program for both cases
+    harness.release_compiled()
+    assert runner._cache_size() == 0
+    assert harness._JITTED == {}
+
+
 def _enable_jax_cache(tmp_path, env, code) -> list[str]:
     import os
     import subprocess

@@ -6,6 +6,14 @@ every backend that loads here), prints the function x backend matrix and the fai
 JAX's compiled programs go to a persistent cache (``~/.cache/anyclip/jax``; ``--no-jax-cache``
 to run without it), so that a second JAX run reads them instead of compiling them again.
 
+On JAX it runs a sample of the catalogue unless given ``--full`` (or ``--report``): one case of
+every function x case family and of every function x dtype, in every variant, and one step of
+every real model (:func:`anyclip_conformance.reference.sample`). JAX lowers and compiles a
+program for every new shape and dtype, tens of milliseconds each even when the compiled program
+is in the cache, and the whole catalogue makes thousands of them: minutes on two cores, where
+the sample takes about a minute. Other backends run every case; a source checkout's ``pytest``
+runs every case everywhere.
+
 Example: ``python -m anyclip_conformance --backends torch-cuda -k clip_by_norm``.
 """
 
@@ -40,7 +48,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help=f"comma-separated, from {', '.join(BACKEND_IDS)} (default: every one that loads)",
     )
-    parser.add_argument("--report", type=Path, default=None, help="write the Markdown report here")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="write the Markdown report here (runs every case: implies --full)",
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="run every case of the catalogue on JAX too (default there: a sample covering "
+        "every function, dtype and case family, about a minute; the whole catalogue takes "
+        "several minutes)",
+    )
     parser.add_argument("-k", dest="keyword", default=None, help="a pytest -k expression")
     parser.add_argument(
         "--live-tf", action="store_true", help="also compare with a live TensorFlow (slow)"
@@ -91,6 +111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     pytest_args += ["--capture=sys"]  # fd 2 stays the terminal, for the progress bar
     pytest_args += ["--anyclip-backends", ",".join(b.name for b in backends)]
     pytest_args += ["--live-tf"] if args.live_tf else ["-m", "not live_tf"]
+    sampled = [] if args.full or args.report else [b.name for b in backends if b.library == "jax"]
+    if sampled:
+        pytest_args += ["--anyclip-sample", ",".join(sampled)]
+        note = sample_note(sampled)
+        print(note, file=sys.stderr)
     if args.keyword:
         pytest_args += ["-k", args.keyword]
     matrix = report.Matrix(progress=sys.stderr.isatty())
@@ -99,11 +124,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     for nodeid, text in matrix.failures[:SHOWN_FAILURES]:
         print(f"FAILED {nodeid}\n{text[-2000:]}\n", file=sys.stderr)
     print(matrix.table())
-    print(matrix.summary())
+    print(
+        matrix.summary()
+        + (f" ({', '.join(sampled)}: a sample, --full runs every case)" if sampled else "")
+    )
     if args.report is not None:
         args.report.write_text(report.document(matrix, backends, missing), encoding="utf-8")
         print(f"wrote {args.report}")
     return 0 if code == 0 and matrix.failed == 0 else max(int(code), 1)
+
+
+def sample_note(backends: Sequence[str]) -> str:
+    """The line saying that ``backends`` run the sample, and how to run every case."""
+    from anyclip_conformance.reference import load_index, real_gradient_cases, sample
+
+    chosen = sample()
+    real = real_gradient_cases()
+    cases = len(chosen) - len(chosen.intersection(real))
+    steps = len(chosen) - cases
+    return (
+        f"{', '.join(backends)}: a sample of the catalogue, {cases} of {len(load_index())} cases "
+        f"(every function x case family and function x dtype) in every variant, and {steps} of "
+        f"{len(real)} real-model steps; --full runs every case (several minutes on JAX)"
+    )
 
 
 if __name__ == "__main__":

@@ -19,11 +19,21 @@ rules are the same for every backend and variant:
 
 Known deviations (``xfails/<backend>.txt``) are not this module's business: the pytest plugin
 turns them into strict xfail marks.
+
+The jit variant traces one ``jax.jit`` wrapper per function and argument structure (every
+argument but the arrays' values and shapes), so cases that differ only in their data, such as
+the random grids, share a compiled program, as a training loop calling the same function again
+would. :func:`release_compiled` empties JAX's caches: each compiled program holds about a
+megabyte, and the whole catalogue compiles thousands.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import gc
+import json
+import sys
 import warnings
 from collections.abc import Callable
 from functools import cache
@@ -54,6 +64,7 @@ __all__ = [
     "grad_scale",
     "is_svd",
     "prepare_entry",
+    "release_compiled",
 ]
 
 
@@ -182,11 +193,7 @@ def check_case(
 
     if variant == "jit":
         paths = list(leaves)
-
-        def traced(*xs: Any) -> Any:
-            return prep.call(fn, dict(zip(paths, xs, strict=True)))
-
-        runner = backend.jit(traced)
+        runner = _jitted(prep, fn, paths, backend)
 
         def run() -> Any:
             return runner(*[leaves[p] for p in paths])
@@ -221,6 +228,58 @@ def check_case(
         raise Mismatch(f"returned a result, expected {expected_error} ({tf_text})")
     rules = _Rules(prep.arrays, cmp_backend, entry["function"], svd=is_svd(entry))
     return rules.compare(actual, entry["outputs"], "result")
+
+
+#: The jit variant's wrappers: (function, backend, argument structure) -> ``jax.jit`` wrapper.
+_JITTED: dict[tuple[Any, str, str], Callable[..., Any]] = {}
+
+
+def _structure(spec: Any) -> Any:
+    """An encoded argument with each array replaced by its dtype (what a trace depends on,
+    besides the shapes, which ``jax.jit`` keys on itself)."""
+    if isinstance(spec, list):
+        return [_structure(s) for s in spec]
+    if isinstance(spec, dict):
+        if "array" in spec:
+            return {"array": spec["dtype"]}
+        return {k: _structure(v) for k, v in spec.items()}
+    return spec
+
+
+def _jitted(prep: _Prepared, fn: Callable[..., Any], paths: list[str], backend: Backend) -> Any:
+    """The ``jax.jit`` of ``fn`` on the case's arrays (``paths``), shared by every case that
+    passes the same other arguments."""
+    entry = prep.entry
+    structure = json.dumps([_structure(entry["args"]), _structure(entry["kwargs"]), paths])
+    key = (fn, backend.name, structure)
+    runner = _JITTED.get(key)
+    if runner is None:
+
+        def traced(*xs: Any) -> Any:
+            return prep.call(fn, dict(zip(paths, xs, strict=True)))
+
+        runner = _JITTED[key] = backend.jit(traced)
+    return runner
+
+
+def release_compiled() -> None:
+    """Drop every compiled JAX program (JAX's caches and the jit variant's wrappers).
+
+    Frees the memory they hold and hands it back to the operating system (glibc's
+    ``malloc_trim``; elsewhere the allocator keeps it for reuse). Programs compiled again
+    later come from the persistent compilation cache when it is on.
+    """
+    _JITTED.clear()
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return
+    jax.clear_caches()
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl)
+            pass
 
 
 def is_svd(entry: dict[str, Any]) -> bool:

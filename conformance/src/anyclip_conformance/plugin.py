@@ -4,9 +4,10 @@ Loaded by ``python -m anyclip_conformance`` and by a source checkout's root ``co
 Fixtures ``backend`` (every backend and device, one at a time), ``grad_backend`` and ``xp``; a
 backend that cannot be loaded is a SKIP, or a FAIL when it is named in the environment variable
 ``ANYCLIP_REQUIRE_BACKENDS`` (comma separated; CI sets it). ``--anyclip-backends`` deselects the
-other backends. The markers, ``--live-tf`` and ``--live-tf-examples`` are described by their
-help texts below; a test marked ``conformance`` gets the case's ``xfails/<backend>.txt`` entry
-as a strict xfail and carries its function, backend and variant to the report.
+other backends. The markers, ``--anyclip-sample``, ``--live-tf`` and ``--live-tf-examples`` are
+described by their help texts below; a test marked ``conformance`` gets the case's
+``xfails/<backend>.txt`` entry as a strict xfail and carries its function, backend and variant
+to the report.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ from anyclip_conformance.backends import (
     load_backend,
     parse_backends,
 )
-from anyclip_conformance.reference import load_index, xfail_reason
+from anyclip_conformance.reference import load_index, real_gradient_cases, sample, xfail_reason
 
 __all__ = ["backend", "get_backend", "grad_backend", "required_backends", "try_backend", "xp"]
+
+#: After how many tests on a JAX backend the compiled programs are dropped
+#: (:func:`~anyclip_conformance.harness.release_compiled`): each holds about a megabyte, and the
+#: whole catalogue compiles thousands (4 GB and more); 50 tests hold about 250 MB.
+RELEASE_JAX_EVERY = 50
 
 #: The ``user_properties`` key under which a conformance item carries what the report needs.
 CONFORMANCE_KEY = "anyclip_conformance"
@@ -38,6 +44,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--anyclip-backends",
         default=None,
         help=f"comma-separated backends to run (default: all of {', '.join(BACKEND_IDS)})",
+    )
+    group.addoption(
+        "--anyclip-sample",
+        default=None,
+        metavar="BACKENDS",
+        help="on these comma-separated backends run only the sample of the catalogue "
+        "(reference.sample(): every function, dtype and case family), not every case",
     )
     group.addoption(
         "--live-tf",
@@ -64,20 +77,33 @@ def pytest_configure(config: pytest.Config) -> None:
         "live_tf: compares with a live TensorFlow (needs --live-tf)",
     ):
         config.addinivalue_line("markers", line)
-    try:
-        _selected(config)
-    except ValueError as exc:
-        raise pytest.UsageError(f"--anyclip-backends: {exc}") from None
+    for option in ("--anyclip-backends", "--anyclip-sample"):
+        try:
+            _selected(config, option)
+        except ValueError as exc:
+            raise pytest.UsageError(f"{option}: {exc}") from None
 
 
-def _selected(config: pytest.Config) -> set[str] | None:
-    raw = config.getoption("--anyclip-backends")
+def _selected(config: pytest.Config, option: str = "--anyclip-backends") -> set[str] | None:
+    raw = config.getoption(option)
     return None if raw is None else {b.value for b in parse_backends(raw)}
 
 
+def _in_sample(item: pytest.Item, sampled: set[str]) -> bool:
+    """Whether ``item`` runs when ``sampled`` backends run the sample only."""
+    if _item_backend(item) not in sampled:
+        return True
+    case_id = _params(item).get("case_id")
+    return case_id is None or case_id in sample()
+
+
+def _params(item: pytest.Item) -> dict[str, Any]:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params if callspec is not None else {}
+
+
 def _item_backend(item: pytest.Item) -> str | None:
-    params = getattr(item, "callspec", None)
-    params = params.params if params is not None else {}
+    params = _params(item)
     return next((params[k] for k in ("backend", "grad_backend") if k in params), None)
 
 
@@ -89,6 +115,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [i for i in items if _item_backend(i) in (None, *wanted)]
+    sampled = _selected(config, "--anyclip-sample")
+    if sampled:
+        dropped = [i for i in items if not _in_sample(i, sampled)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [i for i in items if _in_sample(i, sampled)]
+        # one case's checks in a row: its routes find the programs its eager check compiled
+        order = {c: n for n, c in enumerate([*load_index(), *real_gradient_cases()])}
+        items.sort(key=lambda i: order.get(_params(i).get("case_id"), -1))
     live = config.getoption("--live-tf")
     for item in items:
         if "live_tf" in item.keywords and not live:
@@ -112,6 +147,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = xfail_reason(case_id, name, mark.kwargs.get("xfails", variant))
         if reason is not None:
             item.add_marker(pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError))
+
+
+_JAX_TESTS = [0]
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Every :data:`RELEASE_JAX_EVERY` tests on JAX, drop the compiled programs."""
+    name = _item_backend(item)
+    if name not in BACKEND_IDS or BackendId(name).library != "jax":
+        return
+    _JAX_TESTS[0] += 1
+    if _JAX_TESTS[0] % RELEASE_JAX_EVERY == 0:
+        from anyclip_conformance.harness import release_compiled
+
+        release_compiled()
 
 
 def required_backends() -> set[str]:

@@ -36,6 +36,7 @@ __all__ = [
     "load_real_gradients",
     "load_xfails",
     "real_gradient_cases",
+    "sample",
     "xfail_reason",
 ]
 
@@ -109,6 +110,43 @@ def case_ids(function: str | None = None, *, kind: str = "all") -> list[str]:
         "error": lambda c: "error" in index[c],
     }[kind]
     return [c for c, e in index.items() if function in (None, e["function"]) and keep(c)]
+
+
+def _family(case_id: str) -> tuple[str, str, str]:
+    """``(function, dtype, family)`` of a case id: ``clip_by_norm/bf16/edge/clip_inf`` gives
+    ``("clip_by_norm", "bf16", "edge")``, ``global_norm/error/dict`` ``("global_norm", "-",
+    "error")`` (a family is the id's part after the function and its dtype)."""
+    from anyclip_conformance.cases import SHORT
+
+    parts = case_id.split("/")
+    if len(parts) > 1 and parts[1] in SHORT.values():
+        return parts[0], parts[1], parts[2] if len(parts) > 2 else ""
+    return parts[0], "-", parts[1] if len(parts) > 1 else ""
+
+
+@cache
+def sample() -> frozenset[str]:
+    """The cases of the sample run: every function, dtype and family of the catalogue.
+
+    One case of every ``(function, family)`` and of every ``(function, dtype)`` (see
+    :func:`_family`): every kind of edge case, every error, gradient, grid and dtype of every
+    function, each in at least one dtype, plus the first recorded step of every real model
+    (:func:`real_gradient_cases`). A group takes its case of lowest ``crc32`` (among those the
+    jit variant runs, when it has any), so the sample is the same in every run. What
+    ``python -m anyclip_conformance`` runs on JAX unless given ``--full``: each new shape and
+    dtype is a program JAX lowers and compiles, which the whole catalogue makes thousands of.
+    """
+    groups: dict[tuple[str, str], list[str]] = {}
+    for case_id in load_index():
+        function, dtype, family = _family(case_id)
+        groups.setdefault((function, "family " + family), []).append(case_id)
+        groups.setdefault((function, "dtype " + dtype), []).append(case_id)
+    chosen: set[str] = set()
+    for members in groups.values():
+        if chosen.isdisjoint(members):
+            chosen.add(min(members, key=lambda c: (not in_jit_sample(c), zlib.crc32(c.encode()))))
+    steps = {case.partition("/step")[0]: case for case in reversed(real_gradient_cases())}
+    return frozenset(chosen | set(steps.values()))
 
 
 def functions() -> list[str]:

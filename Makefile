@@ -27,7 +27,7 @@ REPORT_BACKENDS := numpy,array_api_strict,torch,jax,dask
 $(STAMP): pyproject.toml conformance/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[numpy,torch,jax,optax,test,conformance,bench,docs]" -e "./conformance[live]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[numpy,torch,jax,optax,test,conformance,bench,docs,references]" -e "./conformance[live]"
 	touch $(STAMP) $(DEMO_STAMP)
 
 # The demo's lean install (a superset is already there once `make test` has run).

@@ -25,7 +25,7 @@ from anyclip._kernels._tforder import tf_order_squares
 from anyclip._numerics import constant, reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
-__all__ = ["BLOCK", "JOIN", "ROW", "UPCAST_BLOCK", "Kernels", "groups", "partials"]
+__all__ = ["BLOCK", "JOIN", "ROW", "UPCAST_BLOCK", "Kernels", "Wrapping", "groups", "partials"]
 
 #: Arrays of this many elements or more are large: their squares are summed on their own (the
 #: smaller ones joined first), and the NumPy clip writes its second step in place.
@@ -326,6 +326,59 @@ class Kernels:
             s = scale if scale.dtype == v.dtype else tf_cast(xp, scale, v.dtype)
             out.append(v * s)
         return out
+
+
+class Wrapping(Kernels):
+    """Kernels that wrap another's (``base``): these steps are ``base``'s, unchanged.
+
+    The base of :class:`~anyclip._kernels._flush.FlushKernels` (TF's flush of subnormals)
+    and :class:`~anyclip._kernels._dist.GroupKernels` (one all-reduce over ``group=``),
+    which override the steps they change.
+    """
+
+    base: Kernels
+
+    def blocks(self, xp: Namespace, v: Any) -> list[Any] | None:
+        """As the wrapped kernels'."""
+        return self.base.blocks(xp, v)
+
+    def cast_reduce(
+        self,
+        xp: Namespace,
+        x: Any,
+        acc: Any,
+        fn: Callable[..., Any],
+        operands: Sequence[Any],
+        combine: str,
+    ) -> Any | None:
+        """As the wrapped kernels'."""
+        return self.base.cast_reduce(xp, x, acc, fn, operands, combine)
+
+    def cast_map(
+        self, xp: Namespace, t: Any, acc: Any, fn: Callable[..., Any], operands: Sequence[Any]
+    ) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.cast_map(xp, t, acc, fn, operands)
+
+    def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.reduce_max(xp, x, axis)
+
+    def settle(self, xp: Namespace, r: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.settle(xp, r)
+
+    def spectral_input(self, xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.spectral_input(xp, x, axis)
+
+    def svdvals(self, xp: Namespace, m: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.svdvals(xp, m)
+
+    def local(self, xp: Namespace, x: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.local(xp, x)
 
 
 #: Dtypes whose squares are halved before the sum, as TF's ``L2Loss`` kernel does.

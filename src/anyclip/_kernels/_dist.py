@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._compat import library
-from anyclip._kernels._base import Kernels
+from anyclip._kernels._base import Kernels, Wrapping
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -337,7 +337,7 @@ def dtensor_half_squares(
     return total
 
 
-class GroupKernels(Kernels):
+class GroupKernels(Wrapping):
     """Kernels that add one reduction over ``groups`` to the cross-array sum of ``base``.
 
     Made per call by the public functions given ``group=``; every step but
@@ -383,26 +383,6 @@ class GroupKernels(Kernels):
         """As the wrapped kernels'."""
         return self.base.replicated(xp, value, like)
 
-    def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.reduce_max(xp, x, axis)
-
-    def settle(self, xp: Namespace, r: Any) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.settle(xp, r)
-
-    def spectral_input(self, xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.spectral_input(xp, x, axis)
-
-    def svdvals(self, xp: Namespace, m: Any) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.svdvals(xp, m)
-
-    def local(self, xp: Namespace, x: Any) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.local(xp, x)
-
     def reduce(self, xp: Namespace, total: Any) -> Any:
         """``total`` (this rank's 0-d partial sum) summed over the groups."""
         if self.lib == "jax":
@@ -419,28 +399,6 @@ class GroupKernels(Kernels):
         """The wrapped kernels' sum on this rank, then one all-reduce over the groups."""
         return self.reduce(xp, self.base.total_half_squares(xp, arrays, acc))
 
-    def blocks(self, xp: Namespace, v: Any) -> list[Any] | None:
-        """As the wrapped kernels'."""
-        return self.base.blocks(xp, v)
-
     def cast_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
         """As the wrapped kernels' (this rank's arrays only)."""
         return self.base.cast_half_squares(xp, arrays, acc)
-
-    def cast_map(
-        self, xp: Namespace, t: Any, acc: Any, fn: Callable[..., Any], operands: Sequence[Any]
-    ) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.cast_map(xp, t, acc, fn, operands)
-
-    def cast_reduce(
-        self,
-        xp: Namespace,
-        x: Any,
-        acc: Any,
-        fn: Callable[..., Any],
-        operands: Sequence[Any],
-        combine: str,
-    ) -> Any | None:
-        """As the wrapped kernels'."""
-        return self.base.cast_reduce(xp, x, acc, fn, operands, combine)

@@ -11,17 +11,17 @@ sums, and each product is flushed. Every other step is the wrapped kernels'.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from anyclip._kernels._base import Kernels
+from anyclip._kernels._base import Kernels, Wrapping
 from anyclip._subnormals import flush, flush_squares
 from anyclip._typing import Namespace
 
 __all__ = ["FlushKernels"]
 
 
-class FlushKernels(Kernels):
+class FlushKernels(Wrapping):
     """``base``'s steps with TF's flush of subnormals (float32 and float64; not on JAX)."""
 
     ftz = True
@@ -85,48 +85,6 @@ class FlushKernels(Kernels):
     def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
         """As the wrapped kernels' (the core flushes the quotient)."""
         return self.base.divide_into(xp, owned, divisor)
-
-    def blocks(self, xp: Namespace, v: Any) -> list[Any] | None:
-        """As the wrapped kernels'."""
-        return self.base.blocks(xp, v)
-
-    def cast_reduce(
-        self,
-        xp: Namespace,
-        x: Any,
-        acc: Any,
-        fn: Callable[..., Any],
-        operands: Sequence[Any],
-        combine: str,
-    ) -> Any | None:
-        """As the wrapped kernels' (the core passes a flushing ``fn``)."""
-        return self.base.cast_reduce(xp, x, acc, fn, operands, combine)
-
-    def cast_map(
-        self, xp: Namespace, t: Any, acc: Any, fn: Callable[..., Any], operands: Sequence[Any]
-    ) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.cast_map(xp, t, acc, fn, operands)
-
-    def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.reduce_max(xp, x, axis)
-
-    def settle(self, xp: Namespace, r: Any) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.settle(xp, r)
-
-    def spectral_input(self, xp: Namespace, x: Any, axis: tuple[int, int]) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.spectral_input(xp, x, axis)
-
-    def svdvals(self, xp: Namespace, m: Any) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.svdvals(xp, m)
-
-    def local(self, xp: Namespace, x: Any) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.local(xp, x)
 
     def replicated(self, xp: Namespace, value: Any, like: Any) -> Any:
         """As the wrapped kernels'."""

@@ -298,6 +298,37 @@ def shard_map_rules() -> None:
         clipped = np.asarray(alone_norms) > 0.7
         assert clipped.any() and not clipped.all(), alone_norms  # some examples clipped
 
+    # per-layer clipping: one all-reduce per leaf, each leaf's norms the one-device call's
+    alone, alone_norms = anyclip.tree.per_example_layer_clip(
+        [jax.device_put(a, one) for a in full], 0.7
+    )
+    layer = jax.jit(
+        jax.shard_map(
+            lambda *bs: anyclip.tree.per_example_layer_clip(list(bs), 0.7, group="x"),
+            mesh=mesh,
+            in_specs=tuple(specs),
+            out_specs=(summed_specs, [P()] * len(shapes)),
+        )
+    )
+    got, norms = layer(*sharded)
+    assert count_collectives(layer, *sharded) == len(shapes)
+    for i in range(len(shapes)):
+        close(norms[i], alone_norms[i], f"layer norms {i}")
+        close(got[i], alone[i], f"layer leaf {i}", scaled=True)
+    try:
+        jax.shard_map(
+            lambda *bs: anyclip.tree.per_example_layer_clip(
+                list(bs), 0.7, uniform=False, group="x"
+            ),
+            mesh=mesh,
+            in_specs=tuple(specs),
+            out_specs=(summed_specs, [P()] * len(shapes)),
+        )(*sharded)
+    except ValueError as e:
+        assert "uniform=True" in str(e), e
+    else:
+        raise AssertionError("uniform=False with group= must be refused")
+
     # AGC, optax's layouts: HWIO, IO, a bias (one unit), multi-head HIO; split along I
     p_shapes = [(3, 3, 16, 4), (16, 10), (8,), (16, 2, 5)]
     p_split = [2, 0, 0, 0]
@@ -334,6 +365,27 @@ def shard_map_rules() -> None:
             close(g, a, f"AGC {norm_type} leaf {i}", ulp=ULP_AGC)
         changed = [not np.array_equal(np.asarray(a), g) for a, g in zip(alone, grads, strict=True)]
         assert any(changed) and not all(changed), changed  # some units clipped, some not
+
+    # the optax transformation with group=, against optax's own on one device
+    ref = optax.adaptive_grad_clip(0.01)
+    want, _ = ref.update(
+        [jax.device_put(a, one) for a in grads],
+        ref.init(None),
+        [jax.device_put(a, one) for a in params],
+    )
+    tx = anyclip.optax.adaptive_grad_clip(0.01, group="x")
+    step = jax.jit(
+        jax.shard_map(
+            lambda g, p: tx.update(g, tx.init(p), p)[0],
+            mesh=mesh,
+            in_specs=(list(p_specs), list(p_specs)),
+            out_specs=list(p_specs),
+        )
+    )
+    got = step(gs, ps)
+    assert 1 <= count_collectives(step, gs, ps) <= len(p_shapes)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        close(g, w, f"optax adapter leaf {i}", ulp=ULP_AGC)
 
 
 def eager_accumulate() -> None:

@@ -219,6 +219,175 @@ def shard_map_groups() -> None:
     assert len(reduces) == 1, f"{len(reduces)} all-reduces for 2 groups"
 
 
+#: AGC's budget against the one-device result (as tests/_torch_dist_worker.py's): the unit
+#: norms are regrouped sums (a few ULP), and a clipped value is the gradient times their ratio.
+ULP_AGC = 8
+
+
+def close(got: Any, want: Any, what: str, ulp: int = ULP_DIST, scaled: bool = False) -> None:
+    """Within ``ulp`` float32 ULP of each value (``scaled``: of the array's largest value, for
+    sums over the examples of terms of both signs, whose factors moved by an ULP or two)."""
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.shape, want.shape)
+    g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    ref = np.abs(w)
+    if scaled and ref.size:
+        ref = np.full_like(ref, ref.max())
+    tol = ulp * np.spacing(ref.astype(np.float32))
+    err = np.abs(g - w)
+    assert np.all(err <= tol + 1e-30), f"{what}: {float((err / (tol + 1e-30)).max())} x {ulp} ULP"
+
+
+def count_collectives(f: Any, *args: Any) -> int:
+    """The all-reduces ``f`` lowers to (before XLA combines them); its compiled program
+    moves no block (no all-gather, all-to-all or collective-permute)."""
+    hlo = f.lower(*args).compile().as_text()
+    for op in ("all-gather", "all-to-all", "collective-permute"):
+        assert op not in hlo, f"the compiled program has an {op}"
+    return len(re.findall(r"all_reduce", f.lower(*args).as_text()))
+
+
+def shard_map_rules() -> None:
+    """per_example_clip and AGC with group= the axis name inside shard_map (issue 19).
+
+    Per-example: every leaf split over the 8 devices along a non-batch axis; the norms and
+    each device's part of the clipped sums are the one-device call's on the whole gradients,
+    with one all-reduce (of the ``(batch,)`` sums of squares). AGC (optax's layouts: the
+    unit is the output channel, last): each parameter and its gradient split along an axis
+    the units span (the input channels); each device's part is the one-device result, with
+    one all-reduce per leaf. Budgets as tests/_torch_dist_worker.py's ``rules``.
+    """
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Explicit,))
+    rng = np.random.default_rng(19)
+    batch = 6  # not a multiple of 4: TF's order adds the last two examples in turn
+    shapes = [(batch, 16, 3), (batch, 8), (batch, 4, 16), (batch, 8, 2, 3)]
+    split = [1, 1, 2, 1]  # the axis each leaf is split along
+    full = []
+    for shape, scale in zip(shapes, (0.05, 0.3, 1.0, 2.0), strict=True):
+        ramp = np.linspace(0.0, 2.0, batch).reshape((batch,) + (1,) * (len(shape) - 1))
+        full.append((rng.standard_normal(shape) * ramp * scale).astype(np.float32))
+
+    def spec(axis: int, ndim: int) -> P:
+        return P(*["x" if d == axis else None for d in range(ndim)])
+
+    specs = [spec(a, len(s)) for a, s in zip(split, shapes, strict=True)]
+    sharded = [
+        jax.device_put(a, NamedSharding(mesh, sp)) for a, sp in zip(full, specs, strict=True)
+    ]
+    one = jax.devices()[0]
+    for style in ("tf", "optax", "opacus"):
+        alone, alone_norms = anyclip.tree.per_example_clip(
+            [jax.device_put(a, one) for a in full], 0.7, style=style
+        )
+        summed_specs = [spec(a - 1, len(s) - 1) for a, s in zip(split, shapes, strict=True)]
+        f = jax.jit(
+            jax.shard_map(
+                lambda *bs, style=style: anyclip.tree.per_example_clip(
+                    list(bs), 0.7, style=style, group="x"
+                ),
+                mesh=mesh,
+                in_specs=tuple(specs),
+                out_specs=(summed_specs, P()),
+            )
+        )
+        got, norms = f(*sharded)
+        reduces = count_collectives(f, *sharded)
+        assert reduces == 1, f"{style}: {reduces} all-reduces"
+        close(norms, alone_norms, f"{style} norms")
+        for i, (g, a) in enumerate(zip(got, alone, strict=True)):
+            close(g, a, f"{style} leaf {i}", scaled=True)
+        clipped = np.asarray(alone_norms) > 0.7
+        assert clipped.any() and not clipped.all(), alone_norms  # some examples clipped
+
+    # per-layer clipping: one all-reduce per leaf, each leaf's norms the one-device call's
+    alone, alone_norms = anyclip.tree.per_example_layer_clip(
+        [jax.device_put(a, one) for a in full], 0.7
+    )
+    layer = jax.jit(
+        jax.shard_map(
+            lambda *bs: anyclip.tree.per_example_layer_clip(list(bs), 0.7, group="x"),
+            mesh=mesh,
+            in_specs=tuple(specs),
+            out_specs=(summed_specs, [P()] * len(shapes)),
+        )
+    )
+    got, norms = layer(*sharded)
+    assert count_collectives(layer, *sharded) == len(shapes)
+    for i in range(len(shapes)):
+        close(norms[i], alone_norms[i], f"layer norms {i}")
+        close(got[i], alone[i], f"layer leaf {i}", scaled=True)
+    try:
+        jax.shard_map(
+            lambda *bs: anyclip.tree.per_example_layer_clip(
+                list(bs), 0.7, uniform=False, group="x"
+            ),
+            mesh=mesh,
+            in_specs=tuple(specs),
+            out_specs=(summed_specs, [P()] * len(shapes)),
+        )(*sharded)
+    except ValueError as e:
+        assert "uniform=True" in str(e), e
+    else:
+        raise AssertionError("uniform=False with group= must be refused")
+
+    # AGC, optax's layouts: HWIO, IO, a bias (one unit), multi-head HIO; split along I
+    p_shapes = [(3, 3, 16, 4), (16, 10), (8,), (16, 2, 5)]
+    p_split = [2, 0, 0, 0]
+    params = [(rng.standard_normal(s) * 0.05).astype(np.float32) for s in p_shapes]
+    grads = [
+        (rng.standard_normal(s) * k).astype(np.float32)
+        for s, k in zip(p_shapes, (1e-3, 1e-2, 1e-4, 1.0), strict=True)
+    ]
+    params[1][:, 0] = 0.0  # a zero unit: eps sets its threshold
+    p_specs = tuple(spec(a, len(s)) for a, s in zip(p_split, p_shapes, strict=True))
+    ps = [jax.device_put(a, NamedSharding(mesh, sp)) for a, sp in zip(params, p_specs, strict=True)]
+    gs = [jax.device_put(a, NamedSharding(mesh, sp)) for a, sp in zip(grads, p_specs, strict=True)]
+    for norm_type in (2.0, 1.0, math.inf, 3.0):
+        alone = anyclip.tree.adaptive_clip(
+            [jax.device_put(a, one) for a in grads],
+            [jax.device_put(a, one) for a in params],
+            0.01,
+            norm_type=norm_type,
+        )
+        agc = jax.jit(
+            jax.shard_map(
+                lambda g, p, nt=norm_type: anyclip.tree.adaptive_clip(
+                    g, p, 0.01, norm_type=nt, group="x"
+                ),
+                mesh=mesh,
+                in_specs=(list(p_specs), list(p_specs)),
+                out_specs=list(p_specs),
+            )
+        )
+        got = agc(gs, ps)
+        reduces = count_collectives(agc, gs, ps)
+        assert 1 <= reduces <= len(p_shapes), f"AGC {norm_type}: {reduces} all-reduces"
+        for i, (g, a) in enumerate(zip(got, alone, strict=True)):
+            close(g, a, f"AGC {norm_type} leaf {i}", ulp=ULP_AGC)
+        changed = [not np.array_equal(np.asarray(a), g) for a, g in zip(alone, grads, strict=True)]
+        assert any(changed) and not all(changed), changed  # some units clipped, some not
+
+    # the optax transformation with group=, against optax's own on one device
+    ref = optax.adaptive_grad_clip(0.01)
+    want, _ = ref.update(
+        [jax.device_put(a, one) for a in grads],
+        ref.init(None),
+        [jax.device_put(a, one) for a in params],
+    )
+    tx = anyclip.optax.adaptive_grad_clip(0.01, group="x")
+    step = jax.jit(
+        jax.shard_map(
+            lambda g, p: tx.update(g, tx.init(p), p)[0],
+            mesh=mesh,
+            in_specs=(list(p_specs), list(p_specs)),
+            out_specs=list(p_specs),
+        )
+    )
+    got = step(gs, ps)
+    assert 1 <= count_collectives(step, gs, ps) <= len(p_shapes)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        close(g, w, f"optax adapter leaf {i}", ulp=ULP_AGC)
+
+
 def eager_accumulate() -> None:
     """Eager calls with accumulate_dtype: shardings kept, and the same values on one device.
 
@@ -327,6 +496,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "jit_explicit": lambda: jit_sharded(AxisType.Explicit),
     "shard_map_group": shard_map_group,
     "shard_map_groups": shard_map_groups,
+    "shard_map_rules": shard_map_rules,
     "eager_accumulate": eager_accumulate,
     "nonfinite": nonfinite,
     "wrong_group": wrong_group,

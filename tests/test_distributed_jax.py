@@ -30,6 +30,7 @@ CHECKS = (
     "jit_explicit",
     "shard_map_group",
     "shard_map_groups",
+    "shard_map_rules",
     "eager_accumulate",
     "nonfinite",
     "wrong_group",

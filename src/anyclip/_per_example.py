@@ -388,6 +388,7 @@ def per_example_layer_clip(
     uniform: bool = True,
     style: Style = "optax",
     accumulate_dtype: DTypeLike = "widest",
+    group: Any = None,
 ) -> tuple[TreeT, TreeT]:
     """Per-example clipping with a norm and a clip norm per leaf (layer), then the sum.
 
@@ -410,6 +411,12 @@ def per_example_layer_clip(
         Whose clipping factor (default optax's, whose function this mirrors).
     accumulate_dtype : dtype, str or "widest", optional
         As in :func:`per_example_clip`.
+    group : torch ProcessGroup, DeviceMesh, JAX axis name, or a sequence of them, optional
+        The processes that hold the rest of every leaf, each process a part of every leaf
+        (the same leaves in the same order), split along any axis but the batch axis: each
+        leaf's per-example sums of squares are summed over them (one all-reduce of a
+        ``(batch,)`` vector per leaf). Only with ``uniform=True``: the sizes ``D_i`` would
+        be this process's parts'.
 
     Returns
     -------
@@ -422,7 +429,7 @@ def per_example_layer_clip(
     Raises
     ------
     ValueError, TypeError
-        As :func:`per_example_clip`.
+        As :func:`per_example_clip`; ``ValueError`` also for ``group`` with ``uniform=False``.
 
     See Also
     --------
@@ -441,6 +448,14 @@ def per_example_layer_clip(
     s = _check_style(style)
     leaves, unflatten = _flatten(grads)
     xp, arrays = _batched(leaves)
+    reduce = _reducer(xp, group)
+    if reduce is not None and not uniform:
+        msg = (
+            "`uniform=False` splits the clip norm by the leaves' sizes, which `group=` leaves "
+            "unknown (each process holds a part of each leaf), got group with uniform=False; "
+            "pass uniform=True, or call without group on the whole gradients"
+        )
+        raise ValueError(msg)
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [a.dtype for a in arrays])
     c = scalar_operand(xp, l2_norm_clip, acc, arrays[0], "l2_norm_clip", nonnegative=True)
     sizes = [math.prod(a.shape[1:]) for a in arrays]
@@ -454,7 +469,7 @@ def per_example_layer_clip(
             c_i = constant(xp, float(l2_norm_clip) * share, acc, a)  # in Python, as optax's
         else:
             c_i = c * constant(xp, share, acc, a)
-        (summed,), n = _clip_and_sum(xp, [a], c_i, acc, s)
+        (summed,), n = _clip_and_sum(xp, [a], c_i, acc, s, reduce)
         sums.append(summed)
         norms.append(n)
     it_s, it_n = iter(sums), iter(norms)

@@ -167,7 +167,12 @@ def _rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any:
         p = products(i * 4, 4)
         return acc4 + p[:, :cut], in_turn(tail, p[:, cut:])
 
-    init = (xp.zeros((4, cut), dtype=acc), xp.zeros((n - cut,), dtype=acc))
+    def zeros(shape: tuple[int, ...]) -> Any:
+        # full_like of both operands: inside shard_map the carry then varies over the
+        # manual axes that f or flat vary over, as the carry the body returns
+        return lax.full_like(f, 0, acc, shape) + lax.full_like(flat, 0, acc, shape)
+
+    init = (zeros((4, cut)), zeros((n - cut,)))
     acc4, tail = lax.fori_loop(0, whole // 4, body, init)
     total = ((acc4[0, :] + acc4[1, :]) + acc4[2, :]) + acc4[3, :]
     if whole < b:  # the last b % 4 rows, in turn

@@ -25,7 +25,12 @@ _NO_PARAMS = (
 
 @hints_keywords
 def adaptive_grad_clip(
-    clipping: Any, eps: Any = 1e-3, axis: Any = None, *, layout: Layout = "optax"
+    clipping: Any,
+    eps: Any = 1e-3,
+    axis: Any = None,
+    *,
+    layout: Layout = "optax",
+    group: Any = None,
 ) -> optax.GradientTransformation:
     """``optax.adaptive_grad_clip``: each unit's update norm <= ``clipping`` * its weight norm.
 
@@ -43,6 +48,11 @@ def adaptive_grad_clip(
         The axes one unit spans, for every leaf (optax's ``axis``).
     layout : {"optax", "timm"}, optional
         Not in optax: ``"timm"`` takes every axis but the first as a unit (torch's layouts).
+    group : JAX axis name or tuple of names, optional
+        Not in optax: inside ``shard_map``, the axes over which each parameter and its update
+        are split along axes their units span (e.g. the input channels of ``IO``, ``HWIO``);
+        the unit norms are summed over them, one all-reduce per leaf, as
+        :func:`anyclip.tree.adaptive_clip`'s ``group``.
 
     Returns
     -------
@@ -53,6 +63,8 @@ def adaptive_grad_clip(
     ------
     ValueError
         At ``update``: without ``params``, or as :func:`anyclip.tree.adaptive_clip`.
+    TypeError
+        At ``update``: if ``group`` is not a group of the updates' library.
 
     See Also
     --------
@@ -73,7 +85,12 @@ def adaptive_grad_clip(
     def update_fn(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         if params is None:
             raise ValueError(_NO_PARAMS)
-        return tree.adaptive_clip(updates, params, clipping, eps, axis=axis, layout=layout), state
+        return (
+            tree.adaptive_clip(
+                updates, params, clipping, eps, axis=axis, layout=layout, group=group
+            ),
+            state,
+        )
 
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 

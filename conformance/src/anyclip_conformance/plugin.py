@@ -107,6 +107,28 @@ def _item_backend(item: pytest.Item) -> str | None:
     return next((params[k] for k in ("backend", "grad_backend") if k in params), None)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """When every selected backend runs the sample only, parametrise with the sample's cases.
+
+    The same selection as :func:`pytest_collection_modifyitems` makes, made before the items
+    exist: the whole catalogue is some 68,000 items (every backend) to build and deselect. Other
+    runs (a backend that runs every case among those selected) keep every case.
+    """
+    sampled = _selected(metafunc.config, "--anyclip-sample")
+    wanted = _selected(metafunc.config)
+    if not sampled or wanted is None or not wanted <= sampled:
+        return
+    keep = sample()
+    marks = metafunc.definition.own_markers
+    for n, mark in enumerate(marks):
+        if mark.name == "parametrize" and mark.args and mark.args[0] == "case_id":
+            values = [c for c in mark.args[1] if c in keep]
+            marks[n] = pytest.mark.parametrize(
+                "case_id", values, *mark.args[2:], **mark.kwargs
+            ).mark
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep the selected backends; apply ``xfails/``; skip live tests without ``--live-tf``."""
     wanted = _selected(config)

@@ -380,6 +380,22 @@ class Wrapping(Kernels):
         """As the wrapped kernels'."""
         return self.base.local(xp, x)
 
+    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.norm2(xp, x, axes)
+
+    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.clip_norm2(xp, t, axes)
+
+    def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.divide_into(xp, owned, divisor)
+
+    def replicated(self, xp: Namespace, value: Any, like: Any) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.replicated(xp, value, like)
+
 
 #: Dtypes whose squares are halved before the sum, as TF's ``L2Loss`` kernel does.
 _HALVED_FIRST = ("float16", "bfloat16")

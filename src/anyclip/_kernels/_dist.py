@@ -359,18 +359,6 @@ class GroupKernels(Wrapping):
         """As the wrapped kernels'."""
         return self.base.flush_squares(xp, x, halved=halved)
 
-    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.norm2(xp, x, axes)
-
-    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.clip_norm2(xp, t, axes)
-
-    def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.divide_into(xp, owned, divisor)
-
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """As the wrapped kernels' (this rank's arrays only)."""
         return self.base.half_squares(xp, arrays)
@@ -378,10 +366,6 @@ class GroupKernels(Wrapping):
     def scale(self, xp: Namespace, t_list: Sequence[Any], scale: Any) -> list[Any]:
         """As the wrapped kernels'."""
         return self.base.scale(xp, t_list, scale)
-
-    def replicated(self, xp: Namespace, value: Any, like: Any) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.replicated(xp, value, like)
 
     def reduce(self, xp: Namespace, total: Any) -> Any:
         """``total`` (this rank's 0-d partial sum) summed over the groups."""

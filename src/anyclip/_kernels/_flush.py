@@ -22,7 +22,11 @@ __all__ = ["FlushKernels"]
 
 
 class FlushKernels(Wrapping):
-    """``base``'s steps with TF's flush of subnormals (float32 and float64; not on JAX)."""
+    """``base``'s steps with TF's flush of subnormals (float32 and float64; not on JAX).
+
+    ``norm2``, ``clip_norm2`` and ``divide_into`` stay ``base``'s (:class:`Wrapping`): the
+    core flushes their squares and quotients around them.
+    """
 
     ftz = True
 
@@ -72,20 +76,3 @@ class FlushKernels(Wrapping):
             o if o is None else flush(xp, o, v, owned=o is not v)
             for o, v in zip(out, t_list, strict=True)
         ]
-
-    # ---------------------------------------------------------- the wrapped kernels'
-    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
-        """As the wrapped kernels' (the core flushes ``x``'s squares first)."""
-        return self.base.norm2(xp, x, axes)
-
-    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
-        """As the wrapped kernels' (the core flushes ``t``'s squares first)."""
-        return self.base.clip_norm2(xp, t, axes)
-
-    def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
-        """As the wrapped kernels' (the core flushes the quotient)."""
-        return self.base.divide_into(xp, owned, divisor)
-
-    def replicated(self, xp: Namespace, value: Any, like: Any) -> Any:
-        """As the wrapped kernels'."""
-        return self.base.replicated(xp, value, like)

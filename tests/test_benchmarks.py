@@ -18,19 +18,24 @@ from benchmarks import memory
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run_module(module: str, *args: str, timeout: int = 300) -> None:
+    """Run ``python -m module args`` in the checkout; fail with its output's tail if it fails."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
 def test_benchmark_command_writes_report(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "performance.md"
     args = ["--workloads", "W5", "--backends", "numpy", "--budget", "0.01", "--output", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_module("benchmarks", *args)
     table = out.read_text()
     for op in ("clip_by_value", "clip_by_norm", "norm"):
         assert f"| W5 one 6-element tensor | {op} | numpy | **anyclip** |" in table
@@ -40,15 +45,7 @@ def test_benchmark_command_writes_report(tmp_path):
     assert "| W5 one 6-element tensor | clip_by_norm | " in table.split("## Every measurement")[0]
     # --rerender measures nothing and rewrites the same rows
     before = [line for line in table.splitlines() if line.startswith("| W5 ")]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--rerender", "--output", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_module("benchmarks", "--rerender", "--output", str(out))
     assert [line for line in out.read_text().splitlines() if line.startswith("| W5 ")] == before
 
 
@@ -57,15 +54,7 @@ def test_distributed_benchmark_command_writes_report(tmp_path):
     pytest.importorskip("torch.distributed")
     out = tmp_path / "distributed.md"
     args = ["--worlds", "2", "--no-jax", "--output", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.distributed", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_module("benchmarks.distributed", *args)
     table = out.read_text()
     assert "| 2 | `anyclip.torch.clip_grad_norm_` | allreduce_ x1 (4 B) |" in table
     assert "| 2 | `torch.nn.utils.clip_grad_norm_` |" in table
@@ -77,15 +66,7 @@ def test_newcomer_benchmark_writes_its_table(tmp_path):
     out = tmp_path / "newcomer.md"
     keyword = "-k 'test_case and clip_by_average_norm and edge and nan'"
     args = ["--no-demo", "--conformance-args", keyword, "--output", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.newcomer", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_module("benchmarks.newcomer", *args, timeout=600)
     table = out.read_text()
     assert table.startswith("## A newcomer's first run")
     assert "`python -m anyclip_conformance --backends jax -k" in table
@@ -138,24 +119,7 @@ def test_rules_benchmark_command_writes_table(tmp_path):
     """``python -m benchmarks.rules --small``: per-example clipping and AGC against optax."""
     pytest.importorskip("optax")
     out = tmp_path / "rules.md"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.rules",
-            "--small",
-            "--budget",
-            "0.01",
-            "--output",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_module("benchmarks.rules", "--small", "--budget", "0.01", "--output", str(out))
     table = out.read_text()
     for op in ("per_example_clip", "adaptive_grad_clip", "clip_by_block_rms"):
         assert f"| {op} |" in table
@@ -167,15 +131,7 @@ def test_history_benchmark_command_writes_table(tmp_path):
     pytest.importorskip("optax")
     out = tmp_path / "history.md"
     args = ["--small", "--budget", "0.01", "--output", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.history", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_module("benchmarks.history", *args)
     table = out.read_text()
     for row in (
         "| ZClip, after warm-up | **`anyclip.torch.ZClip().step`** |",

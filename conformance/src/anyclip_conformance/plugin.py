@@ -13,6 +13,7 @@ to the report.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import pytest
@@ -28,10 +29,15 @@ from anyclip_conformance.reference import load_index, real_gradient_cases, sampl
 
 __all__ = ["backend", "get_backend", "grad_backend", "required_backends", "try_backend", "xp"]
 
-#: After how many tests on a JAX backend the compiled programs are dropped
-#: (:func:`~anyclip_conformance.harness.release_compiled`): each holds about a megabyte, and the
-#: whole catalogue compiles thousands (4 GB and more); 50 tests hold about 250 MB.
+#: How often (in tests on a JAX backend) the suite looks at its memory: every 50 tests.
 RELEASE_JAX_EVERY = 50
+
+#: Above this resident memory the compiled JAX programs are dropped
+#: (:func:`~anyclip_conformance.harness.release_compiled`): each holds 2 to 5 MB, and the whole
+#: catalogue compiles thousands (4 GB and more). Dropping them costs a re-trace and re-lowering
+#: of every program used after it (a JAX subset ran 1.6x as long when they were dropped every 50
+#: tests), so they are dropped only when they hold much: 2,500 JAX checks peaked at 1.4 GB.
+RELEASE_JAX_ABOVE = 1 << 30
 
 #: The ``user_properties`` key under which a conformance item carries what the report needs.
 CONFORMANCE_KEY = "anyclip_conformance"
@@ -175,15 +181,29 @@ _JAX_TESTS = [0]
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
-    """Every :data:`RELEASE_JAX_EVERY` tests on JAX, drop the compiled programs."""
+    """Every :data:`RELEASE_JAX_EVERY` tests on JAX, drop the compiled programs if they hold much.
+
+    "Much": the process's resident memory is above :data:`RELEASE_JAX_ABOVE` (where it cannot
+    be read, every time).
+    """
     name = _item_backend(item)
     if name not in BACKEND_IDS or BackendId(name).library != "jax":
         return
     _JAX_TESTS[0] += 1
-    if _JAX_TESTS[0] % RELEASE_JAX_EVERY == 0:
+    if _JAX_TESTS[0] % RELEASE_JAX_EVERY == 0 and _resident_bytes() > RELEASE_JAX_ABOVE:
         from anyclip_conformance.harness import release_compiled
 
         release_compiled()
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory in bytes (Linux ``/proc``); unknown elsewhere: the maximum."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return sys.maxsize
+    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def required_backends() -> set[str]:

@@ -8,6 +8,17 @@ so :meth:`DaskKernels.svdvals` calls ``dask.array.linalg.svd`` (tall-and-skinny 
 putting the shorter dimension in one chunk; a stack of matrices goes matrix by matrix, one chunk
 holding whole matrices, through NumPy's ``svd`` in ``map_blocks``.
 
+float64 sums of squares over every element (the norms, ``global_norm``, ``clip_by_norm``,
+``l2_normalize`` over all axes) add in TF 2.21's order, as the NumPy kernels' do:
+:meth:`DaskKernels.tf_order_squares` rechunks each flattened array at nodes of TF's tree
+(:func:`~anyclip._kernels._tforder.tf_order_nodes`, of about the array's own chunk size),
+sums each chunk in TF's order with NumPy (one task per node: the node's subtree), and adds
+the nodes' sums as TF's tree does in one last task, which reads one float per node. The
+graph is built from the shapes alone (lazy), and no task holds more than a chunk. An array
+of unknown chunk sizes (``x[x > 0]``) has no tree until it is computed: its sums keep
+dask's own order (each chunk's sum, then dask's tree of partial sums), within about 20 ULP
+of TF's in float64, as float32 sums on every backend.
+
 With ``accumulate_dtype``, dask casts chunk by chunk already; :meth:`DaskKernels.cast_map`
 makes the cast, the elementwise step and the cast back one task per chunk (``map_blocks``), so
 that the cast chunks the sum of squares reads are not kept for the scaling (a shared
@@ -17,10 +28,14 @@ that the cast chunks the sum of squares reads are not kept for the scaling (a sh
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from anyclip._compat import dtype_name
 from anyclip._kernels._base import Kernels
+from anyclip._kernels._numpy import column_sums
+from anyclip._kernels._tforder import tf_order_nodes, tf_order_sums, tf_order_total, tf_order_walk
 from anyclip._typing import Namespace
 
 __all__ = ["DaskKernels"]
@@ -39,6 +54,22 @@ class DaskKernels(Kernels):
             return super().cast_map(xp, t, acc, fn, operands)
         map_blocks: Callable[..., Any] = t.map_blocks  # untyped in dask
         return map_blocks(_cast_map_chunk, *operands, fn=fn, acc=acc, dtype=t.dtype)
+
+    def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
+        """As :meth:`Kernels.tf_order_squares`, for float64 arrays of known shape, lazily.
+
+        Each array is flattened and rechunked at nodes of TF's tree of at most its largest
+        chunk's elements (a leaf's 4,096 at least); one task per node sums its squares in
+        TF's order (:func:`~anyclip._kernels._tforder.tf_order_sums`, NumPy), and one last
+        task adds the nodes' sums as TF's tree does, then the arrays' sums (halved, with
+        ``half``) as ``tf.linalg.global_norm`` does
+        (:func:`~anyclip._kernels._tforder.tf_order_total`): bit-equal to the NumPy kernels.
+        None for other dtypes, and for arrays of unknown chunk sizes (their tree is not
+        known before they are computed): their sums keep dask's own order.
+        """
+        if dtype_name(arrays[0].dtype) != "float64" or not all(map(_known_shape, arrays)):
+            return None
+        return _tf_order_squares(arrays, half=half)
 
     def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
         """As :meth:`Kernels.clip_norm2`, without TF's double ``where``: dask records no gradient.
@@ -95,6 +126,73 @@ class DaskKernels(Kernels):
         svd: Callable[[Any], tuple[Any, Any, Any]] = da.linalg.svd  # untyped in dask
         _, s, _ = svd(m)
         return s
+
+
+def _known_shape(a: Any) -> bool:
+    """Whether every dimension of the dask array ``a`` is known (not NaN)."""
+    return all(d == d for d in a.shape)
+
+
+def _tf_order_squares(arrays: Sequence[Any], *, half: bool) -> Any:
+    """:meth:`DaskKernels.tf_order_squares` of float64 dask arrays of known shape: 0-d, lazy."""
+    import dask.array as da
+    import numpy as np
+
+    nodes: list[tuple[int, int]] = []  # every array's nodes, in order: one sum each
+    trees: list[Any] = []  # per array: its tree over its nodes' positions, None if empty
+    parts: list[Any] = []
+    for a in arrays:
+        n = math.prod(int(d) for d in a.shape)
+        if not n:
+            trees.append(None)
+            continue
+        flat = a.reshape(-1)  # dask's reshape (row-major), lazy
+        first = len(nodes)
+        trees.append(tf_order_nodes(n, max(flat.chunks[0]), nodes))
+        cut = tuple(length for _, length in nodes[first:])
+        map_blocks: Callable[..., Any] = flat.rechunk((cut,)).map_blocks  # untyped in dask
+        parts.append(
+            map_blocks(
+                _node_sum,
+                chunks=((1,) * len(cut),),
+                dtype=np.float64,
+                meta=np.empty((0,), dtype=np.float64),
+                token="anyclip-tf-order-node",
+            )
+        )
+    if not parts:  # only empty arrays
+        return da.zeros((), dtype=np.float64)
+    concatenate: Callable[..., Any] = da.concatenate  # untyped in dask
+    sums = parts[0] if len(parts) == 1 else concatenate(parts)
+    blockwise: Callable[..., Any] = da.blockwise  # untyped in dask
+    return blockwise(
+        functools.partial(_tf_order_total, trees=trees, half=half),
+        "",
+        sums,
+        "i",
+        concatenate=True,
+        dtype=np.float64,
+        meta=np.empty((), dtype=np.float64),
+        token="anyclip-tf-order-total",
+    )
+
+
+def _node_sum(block: Any) -> Any:
+    """The sum of squares of one node of TF's tree (a NumPy chunk) in TF's order, as (1,)."""
+    import numpy as np
+
+    with np.errstate(all="ignore"):  # TF's arithmetic: inf and NaN without warnings
+        sums = tf_order_sums(np, block, [int(block.size)], column_sums, square=True)
+    return np.asarray(sums, dtype=np.float64)
+
+
+def _tf_order_total(sums: Any, *, trees: list[Any], half: bool) -> Any:
+    """The arrays' nodes' sums ``sums`` (NumPy, in order) added as TF's trees, then totalled."""
+    import numpy as np
+
+    values = sums.tolist()
+    per_array = [0.0 if tree is None else tf_order_walk(tree, values) for tree in trees]
+    return np.asarray(tf_order_total(np, per_array, column_sums, half=half), dtype=np.float64)
 
 
 def _cast_map_chunk(block: Any, *operands: Any, fn: Any, acc: Any) -> Any:

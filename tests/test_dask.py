@@ -105,8 +105,10 @@ def _layer_sizes(out, prefix: str) -> list[int]:
     return [len(layer) for name, layer in layers.items() if name.startswith(prefix)]
 
 
-#: TF 2.21's float64 norm of 100,000 values +-1.7 (``tests/data/long_sums.npz``).
-LONG = np.load(Path(__file__).with_name("data") / "long_sums.npz")["1.7/100000/norm"]
+#: TF 2.21's float64 norm and global_norm of 100,000 values +-1.7 (``tests/data/long_sums.npz``).
+_LONG_SUMS = np.load(Path(__file__).with_name("data") / "long_sums.npz")
+LONG = _LONG_SUMS["1.7/100000/norm"]
+LONG_GLOBAL = _LONG_SUMS["1.7/100000/global_norm"]
 
 
 def _long() -> np.ndarray:
@@ -148,6 +150,20 @@ def test_float64_unknown_chunk_sizes_keep_dasks_order(chunks):
     assert out.shape == ()
     got = out.compute()
     assert abs(int(got.view(np.int64)) - int(LONG.view(np.int64))) <= 20
+
+
+def test_float64_known_arrays_keep_tfs_order_next_to_unknown_ones():
+    """In a list, only the arrays of unknown chunk sizes take dask's order."""
+    x = da.from_array(_long(), chunks=10_000)
+    empty = x[x > 2]  # unknown size, 0 elements: TF's sum of [l2_loss(x), 0] is l2_loss(x)
+    with Computes() as c:
+        out = anyclip.global_norm([x, empty])
+    assert c.count == 0, "global_norm computed while building its graph"
+    assert isinstance(out, da.Array)
+    assert out.dtype == np.float64
+    assert out.shape == ()
+    assert _layer_sizes(out, "anyclip-tf-order-node") == [16]
+    assert out.compute() == LONG_GLOBAL  # TF's global_norm([x]), bit for bit
 
 
 def test_float64_unknown_chunk_sizes_may_be_empty():

@@ -17,7 +17,7 @@ the nodes' sums as TF's tree does in one last task, which reads one float per no
 graph is built from the shapes alone (lazy), and no task holds more than a chunk. An array
 of unknown chunk sizes (``x[x > 0]``) has no tree until it is computed: its sums keep
 dask's own order (each chunk's sum, then dask's tree of partial sums), within about 20 ULP
-of TF's in float64, as float32 sums on every backend.
+of TF's in float64, as float32 sums on every backend; the other arrays of a list keep TF's.
 
 With ``accumulate_dtype``, dask casts chunk by chunk already; :meth:`DaskKernels.cast_map`
 makes the cast, the elementwise step and the cast back one task per chunk (``map_blocks``), so
@@ -36,6 +36,7 @@ from anyclip._compat import dtype_name
 from anyclip._kernels._base import Kernels
 from anyclip._kernels._numpy import column_sums
 from anyclip._kernels._tforder import tf_order_nodes, tf_order_sums, tf_order_total, tf_order_walk
+from anyclip._numerics import reduce_sum
 from anyclip._typing import Namespace
 
 __all__ = ["DaskKernels"]
@@ -56,20 +57,20 @@ class DaskKernels(Kernels):
         return map_blocks(_cast_map_chunk, *operands, fn=fn, acc=acc, dtype=t.dtype)
 
     def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
-        """As :meth:`Kernels.tf_order_squares`, for float64 arrays of known shape, lazily.
+        """As :meth:`Kernels.tf_order_squares`, for float64 dask arrays, lazily.
 
-        Each array is flattened and rechunked at nodes of TF's tree of at most its largest
-        chunk's elements (a leaf's 4,096 at least); one task per node sums its squares in
-        TF's order (:func:`~anyclip._kernels._tforder.tf_order_sums`, NumPy), and one last
-        task adds the nodes' sums as TF's tree does, then the arrays' sums (halved, with
-        ``half``) as ``tf.linalg.global_norm`` does
-        (:func:`~anyclip._kernels._tforder.tf_order_total`): bit-equal to the NumPy kernels.
-        None for other dtypes, and for arrays of unknown chunk sizes (their tree is not
-        known before they are computed): their sums keep dask's own order.
+        Each array of known shape is flattened and rechunked at nodes of TF's tree of at most
+        its largest chunk's elements (a leaf's 4,096 at least); one task per node sums its
+        squares in TF's order (:func:`~anyclip._kernels._tforder.tf_order_sums`, NumPy).
+        An array of unknown chunk sizes has no tree before it is computed: its sum is
+        dask's own (each chunk's, then dask's tree of partial sums). One last task adds
+        the nodes' sums as TF's tree does, then the arrays' sums (halved, with ``half``) as
+        ``tf.linalg.global_norm`` does (:func:`~anyclip._kernels._tforder.tf_order_total`):
+        bit-equal to the NumPy kernels where every shape is known. None for other dtypes.
         """
-        if dtype_name(arrays[0].dtype) != "float64" or not all(map(_known_shape, arrays)):
+        if dtype_name(arrays[0].dtype) != "float64":
             return None
-        return _tf_order_squares(arrays, half=half)
+        return _tf_order_squares(xp, arrays, half=half)
 
     def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
         """As :meth:`Kernels.clip_norm2`, without TF's double ``where``: dask records no gradient.
@@ -133,22 +134,29 @@ def _known_shape(a: Any) -> bool:
     return all(d == d for d in a.shape)
 
 
-def _tf_order_squares(arrays: Sequence[Any], *, half: bool) -> Any:
-    """:meth:`DaskKernels.tf_order_squares` of float64 dask arrays of known shape: 0-d, lazy."""
+def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
+    """:meth:`DaskKernels.tf_order_squares` of float64 dask arrays: a 0-d dask array, lazy."""
     import dask.array as da
     import numpy as np
 
-    nodes: list[tuple[int, int]] = []  # every array's nodes, in order: one sum each
-    trees: list[Any] = []  # per array: its tree over its nodes' positions, None if empty
+    nodes: list[tuple[int, int]] = []  # the known arrays' nodes, in order: one sum each
+    # per array: ("tree", its tree over its nodes' positions), ("own", the position of its
+    # sum in ``owns``) for an unknown shape, or ("empty", None)
+    trees: list[tuple[str, Any]] = []
     parts: list[Any] = []
+    owns: list[Any] = []
     for a in arrays:
+        if not _known_shape(a):
+            trees.append(("own", len(owns)))
+            owns.append(reduce_sum(xp, a * a, None, keepdims=False))
+            continue
         n = math.prod(int(d) for d in a.shape)
         if not n:
-            trees.append(None)
+            trees.append(("empty", None))
             continue
         flat = a.reshape(-1)  # dask's reshape (row-major), lazy
         first = len(nodes)
-        trees.append(tf_order_nodes(n, max(flat.chunks[0]), nodes))
+        trees.append(("tree", tf_order_nodes(n, max(flat.chunks[0]), nodes)))
         cut = tuple(length for _, length in nodes[first:])
         map_blocks: Callable[..., Any] = flat.rechunk((cut,)).map_blocks  # untyped in dask
         parts.append(
@@ -160,16 +168,21 @@ def _tf_order_squares(arrays: Sequence[Any], *, half: bool) -> Any:
                 token="anyclip-tf-order-node",
             )
         )
-    if not parts:  # only empty arrays
-        return da.zeros((), dtype=np.float64)
     concatenate: Callable[..., Any] = da.concatenate  # untyped in dask
-    sums = parts[0] if len(parts) == 1 else concatenate(parts)
+    stack: Callable[..., Any] = da.stack  # untyped in dask
+    inputs: list[Any] = []
+    if parts:
+        inputs += [parts[0] if len(parts) == 1 else concatenate(parts), "i"]
+    if owns:
+        inputs += [stack(owns), "j"]
+    if not inputs:  # only empty arrays
+        return da.zeros((), dtype=np.float64)
     blockwise: Callable[..., Any] = da.blockwise  # untyped in dask
+    total = functools.partial(_tf_order_total, trees=trees, half=half, nodes=bool(parts))
     return blockwise(
-        functools.partial(_tf_order_total, trees=trees, half=half),
+        total,
         "",
-        sums,
-        "i",
+        *inputs,
         concatenate=True,
         dtype=np.float64,
         meta=np.empty((), dtype=np.float64),
@@ -186,12 +199,20 @@ def _node_sum(block: Any) -> Any:
     return np.asarray(sums, dtype=np.float64)
 
 
-def _tf_order_total(sums: Any, *, trees: list[Any], half: bool) -> Any:
-    """The arrays' nodes' sums ``sums`` (NumPy, in order) added as TF's trees, then totalled."""
+def _tf_order_total(*sums: Any, trees: list[tuple[str, Any]], half: bool, nodes: bool) -> Any:
+    """The arrays' total from their nodes' sums and their own sums (NumPy, in order).
+
+    ``sums``: the nodes' sums (where ``nodes``), then the sums of the arrays of unknown
+    shape (where any); ``trees`` as in :func:`_tf_order_squares`.
+    """
     import numpy as np
 
-    values = sums.tolist()
-    per_array = [0.0 if tree is None else tf_order_walk(tree, values) for tree in trees]
+    values = sums[0].tolist() if nodes else []
+    owns = sums[-1].tolist() if len(sums) > int(nodes) else []
+    per_array = [
+        tf_order_walk(at, values) if kind == "tree" else owns[at] if kind == "own" else 0.0
+        for kind, at in trees
+    ]
     return np.asarray(tf_order_total(np, per_array, column_sums, half=half), dtype=np.float64)
 
 

@@ -2,12 +2,14 @@
 
 The generic ``dask`` backend of the shared fixtures is opt-in (see ``conftest.py``); these
 tests run whenever dask is installed (it is in the ``test`` extra). Expected values are
-NumPy float64 formulas of the same data, or exact closed forms.
+NumPy float64 formulas of the same data, exact closed forms, or TF 2.21's committed values
+(``tests/data/long_sums.npz``) for the float64 sums in TF's order.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -95,6 +97,81 @@ def test_matrix_2_norm_of_a_stack_is_numpys():
     assert out.shape == (4,)
     want = np.linalg.svd(host.astype(np.float64), compute_uv=False)[:, 0]
     np.testing.assert_allclose(out.compute(), want, rtol=1e-6)
+
+
+def _layer_sizes(out, prefix: str) -> list[int]:
+    """The number of tasks of each layer of ``out``'s graph whose name starts with ``prefix``."""
+    layers = out.__dask_graph__().layers
+    return [len(layer) for name, layer in layers.items() if name.startswith(prefix)]
+
+
+#: TF 2.21's float64 norm and global_norm of 100,000 values +-1.7 (``tests/data/long_sums.npz``).
+_LONG_SUMS = np.load(Path(__file__).with_name("data") / "long_sums.npz")
+LONG = _LONG_SUMS["1.7/100000/norm"]
+LONG_GLOBAL = _LONG_SUMS["1.7/100000/global_norm"]
+
+
+def _long() -> np.ndarray:
+    """The 100,000 values +-1.7 of ``tests/data/make_long_sums.py`` (seed 22)."""
+    return np.random.default_rng(22).choice([-1.0, 1.0], 100_000) * 1.7
+
+
+def test_float64_sums_in_tfs_order_stay_lazy_and_chunked():
+    """float64 norms: one task per node of TF's tree (about a chunk each), built lazily."""
+    x = da.from_array(_long(), chunks=10_000)
+    with Computes() as c:
+        out = anyclip.norm(x)
+    assert c.count == 0, "norm computed while building its graph"
+    assert isinstance(out, da.Array)
+    assert out.dtype == np.float64
+    assert out.shape == ()
+    # nodes of 6,250 elements (TF's tree halves 100,000 four times): no task holds the array
+    assert _layer_sizes(out, "anyclip-tf-order-node") == [16]
+    assert _layer_sizes(out, "anyclip-tf-order-total") == [1]  # one float per node in
+    assert out.compute() == LONG  # TF's value, bit for bit
+
+
+def test_float32_sums_keep_dasks_reduction():
+    x = da.from_array(_long().astype(np.float32), chunks=10_000)
+    assert _layer_sizes(anyclip.norm(x), "anyclip-tf-order") == []
+
+
+@pytest.mark.parametrize("chunks", [1000, 30_000])
+def test_float64_unknown_chunk_sizes_keep_dasks_order(chunks):
+    """``x[x != 0]`` has no tree before it is computed: dask's order, within 20 ULP of TF's."""
+    x = da.from_array(_long(), chunks=chunks)
+    x = x[x != 0]
+    assert math.isnan(x.shape[0])
+    with Computes() as c:
+        out = anyclip.norm(x)
+    assert c.count == 0, "norm computed while building its graph"
+    assert isinstance(out, da.Array)
+    assert out.dtype == np.float64
+    assert out.shape == ()
+    got = out.compute()
+    assert abs(int(got.view(np.int64)) - int(LONG.view(np.int64))) <= 20
+
+
+def test_float64_known_arrays_keep_tfs_order_next_to_unknown_ones():
+    """In a list, only the arrays of unknown chunk sizes take dask's order."""
+    x = da.from_array(_long(), chunks=10_000)
+    empty = x[x > 2]  # unknown size, 0 elements: TF's sum of [l2_loss(x), 0] is l2_loss(x)
+    with Computes() as c:
+        out = anyclip.global_norm([x, empty])
+    assert c.count == 0, "global_norm computed while building its graph"
+    assert isinstance(out, da.Array)
+    assert out.dtype == np.float64
+    assert out.shape == ()
+    assert _layer_sizes(out, "anyclip-tf-order-node") == [16]
+    assert out.compute() == LONG_GLOBAL  # TF's global_norm([x]), bit for bit
+
+
+def test_float64_unknown_chunk_sizes_may_be_empty():
+    x = da.from_array(np.linspace(-1.0, 1.0, 10), chunks=3)
+    none = x[x > 2]
+    assert anyclip.norm(none).compute() == 0.0
+    assert anyclip.global_norm([none, none]).compute() == 0.0
+    assert anyclip.clip_by_norm(none, 1.0).compute().shape == (0,)
 
 
 def test_out_of_core_two_passes_on_a_local_cluster():

@@ -3,8 +3,9 @@
 When every square is the same number, the sum's error comes from the order of additions
 alone: TF's own norm is 10 to 20 ULP from the exact one from a few thousand elements on, and
 any other order (a more accurate one included) is as far from TF. The NumPy, torch (CPU),
-JAX (CPU, not sharded) and array-api-strict kernels add float64 squares in TF's order
-(``anyclip._kernels._tforder``), JAX under ``jit`` too; the reference is
+JAX (CPU, not sharded), array-api-strict and dask kernels add float64 squares in TF's order
+(``anyclip._kernels._tforder``), JAX under ``jit`` too, dask in chunks cut at nodes of TF's
+tree (:func:`test_dask_chunks`: chunked otherwise, and in two dimensions); the reference is
 ``tests/data/make_long_sums.py`` (TF 2.21, one intra-op thread), committed as
 ``tests/data/long_sums.npz`` and re-run with ``--live-tf``.
 
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 
 import anyclip
+from anyclip_conformance import assert_array, load_backend
 
 from .conftest import assert_live_reference
 
@@ -35,14 +37,15 @@ gen = SimpleNamespace(**runpy.run_path(str(SCRIPT)))
 #: Largest distance from TF's value.
 ULP = 2
 
-#: Dask sums each chunk, then the chunks' sums, in its own order: up to 18 ULP from TF on
-#: these inputs in one chunk, 20 in chunks of 1,000 (measured). TF's order would need chunks
-#: cut at the leaves of TF's tree (a rechunk), not done.
-OWN_ORDER = pytest.mark.xfail_backend(
-    "dask",
-    reason="dask adds float64 chunk sums in its own order, not TF's (up to 20 ULP from TF "
-    "for values of equal magnitude; docs/tf-behaviour.md)",
-)
+#: The dask chunkings of :func:`test_dask_chunks`: ``(rows, chunks)`` of the input reshaped to
+#: ``(rows, -1)``. Chunks shorter than a leaf of TF's tree (4,096), of an odd length, of
+#: several leaves, and a 2-D array chunked along both axes (flattened by dask's reshape).
+DASK_CHUNKS = {
+    "1000": (1, (1, 1000)),
+    "3001": (1, (1, 3001)),
+    "100000": (1, (1, 100_000)),
+    "2-D": (4, (1, 1250)),
+}
 
 #: Under ``jax.jit`` XLA:CPU contracts some squares with their additions into fused
 #: multiply-adds (one rounding where TF has two): 1 ULP from TF at most on these inputs.
@@ -58,13 +61,11 @@ def test_reference_shows_the_problem():
     assert far >= 10
 
 
-@OWN_ORDER
 def test_norm(backend, make, check):
     for key, x in gen.inputs().items():
         check(anyclip.norm(make(x, "float64")), REF[f"{key}/norm"], "float64", ULP, what=key)
 
 
-@OWN_ORDER
 def test_global_norm(backend, make, check):
     for key, x in gen.inputs().items():
         t = make(x, "float64")
@@ -73,12 +74,33 @@ def test_global_norm(backend, make, check):
         check(anyclip.global_norm(two), REF[f"{key}/global_norm2"], "float64", ULP, what=key)
 
 
-@OWN_ORDER
 def test_clip_by_norm(backend, make, check):
     for key, x in gen.inputs().items():
         if x.size <= gen.CLIP_MAX:
             out = anyclip.clip_by_norm(make(x, "float64"), gen.CLIP_NORM)
             check(out, REF[f"{key}/clip_by_norm"], "float64", ULP, what=key)
+
+
+@pytest.mark.parametrize("layout", DASK_CHUNKS)
+def test_dask_chunks(layout):
+    # rechunked at nodes of TF's tree whatever the input's chunks: TF's value
+    da = pytest.importorskip("dask.array")
+    backend = load_backend("dask")
+    rows, chunks = DASK_CHUNKS[layout]
+
+    def check(out, want, what):
+        assert_array(out, want, backend=backend, dtype="float64", ulp=ULP, what=what)
+
+    for key, x in gen.inputs().items():
+        if x.size % rows:
+            continue
+        t = da.from_array(x.reshape(rows, -1), chunks=chunks)
+        check(anyclip.norm(t), REF[f"{key}/norm"], key)
+        third = da.from_array(x[: x.size // 3], chunks=chunks[-1])  # 1-D
+        check(anyclip.global_norm([t, third]), REF[f"{key}/global_norm2"], key)
+        if x.size <= gen.CLIP_MAX:
+            want = REF[f"{key}/clip_by_norm"].reshape(t.shape)
+            check(anyclip.clip_by_norm(t, gen.CLIP_NORM), want, key)
 
 
 @pytest.mark.live_tf

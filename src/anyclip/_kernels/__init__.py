@@ -11,7 +11,8 @@ list) to it. Which kernels serve a call depends on the library and the dtype onl
   spread over several devices);
 * JAX float32/float64: :class:`~anyclip._kernels._jax.JaxKernels`;
 * dask, every dtype: :class:`~anyclip._kernels._dask.DaskKernels` (the generic steps, with
-  dask's own SVD for the matrix 2-norm);
+  float64 sums of squares in TF's order, one task per node of TF's tree, and dask's own SVD
+  for the matrix 2-norm);
 * everything else: :data:`GENERIC`, the array-API implementation of every step.
 
 Inside :class:`anyclip.flush_subnormals`, each of these (but JAX's: XLA:CPU flushes by

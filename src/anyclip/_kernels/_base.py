@@ -47,7 +47,8 @@ UPCAST_BLOCK = 1 << 20
 _EAGER = ("numpy", "torch", "cupy", "array_api_strict")
 
 #: Libraries whose float64 sums of squares the generic kernels add in TF's (CPU) order. NumPy
-#: and torch have their own kernels for it; JAX's check its arrays (CPU, not sharded).
+#: and torch have their own kernels for it, dask its own graph; JAX's check its arrays (CPU, not
+#: sharded).
 _TF_ORDER = ("numpy", "array_api_strict")
 
 

@@ -8,6 +8,17 @@ so :meth:`DaskKernels.svdvals` calls ``dask.array.linalg.svd`` (tall-and-skinny 
 putting the shorter dimension in one chunk; a stack of matrices goes matrix by matrix, one chunk
 holding whole matrices, through NumPy's ``svd`` in ``map_blocks``.
 
+float64 sums of squares over every element (the norms, ``global_norm``, ``clip_by_norm``,
+``l2_normalize`` over all axes) add in TF 2.21's order, as the NumPy kernels' do:
+:meth:`DaskKernels.tf_order_squares` rechunks each flattened array at nodes of TF's tree
+(:func:`~anyclip._kernels._tforder.tf_order_nodes`, of about the array's own chunk size),
+sums each chunk in TF's order with NumPy (one task per node: the node's subtree), and adds
+the nodes' sums as TF's tree does in one last task, which reads one float per node. The
+graph is built from the shapes alone (lazy), and no task holds more than a chunk. An array
+of unknown chunk sizes (``x[x > 0]``) has no tree until it is computed: its sums keep
+dask's own order (each chunk's sum, then dask's tree of partial sums), within about 20 ULP
+of TF's in float64, as float32 sums on every backend; the other arrays of a list keep TF's.
+
 With ``accumulate_dtype``, dask casts chunk by chunk already; :meth:`DaskKernels.cast_map`
 makes the cast, the elementwise step and the cast back one task per chunk (``map_blocks``), so
 that the cast chunks the sum of squares reads are not kept for the scaling (a shared
@@ -17,10 +28,15 @@ that the cast chunks the sum of squares reads are not kept for the scaling (a sh
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from anyclip._compat import dtype_name
 from anyclip._kernels._base import Kernels
+from anyclip._kernels._numpy import column_sums
+from anyclip._kernels._tforder import tf_order_nodes, tf_order_sums, tf_order_total, tf_order_walk
+from anyclip._numerics import reduce_sum
 from anyclip._typing import Namespace
 
 __all__ = ["DaskKernels"]
@@ -39,6 +55,22 @@ class DaskKernels(Kernels):
             return super().cast_map(xp, t, acc, fn, operands)
         map_blocks: Callable[..., Any] = t.map_blocks  # untyped in dask
         return map_blocks(_cast_map_chunk, *operands, fn=fn, acc=acc, dtype=t.dtype)
+
+    def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
+        """As :meth:`Kernels.tf_order_squares`, for float64 dask arrays, lazily.
+
+        Each array of known shape is flattened and rechunked at nodes of TF's tree of at most
+        its largest chunk's elements (a leaf's 4,096 at least); one task per node sums its
+        squares in TF's order (:func:`~anyclip._kernels._tforder.tf_order_sums`, NumPy).
+        An array of unknown chunk sizes has no tree before it is computed: its sum is
+        dask's own (each chunk's, then dask's tree of partial sums). One last task adds
+        the nodes' sums as TF's tree does, then the arrays' sums (halved, with ``half``) as
+        ``tf.linalg.global_norm`` does (:func:`~anyclip._kernels._tforder.tf_order_total`):
+        bit-equal to the NumPy kernels where every shape is known. None for other dtypes.
+        """
+        if dtype_name(arrays[0].dtype) != "float64":
+            return None
+        return _tf_order_squares(xp, arrays, half=half)
 
     def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
         """As :meth:`Kernels.clip_norm2`, without TF's double ``where``: dask records no gradient.
@@ -95,6 +127,93 @@ class DaskKernels(Kernels):
         svd: Callable[[Any], tuple[Any, Any, Any]] = da.linalg.svd  # untyped in dask
         _, s, _ = svd(m)
         return s
+
+
+def _known_shape(a: Any) -> bool:
+    """Whether every dimension of the dask array ``a`` is known (not NaN)."""
+    return all(d == d for d in a.shape)
+
+
+def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
+    """:meth:`DaskKernels.tf_order_squares` of float64 dask arrays: a 0-d dask array, lazy."""
+    import dask.array as da
+    import numpy as np
+
+    nodes: list[tuple[int, int]] = []  # the known arrays' nodes, in order: one sum each
+    # per array: ("tree", its tree over its nodes' positions), ("own", the position of its
+    # sum in ``owns``) for an unknown shape, or ("empty", None)
+    trees: list[tuple[str, Any]] = []
+    parts: list[Any] = []
+    owns: list[Any] = []
+    for a in arrays:
+        if not _known_shape(a):
+            trees.append(("own", len(owns)))
+            owns.append(reduce_sum(xp, a * a, None, keepdims=False))
+            continue
+        n = math.prod(int(d) for d in a.shape)
+        if not n:
+            trees.append(("empty", None))
+            continue
+        flat = a.reshape(-1)  # dask's reshape (row-major), lazy
+        first = len(nodes)
+        trees.append(("tree", tf_order_nodes(n, max(flat.chunks[0]), nodes)))
+        cut = tuple(length for _, length in nodes[first:])
+        map_blocks: Callable[..., Any] = flat.rechunk((cut,)).map_blocks  # untyped in dask
+        parts.append(
+            map_blocks(
+                _node_sum,
+                chunks=((1,) * len(cut),),
+                dtype=np.float64,
+                meta=np.empty((0,), dtype=np.float64),
+                token="anyclip-tf-order-node",
+            )
+        )
+    concatenate: Callable[..., Any] = da.concatenate  # untyped in dask
+    stack: Callable[..., Any] = da.stack  # untyped in dask
+    inputs: list[Any] = []
+    if parts:
+        inputs += [parts[0] if len(parts) == 1 else concatenate(parts), "i"]
+    if owns:
+        inputs += [stack(owns), "j"]
+    if not inputs:  # only empty arrays
+        return da.zeros((), dtype=np.float64)
+    blockwise: Callable[..., Any] = da.blockwise  # untyped in dask
+    total = functools.partial(_tf_order_total, trees=trees, half=half, nodes=bool(parts))
+    return blockwise(
+        total,
+        "",
+        *inputs,
+        concatenate=True,
+        dtype=np.float64,
+        meta=np.empty((), dtype=np.float64),
+        token="anyclip-tf-order-total",
+    )
+
+
+def _node_sum(block: Any) -> Any:
+    """The sum of squares of one node of TF's tree (a NumPy chunk) in TF's order, as (1,)."""
+    import numpy as np
+
+    with np.errstate(all="ignore"):  # TF's arithmetic: inf and NaN without warnings
+        sums = tf_order_sums(np, block, [int(block.size)], column_sums, square=True)
+    return np.asarray(sums, dtype=np.float64)
+
+
+def _tf_order_total(*sums: Any, trees: list[tuple[str, Any]], half: bool, nodes: bool) -> Any:
+    """The arrays' total from their nodes' sums and their own sums (NumPy, in order).
+
+    ``sums``: the nodes' sums (where ``nodes``), then the sums of the arrays of unknown
+    shape (where any); ``trees`` as in :func:`_tf_order_squares`.
+    """
+    import numpy as np
+
+    values = sums[0].tolist() if nodes else []
+    owns = sums[-1].tolist() if len(sums) > int(nodes) else []
+    per_array = [
+        tf_order_walk(at, values) if kind == "tree" else owns[at] if kind == "own" else 0.0
+        for kind, at in trees
+    ]
+    return np.asarray(tf_order_total(np, per_array, column_sums, half=half), dtype=np.float64)
 
 
 def _cast_map_chunk(block: Any, *operands: Any, fn: Any, acc: Any) -> Any:

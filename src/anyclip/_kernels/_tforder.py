@@ -29,10 +29,12 @@ __all__ = [
     "SMALL",
     "small_sum",
     "square_list",
+    "tf_order_nodes",
     "tf_order_squares",
     "tf_order_sum_of",
     "tf_order_sums",
     "tf_order_total",
+    "tf_order_walk",
 ]
 
 #: Sums a 3-D array down its axis 0, one row after another.
@@ -140,27 +142,60 @@ def _finish(acc: list[float] | None, rest: list[float]) -> float:
     return tail + ((lanes[0] + lanes[2]) + (lanes[1] + lanes[3]))
 
 
-def _leaves(origin: int, first: int, n: int, out: list[tuple[int, int]]) -> Any:
+def _leaves(origin: int, first: int, n: int, out: list[tuple[int, int]], leaf: int = _LEAF) -> Any:
     """Eigen's split of ``[first, first + n)``: a leaf index, or a list of one or two nodes.
 
     ``first`` counts from the reduced array's own first element, at ``origin`` in the flat
     array the leaves ``out`` index (``(start, length)``): Eigen aligns each split on a
     packet of the array it reduces. (Counted from the start of a joined flat array instead,
     an array after one of a length not a multiple of 4 was split elsewhere than TF, up to 2
-    ULP off.)
+    ULP off.) With ``leaf`` above ``_LEAF`` the split stops at nodes of at most ``leaf``
+    elements: the same splits (Eigen's point does not depend on the leaf's size), fewer.
     """
-    if n <= _LEAF:
+    if n <= leaf:
         out.append((origin + first, n))
         return len(out) - 1
     split = _PACKET * -(-(first + -(-n // 2)) // _PACKET)
     left = min(split - first, n)
-    node = [_leaves(origin, first, left, out)]
+    node = [_leaves(origin, first, left, out, leaf)]
     if left < n:
-        node.append(_leaves(origin, split, n - left, out))
+        node.append(_leaves(origin, split, n - left, out, leaf))
     return node
 
 
-def _walk(node: Any, values: list[float]) -> float:
+def tf_order_nodes(n: int, most: int, out: list[tuple[int, int]]) -> Any:
+    """The nodes of TF's tree over ``n`` elements that hold at most ``most`` each, in order.
+
+    Appends each node's ``(start, length)`` to ``out`` and returns the tree above them: a
+    node's index in ``out``, or a list of one or two such trees (left, right), for
+    :func:`tf_order_walk`. A node is a whole subtree (``most`` is raised to a leaf's
+    ``_LEAF`` elements at least), and it starts at a multiple of a packet, where Eigen's
+    splits fall as in an array of its own: its sum is :func:`tf_order_sums` of its elements
+    alone. The nodes hold more than ``most // 2`` elements each (but the last of a short
+    array), so they partition the array into about ``n / most`` to ``2 n / most`` pieces.
+
+    Examples
+    --------
+    >>> from anyclip._kernels._tforder import tf_order_nodes
+    >>> nodes = []
+    >>> tf_order_nodes(20_000, 8192, nodes)
+    [[0, 1], [2, 3]]
+    >>> nodes
+    [(0, 5000), (5000, 5000), (10000, 5000), (15000, 5000)]
+    """
+    return _leaves(0, 0, n, out, max(most, _LEAF))
+
+
+def tf_order_walk(tree: Any, values: Sequence[float]) -> float:
+    """The sum of the tree of :func:`tf_order_nodes` from its nodes' sums ``values``, as TF.
+
+    Each inner node adds its right child's sum to its left child's (Python floats: IEEE
+    double, rounded as Eigen's additions).
+    """
+    return _walk(tree, values)
+
+
+def _walk(node: Any, values: Sequence[float]) -> float:
     if isinstance(node, int):
         return values[node]
     total = _walk(node[0], values)

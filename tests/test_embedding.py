@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import anyclip
-from anyclip_conformance import Backend
+from anyclip_conformance import Backend, assert_array
 
 from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, assert_live_reference
 
@@ -195,11 +195,28 @@ def test_sharded_bad_params(parts, error, match):
         anyclip.embedding_lookup(parts, np.array([0, 1], np.int32), max_norm=max_norm)
 
 
-def test_sharded_sparse_is_refused():
-    torch = pytest.importorskip("torch")
-    parts = [torch.ones(3, 2), torch.ones(2, 2)]
-    with pytest.raises(ValueError, match=r"`sparse=True` takes one table, got a list of 2"):
-        anyclip.embedding_lookup(parts, torch.tensor([0, 1]), sparse=True)
+@torch_backends
+@pytest.mark.parametrize("case", ["div2", "div3-clip", "div4-clip", "f64-div2-clip", "3-4-3"])
+def test_sharded_sparse_gradients_give_tfs_norm(backend, case):
+    # each shard's gradient is sparse, a row per id (zero where the id is another shard's):
+    # its dense form is TF's, and the global norm over the shards is TF's over its
+    # IndexedSlices (a repeated id once per occurrence), not the dense gradients' norm
+    torch = backend.module
+    name, sizes, _, max_norm = gen.SHARD_CASES[case]
+    dtype = REF[f"params/{name}"].dtype.name
+    parts = [backend.asarray(t, dtype, requires_grad=True) for t in gen.shards(name, sizes)]
+    ids = torch.tensor(REF[f"shard/{case}/ids"].astype(np.int64), device=backend.device)
+    out = anyclip.embedding_lookup(parts, ids, max_norm, sparse=True)
+    w = torch.arange(1, out.numel() + 1, dtype=out.dtype, device=out.device).reshape(out.shape)
+    (out * w).sum().backward()
+    grads = [p.grad for p in parts]
+    for i, g in enumerate(grads):
+        assert g.layout == torch.sparse_coo and g._nnz() == ids.numel(), (case, i)
+        np.testing.assert_allclose(
+            g.to_dense().cpu().numpy(), REF[f"shard/{case}/grad/{i}"], rtol=2e-6, atol=1e-6
+        )
+    want = REF[f"shard/{case}/global_norm"]
+    assert_array(anyclip.global_norm(grads), want, backend=backend, dtype=dtype, ulp=ULP_GLOBAL)
 
 
 @jax_backends

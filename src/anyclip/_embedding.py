@@ -89,10 +89,12 @@ def embedding_lookup(
     name : str, optional
         Accepted for compatibility with TF and ignored.
     sparse : bool, default False
-        Not in TF; torch only, for a 2-D ``params``: its gradient is a sparse COO tensor with
-        one row per looked-up id, uncoalesced, as TF's ``IndexedSlices`` gradient
-        (``torch.nn.functional.embedding(..., sparse=True)``). JAX has no sparse gradients:
-        see the porting guide for TF's gradient norm there.
+        Not in TF; torch only, for a 2-D ``params`` (or 2-D shards): its gradient is a sparse
+        COO tensor with one row per looked-up id, uncoalesced, as TF's ``IndexedSlices``
+        gradient (``torch.nn.functional.embedding(..., sparse=True)``). Each shard's gradient
+        has a row per id, zero for the ids of other shards (TF's holds its own ids only): its
+        norm and dense form are TF's. JAX has no sparse gradients: see the porting guide for
+        TF's gradient norm there.
 
     Returns
     -------
@@ -106,8 +108,8 @@ def embedding_lookup(
         ``sparse=True`` on a backend other than torch, or shards (or a tuple's items) differ
         in dtype.
     ValueError
-        If ``params`` (or a shard) is 0-d, ``sparse=True`` for a ``params`` that is not 2-D
-        or for shards, ``params`` is an empty list or tuple, shards differ in ``shape[1:]``
+        If ``params`` (or a shard) is 0-d, ``sparse=True`` for a ``params`` (or shards) not
+        2-D, ``params`` is an empty list or tuple, shards differ in ``shape[1:]``
         (a tuple's items: in shape), or there are fewer rows than shards.
     IndexError
         If an id is negative or not below ``params.shape[0]`` (TF's CPU error), on NumPy and
@@ -239,6 +241,9 @@ def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> An
     their actual sizes (``V`` is their sum). Each shard's rows are gathered and clipped
     (``max_norm``) and put back in the order of ``ids``; the values are those of one table,
     the concatenation of the shards, when the sizes are the "div" ones.
+
+    With ``sparse`` (torch), each shard's gradient is a sparse tensor with one row per id,
+    zero for the ids of other shards (selecting a shard's own ids would be a host sync).
     """
     names = [f"params[{i}]" for i in range(len(params))]
     xp = namespace(*params, ids, names=(*names, "ids"))
@@ -266,12 +271,6 @@ def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> An
                 f"split the table along its first axis only{tf_words(TF_STITCH)}"
             )
             raise ValueError(msg)
-    if sparse:
-        msg = (
-            "`sparse=True` takes one table, got a list of "
-            f"{len(shards)} shards; leave it False (dense gradients) or pass one table"
-        )
-        raise ValueError(msg)
     if max_norm is not None:
         require_kind(xp, first, "params", ("real",), FLOATS, tf_attr)
     sizes = [int(t.shape[0]) for t in shards]
@@ -302,7 +301,7 @@ def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> An
             continue
         size = xp.asarray(sizes[s], dtype=flat.dtype)
         ok = (shard == xp.asarray(s, dtype=flat.dtype)) & (local < size)
-        rows = _take_rows(xp, t, xp.where(ok, local, xp.zeros_like(local)), False)
+        rows = _take_rows(xp, t, xp.where(ok, local, xp.zeros_like(local)), sparse)
         mask = xp.reshape(ok, (n,) + (1,) * len(row))
         out = xp.where(mask, rows, _fill(xp, rows) if out is None else out)
     assert out is not None  # n > 0 gives q > 0: some shard has rows

@@ -15,7 +15,9 @@ The file holds:
 * ``shard/<case>/...``: a table split into shards (``params`` a list: TF's "div" strategy),
   for each case of :data:`SHARD_CASES`: ``.../lookup``, and ``.../grad/<i>`` the dense form of
   the ``IndexedSlices`` gradient with respect to shard ``i`` (``sum(w * result)``,
-  ``w = 1..n``); the shards are ``params/<name>`` split after the rows in ``sizes``.
+  ``w = 1..n``), and ``.../global_norm`` ``tf.linalg.global_norm`` of those ``IndexedSlices``
+  (a repeated id once per occurrence); the shards are ``params/<name>`` split after the rows
+  in ``sizes``.
   ``shard-error/<case>``: TF's message for :data:`SHARD_ERRORS` (an id outside every shard;
   shards whose sizes are not the "div" ones, where an id falls past its shard's rows).
 * ``tuple/<case>/...``: ``params`` a tuple of arrays, which TF converts to one tensor (a
@@ -190,9 +192,11 @@ def run_tf() -> dict[str, np.ndarray]:
             loss = tf.reduce_sum(r * tf.constant(_weights(r.shape), dtype=r.dtype))
         out[f"shard/{case}/ids"] = ids
         out[f"shard/{case}/lookup"] = np.asarray(r)
-        for i, g in enumerate(tape.gradient(loss, parts)):
+        shard_grads = tape.gradient(loss, parts)
+        for i, g in enumerate(shard_grads):
             dense = tf.zeros_like(parts[i]) if g is None else tf.convert_to_tensor(g)
             out[f"shard/{case}/grad/{i}"] = np.asarray(dense)
+        out[f"shard/{case}/global_norm"] = np.asarray(tf.linalg.global_norm(shard_grads))
     for case, (sizes, ids) in SHARD_ERRORS.items():
         parts = [tf.constant(t) for t in shards("p10", sizes)]
         try:

@@ -815,6 +815,43 @@ def rules(world: int, rank: int) -> None:
         _close(p.grad, want, f"adaptive_clip_grad_ leaf {i}", ulp=ULP_AGC)
 
 
+def layer_rules(world: int, rank: int) -> None:
+    """per_example_layer_clip with ``group=``: each rank holds a part of every leaf (split along
+    a non-batch axis; with 4 ranks some parts are empty); the per-leaf norms, and each rank's
+    part of every clipped leaf, are the one-process call's on the whole gradients; one
+    all-reduce of a ``(batch,)`` vector per leaf (its documented cost)."""
+    from anyclip import tree
+
+    group = dist.group.WORLD
+    batch = 6
+    shapes = {"conv": (batch, 7, 3), "dense": (batch, 5), "head": (batch, 2, 6), "bias": (batch, 9)}
+    axes = {"conv": 1, "dense": 1, "head": 1, "bias": 1}
+    full = dict(zip(shapes, full_grads(list(shapes.values()), seed=31), strict=True))
+    for t, scale in zip(full.values(), (0.05, 0.3, 1.0, 2.0), strict=True):
+        t.mul_(torch.linspace(0.0, 2.0, batch).reshape((batch,) + (1,) * (t.ndim - 1)) * scale)
+    mine = {k: _split(t, axes[k], world, rank) for k, t in full.items()}
+    for style in ("optax", "tf", "opacus"):
+        alone, alone_norms = tree.per_example_layer_clip(full, 0.7, style=style)
+        with Counter() as c:
+            got, norms = tree.per_example_layer_clip(mine, 0.7, style=style, group=group)
+        c.check(max_all_reduce=len(shapes))
+        assert sum(v for k, v in c.counts.items() if "reduce" in k) == len(shapes), c.counts
+        assert set(got) == set(norms) == set(shapes), (set(got), set(norms))
+        for k in shapes:
+            _close(norms[k], alone_norms[k], f"{style} norms {k}")
+            want = _split(alone[k], axes[k] - 1, world, rank)  # the batch axis is summed away
+            _close(got[k], want, f"{style} leaf {k}", scaled=True)
+            same_on_every_rank(norms[k].tolist())
+        clipped = torch.cat([alone_norms[k] > 0.7 / len(shapes) ** 0.5 for k in shapes])
+        assert bool(clipped.any()) and not bool(clipped.all()), alone_norms  # some clipped
+    try:
+        tree.per_example_layer_clip(mine, 0.7, uniform=False, group=group)
+    except ValueError as e:
+        assert "uniform=True" in str(e), e
+    else:
+        raise AssertionError("uniform=False with group= must be refused")
+
+
 def _tf_cases() -> list[tuple[str, list[np.ndarray], np.ndarray]]:
     """The float32 global_norm cases of the conformance data whose items are all arrays."""
     # from the installed anyclip-conformance (as the tests read it), not from a checkout's
@@ -882,6 +919,7 @@ SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "history": history,
     "fsdp2_history": fsdp2_history,
     "rules": rules,
+    "layer_rules": layer_rules,
 }
 
 

@@ -8,10 +8,11 @@ sharded dims, and a NaN or inf on the last rank (NaN or inf on every rank, throu
 and through the NaN-keeping maximum and minimum), the norm-history rules (ZClip,
 QuantileClip, skip_on_spike) with ``group=`` and on an FSDP2 model trained with spikes and
 NaN/inf losses, against one process training the unsharded model, and the per-example and AGC
-norms with ``group=`` (each rank a part of the gradients; the one-process call's results).
+norms with ``group=`` (each rank a part of the gradients; the one-process call's results),
+and the per-layer per-example clipping with ``group=`` (each rank a part of every leaf).
 Inside the ranks, ``CommDebugMode`` counts the collectives: no gather, at most one all-reduce
-of a scalar (or of a value and its NaN flag) per global norm (per group). The expected values
-are the exact
+of a scalar (or of a value and its NaN flag) per global norm (per group), and one of a
+``(batch,)`` vector per leaf for the per-layer clipping. The expected values are the exact
 norms of the full data in float64, within ``ULP_DIST`` float32 ULP.
 """
 
@@ -47,6 +48,7 @@ SCENARIOS = (
     "history",
     "fsdp2_history",
     "rules",
+    "layer_rules",
 )
 #: Seconds a world may run (starting torch in 4 processes on 2 cores included; the FSDP2
 #: training runs of ``fsdp2_history`` take about 40 s of it on 4 ranks).

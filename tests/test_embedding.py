@@ -3,7 +3,8 @@
 The reference is TF itself: ``tests/data/make_embedding.py`` runs ``tf.nn.embedding_lookup`` on
 the inputs stored with its results in ``tests/data/embedding.npz`` (``--live-tf`` reruns the
 script and checks the file): values, dtypes and shapes for scalar, matrix and empty ids, with
-and without ``max_norm``; TF's ``IndexedSlices`` gradient (values per id, and its dense form);
+and without ``max_norm``; sharded tables (a list) and a tuple (one table, its items stacked);
+TF's ``IndexedSlices`` gradient (values per id, and its dense form);
 its out-of-range messages; and a small model's gradient norm, which ``tf.linalg.global_norm``
 takes over the ``IndexedSlices`` values (a repeated id once per occurrence). The porting
 guide's recipes for that norm (torch ``nn.Embedding(sparse=True)``; JAX, the gradient with
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 import anyclip
-from anyclip_conformance import Backend
+from anyclip_conformance import Backend, assert_array
 
 from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, assert_live_reference
 
@@ -194,11 +195,28 @@ def test_sharded_bad_params(parts, error, match):
         anyclip.embedding_lookup(parts, np.array([0, 1], np.int32), max_norm=max_norm)
 
 
-def test_sharded_sparse_is_refused():
-    torch = pytest.importorskip("torch")
-    parts = [torch.ones(3, 2), torch.ones(2, 2)]
-    with pytest.raises(ValueError, match=r"`sparse=True` takes one table, got a list of 2"):
-        anyclip.embedding_lookup(parts, torch.tensor([0, 1]), sparse=True)
+@torch_backends
+@pytest.mark.parametrize("case", ["div2", "div3-clip", "div4-clip", "f64-div2-clip", "3-4-3"])
+def test_sharded_sparse_gradients_give_tfs_norm(backend, case):
+    # each shard's gradient is sparse, a row per id (zero where the id is another shard's):
+    # its dense form is TF's, and the global norm over the shards is TF's over its
+    # IndexedSlices (a repeated id once per occurrence), not the dense gradients' norm
+    torch = backend.module
+    name, sizes, _, max_norm = gen.SHARD_CASES[case]
+    dtype = REF[f"params/{name}"].dtype.name
+    parts = [backend.asarray(t, dtype, requires_grad=True) for t in gen.shards(name, sizes)]
+    ids = torch.tensor(REF[f"shard/{case}/ids"].astype(np.int64), device=backend.device)
+    out = anyclip.embedding_lookup(parts, ids, max_norm, sparse=True)
+    w = torch.arange(1, out.numel() + 1, dtype=out.dtype, device=out.device).reshape(out.shape)
+    (out * w).sum().backward()
+    grads = [p.grad for p in parts]
+    for i, g in enumerate(grads):
+        assert g.layout == torch.sparse_coo and g._nnz() == ids.numel(), (case, i)
+        np.testing.assert_allclose(
+            g.to_dense().cpu().numpy(), REF[f"shard/{case}/grad/{i}"], rtol=2e-6, atol=1e-6
+        )
+    want = REF[f"shard/{case}/global_norm"]
+    assert_array(anyclip.global_norm(grads), want, backend=backend, dtype=dtype, ulp=ULP_GLOBAL)
 
 
 @jax_backends
@@ -219,6 +237,72 @@ def test_sharded_under_torch_compile_fullgraph(backend, check):
     fn = torch.compile(lambda p, i: anyclip.embedding_lookup(p, i, max_norm), fullgraph=True)
     out = fn(parts, backend.asarray(ids, "int64"))
     check(out, REF["shard/div4-clip/lookup"], "float32", ulp=ULP_CLIP_NORM)
+
+
+# ============================================ a tuple: one table, as TF converts it
+def _tuple_args(backend: Backend, case: str) -> tuple[tuple[Any, ...], Any, Any, str]:
+    name, ids, max_norm = gen.TUPLE_CASES[case]
+    dtype = gen.PARAMS[name].dtype.name
+    if ids.dtype == np.int64 and not backend.has_dtype("int64"):
+        ids = ids.astype(np.int32)
+    items = tuple(backend.asarray(t, dtype) for t in gen.tuple_items(name))
+    return items, backend.asarray(ids, ids.dtype.name), max_norm, dtype
+
+
+@pytest.mark.parametrize("case", list(gen.TUPLE_CASES))
+def test_tuple_is_one_stacked_table(backend, check, case):
+    items, ids, max_norm, dtype = _tuple_args(backend, case)
+    out = anyclip.embedding_lookup(items, ids, max_norm)
+    ulp = 0 if max_norm is None else ULP_CLIP_NORM
+    check(out, REF[f"tuple/{case}/lookup"], dtype, ulp=ulp, what=case)
+
+
+@pytest.mark.parametrize("case", list(gen.TUPLE_CASES))
+def test_tuple_gradients_are_tfs(grad_backend, case):
+    backend = grad_backend
+    items, ids, max_norm, dtype = _tuple_args(backend, case)
+    expected = REF[f"tuple/{case}/lookup"]
+    w = backend.asarray(
+        np.arange(1, expected.size + 1, dtype=np.float64).reshape(expected.shape), dtype
+    )
+    grads = backend.grad(lambda *ps: anyclip.embedding_lookup(ps, ids, max_norm), items, w)
+    for i, g in enumerate(grads):
+        got = backend.to_numpy(g)
+        want = REF[f"tuple/{case}/grad/{i}"]
+        assert got.dtype == want.dtype and got.shape == want.shape, (case, i)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6, err_msg=f"{case} {i}")
+
+
+@jax_backends
+def test_tuple_under_jax_jit(backend, check):
+    items, ids, max_norm, dtype = _tuple_args(backend, "matrices-clip")
+    out = backend.jit(lambda p, i: anyclip.embedding_lookup(p, i, max_norm))(items, ids)
+    check(out, REF["tuple/matrices-clip/lookup"], dtype, ulp=ULP_CLIP_NORM)
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        (
+            (np.ones((3, 2), np.float32), np.ones((2, 2), np.float32)),
+            ValueError,
+            r"must share one shape, got \(3, 2\) for params\[0\] and \(2, 2\) for params\[1\].*"
+            r"\(TF: Shapes of all inputs must match: values\[0\]\.shape = \[3,2\] != "
+            r"values\[1\]\.shape = \[2,2\]\)",
+        ),
+        (
+            (np.ones(2, np.float32), np.ones(2, np.float64)),
+            TypeError,
+            r"must share one dtype, got float32 for params\[0\] and float64 for params\[1\].*"
+            r"\(TF: expected to be a float tensor but is a double tensor\)",
+        ),
+        ((), ValueError, r"got an empty tuple \(TF: Length of params is currently 0"),
+    ],
+)
+def test_bad_tuple_params(params, error, match):
+    # TF 2.21 (tensors): InvalidArgumentError from its Pack for the first two, then ValueError
+    with pytest.raises(error, match=match):
+        anyclip.embedding_lookup(params, np.array([0], np.int32))
 
 
 # ===================================================================== errors

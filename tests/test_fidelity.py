@@ -8,12 +8,17 @@ hand-derived; the conformance catalogue (``anyclip_conformance/cases.py``: its `
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
 
 import anyclip
+from anyclip_conformance import assert_array
+
+from .conftest import rounded
 
 __all__: list[str] = []
 
@@ -323,6 +328,223 @@ def test_accumulated_norm_overflowing_its_dtype_is_inf_without_warning(backend, 
     got = np.asarray(backend.to_numpy(anyclip.norm(x, ord=ord_, accumulate_dtype="float32")))
     assert got.dtype == np.float16
     assert float(got) == want
+
+
+# ------------------ memory: JAX's compiled block loop, eager and inside jit, grad and vmap
+# JAX casts an array of more than UPCAST_BLOCK (2**20) elements to `accumulate_dtype` by one
+# compiled lax.fori_loop over blocks (anyclip/_kernels/_jax.py), eager and inside the caller's
+# jit, grad and vmap. At the real block size: 3 whole blocks and a ragged one of 5 elements,
+# and 3 whole blocks in 2-D (with 2 blocks, XLA removes the loop of the reductions, which then
+# runs once). References: the exact float64 formula on the values as stored,
+# and the whole formula (the same call with the loop switched off: `_jax._loop_ok`), both
+# within the conformance budgets (anyclip_conformance.budgets).
+_BLOCK = 1 << 20
+_LOOP_SHAPES = {"3_blocks_and_5": (3 * _BLOCK + 5,), "3_blocks_2d": (3, _BLOCK)}
+_LOOP_DTYPES = {"bfloat16": "float32", "float16": "float32", "float32": "float64"}
+_CLIP = 0.5
+
+
+def _exact_norms(h: np.ndarray) -> dict[str, np.ndarray]:
+    a = np.abs(h)
+    return {
+        "2": np.sqrt(np.sum(h * h)),
+        "1": np.sum(a),
+        "inf": np.max(a),
+        "3": np.cbrt(np.sum(a**3)),
+    }
+
+
+#: name: (function of (x, acc), the exact outputs from the float64 values h, budget name).
+_LOOPED: dict[str, tuple[Any, Any, str]] = {
+    "norm": (
+        lambda x, acc: (anyclip.norm(x, accumulate_dtype=acc),),
+        lambda h: (_exact_norms(h)["2"],),
+        "norm",
+    ),
+    "norm_ord1": (
+        lambda x, acc: (anyclip.norm(x, ord=1, accumulate_dtype=acc),),
+        lambda h: (_exact_norms(h)["1"],),
+        "norm",
+    ),
+    "norm_inf": (
+        lambda x, acc: (anyclip.norm(x, ord=math.inf, accumulate_dtype=acc),),
+        lambda h: (_exact_norms(h)["inf"],),
+        "norm",
+    ),
+    "norm_ord3": (
+        lambda x, acc: (anyclip.norm(x, ord=3, accumulate_dtype=acc),),
+        lambda h: (_exact_norms(h)["3"],),
+        "norm",
+    ),
+    "clip_by_norm": (
+        lambda x, acc: (anyclip.clip_by_norm(x, _CLIP, accumulate_dtype=acc),),
+        lambda h: (h * _CLIP / max(_exact_norms(h)["2"], _CLIP),),
+        "clip_by_norm",
+    ),
+    "l2_normalize": (
+        lambda x, acc: (anyclip.l2_normalize(x, accumulate_dtype=acc),),
+        lambda h: (h / _exact_norms(h)["2"],),
+        "l2_normalize",
+    ),
+    "global_norm": (  # with a small array of the same dtype, cast whole
+        lambda x, acc: (anyclip.global_norm([x, x[:1]], accumulate_dtype=acc),),
+        lambda h: (np.sqrt(np.sum(h * h) + np.sum(h[:1] * h[:1])),),
+        "global_norm",
+    ),
+    "clip_by_global_norm": (
+        lambda x, acc: _flat_cbgn(anyclip.clip_by_global_norm([x], _CLIP, accumulate_dtype=acc)),
+        lambda h: (h * _CLIP / max(_exact_norms(h)["2"], _CLIP), _exact_norms(h)["2"]),
+        "clip_by_global_norm",
+    ),
+}
+
+
+def _flat_cbgn(result: tuple[list[Any], Any]) -> tuple[Any, ...]:
+    clipped, norm = result
+    return (clipped[0], norm)
+
+
+def _loop_input(backend: Any, make: Any, dtype: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """A random array of ``shape`` on the backend, and its values as stored, in float64."""
+    rng = np.random.default_rng(sum(shape))
+    values = rng.standard_normal(shape) * 0.01  # a 1-norm within float16
+    values.reshape(-1)[-5:] = [1.5, -2.0, 2.5, -3.0, 1.0]  # the last block, or ragged part, counts
+    x = make(values, dtype)
+    return x, np.asarray(backend.to_numpy(x), dtype=np.float64)
+
+
+def _no_loop(monkeypatch: Any) -> None:
+    """Switch the block loop off: every cast is the formula on the whole array."""
+    from anyclip._kernels import _jax
+
+    monkeypatch.setattr(_jax, "_loop_ok", lambda arrays: False)
+
+
+def _loss(fn: Any, acc: str) -> Any:
+    """The sum of ``fn``'s outputs times ``weights``, in ``acc``: a function of x and weights."""
+    import jax.numpy as jnp
+
+    def loss(x: Any, weights: list[Any]) -> Any:
+        outs = fn(x, acc)
+        return sum(jnp.sum(o.astype(acc) * w) for o, w in zip(outs, weights, strict=True))
+
+    return loss
+
+
+def _weights(backend: Any, outs: tuple[Any, ...], acc: str) -> list[Any]:
+    rng = np.random.default_rng(7)
+    return [backend.asarray(rng.standard_normal(o.shape), acc) for o in outs]
+
+
+def _has_loop(compiled_text: str) -> bool:
+    return re.search(r"\swhile\(", compiled_text) is not None
+
+
+@jax_backends
+@pytest.mark.parametrize("shape", list(_LOOP_SHAPES.values()), ids=list(_LOOP_SHAPES))
+@pytest.mark.parametrize("dtype", list(_LOOP_DTYPES))
+@pytest.mark.parametrize("name", list(_LOOPED))
+def test_jax_block_loop_values(backend, make, monkeypatch, name, dtype, shape):
+    from anyclip_conformance.budgets import budget
+
+    fn, exact, kind = _LOOPED[name]
+    acc = _LOOP_DTYPES[dtype]
+    x, h = _loop_input(backend, make, dtype, shape)
+    eager = fn(x, acc)
+    jitted = backend.jit(lambda v: fn(v, acc))(x)
+    _no_loop(monkeypatch)
+    whole = fn(x, acc)
+    whole_jit = backend.jit(lambda v: fn(v, acc))(x)
+    for i, want in enumerate(exact(h)):
+        out_dtype = backend.dtype_name(whole[i])  # a global norm is in acc, the rest in dtype
+        ulp = budget(kind, out_dtype)
+        check = {"backend": backend, "dtype": out_dtype, "ulp": ulp}
+        ref = rounded(want, out_dtype)
+        for what, got in (
+            ("eager", eager),
+            ("jit", jitted),
+            ("whole", whole),
+            ("whole jit", whole_jit),
+        ):
+            assert_array(got[i], ref, what=f"{what} {i} vs exact", **check)
+        whole_i = backend.to_numpy(whole[i])
+        assert_array(eager[i], whole_i, what=f"eager {i} vs whole", **check)
+        assert_array(jitted[i], backend.to_numpy(whole_jit[i]), what=f"jit {i} vs whole", **check)
+
+
+@jax_backends
+@pytest.mark.parametrize("dtype", list(_LOOP_DTYPES))
+@pytest.mark.parametrize("name", list(_LOOPED))
+def test_jax_block_loop_gradients(backend, make, monkeypatch, name, dtype):
+    import jax
+
+    from anyclip_conformance.budgets import budget
+
+    fn, _, kind = _LOOPED[name]
+    acc = _LOOP_DTYPES[dtype]
+    x, _ = _loop_input(backend, make, dtype, _LOOP_SHAPES["3_blocks_and_5"])
+    weights = _weights(backend, fn(x, acc), acc)
+    loss = _loss(fn, acc)
+    looped = jax.grad(loss)(x, weights)
+    looped_jit = jax.jit(jax.grad(loss))(x, weights)
+    _no_loop(monkeypatch)
+    # jit of the whole formula's gradient: eager, the float64 sum in TF's order runs op by op
+    whole = backend.to_numpy(jax.jit(jax.grad(loss))(x, weights))
+    scale = float(np.max(np.abs(whole)))
+    ulp = budget(kind, dtype, grad=True)
+    for what, got in (("grad", looped), ("jit of grad", looped_jit)):
+        assert_array(got, whole, backend=backend, dtype=dtype, ulp=ulp, scale=scale, what=what)
+
+
+@jax_backends
+@pytest.mark.parametrize("name", list(_LOOPED))
+def test_jax_block_loop_under_vmap(backend, make, name):
+    import jax
+
+    from anyclip_conformance.budgets import budget
+
+    fn, _, kind = _LOOPED[name]
+    acc = "float32"
+    xs, _ = _loop_input(backend, make, "bfloat16", (2, 3 * _BLOCK + 5))  # each row loops
+    batched = jax.vmap(lambda r: fn(r, acc))(xs)
+    rows = [fn(xs[j], acc) for j in range(2)]
+    for i, out in enumerate(batched):
+        want = np.stack([backend.to_numpy(r[i]) for r in rows])
+        out_dtype = backend.dtype_name(rows[0][i])
+        ulp = budget(kind, out_dtype)
+        assert_array(out, want, backend=backend, dtype=out_dtype, ulp=ulp, what=f"output {i}")
+
+
+@jax_backends
+@pytest.mark.parametrize("name", list(_LOOPED))
+def test_jax_block_loop_is_in_the_compiled_program(backend, make, monkeypatch, name):
+    # the caller's jit of the function, of its gradient and of its vmap holds the loop (an HLO
+    # `while`) where an array has 3 blocks; one block, or the loop switched off: no loop
+    import jax
+
+    fn, _, _ = _LOOPED[name]
+    acc = "float32"
+    bf16 = backend.dtype("bfloat16")
+    x = jax.ShapeDtypeStruct((3 * _BLOCK + 5,), bf16)
+    outs = jax.eval_shape(lambda v: fn(v, acc), x)
+    weights = [jax.ShapeDtypeStruct(o.shape, backend.dtype(acc)) for o in outs]
+
+    def compiled(f: Any, *args: Any) -> str:
+        return str(jax.jit(f).lower(*args).compile().as_text())
+
+    def f(v: Any) -> Any:
+        return fn(v, acc)
+
+    assert _has_loop(compiled(f, x))
+    assert _has_loop(compiled(jax.grad(_loss(fn, acc)), x, weights))
+    assert _has_loop(compiled(jax.vmap(f), jax.ShapeDtypeStruct((2, *x.shape), bf16)))
+    assert not _has_loop(compiled(f, jax.ShapeDtypeStruct((_BLOCK,), bf16)))
+    _no_loop(monkeypatch)
+
+    def whole(v: Any) -> Any:  # a new function: jit's cache holds f's trace with the loop
+        return fn(v, acc)
+
+    assert not _has_loop(compiled(whole, x))
 
 
 # ----------------------- declared differences (docs/tf-behaviour.md): TF's behaviour, xfailed

@@ -1,7 +1,8 @@
 """``tf.nn.embedding_lookup`` with ``max_norm``: rows of a table, each clipped by TF's rule.
 
 A list ``params`` is a sharded table, read by TF's "div" partition strategy
-(:func:`_partitioned`: each shard gathered once for all ids, the rows selected with ``where``).
+(:func:`_partitioned`: each shard gathered once for all ids, the rows selected with ``where``);
+a tuple is one table, its items stacked (:func:`_stacked`), as TF converts it.
 
 Layer: public. :func:`embedding_lookup` checks and converts its arguments with
 :mod:`anyclip._policy`, gathers the rows with :func:`_take_rows` (the one backend branch:
@@ -38,6 +39,10 @@ __all__ = ["embedding_lookup"]
 #: TF's words for an empty list of shards, and for shards of different row shapes.
 TF_EMPTY = "Length of params is currently 0. Need at least one param."
 TF_STITCH = "Need data[0].shape[1:] = data[1].shape[1:]"
+#: TF's words for a tuple of arrays of different shapes (its ``Pack`` of the tuple).
+TF_PACK = (
+    "Shapes of all inputs must match: values[0].shape = {first} != values[{i}].shape = {other}"
+)
 
 #: The ids dtypes TF's ``GatherV2`` takes (``Tindices``).
 _ID_DTYPES = ("int16", "int32", "int64")
@@ -72,8 +77,9 @@ def embedding_lookup(
     params : array or list of arrays
         The table, with at least one axis; its rows are ``params[i]``. Any dtype without
         ``max_norm``; a real floating one with it. A list: the table's shards (one dtype and
-        one row shape ``shape[1:]``; a list of one is the table). A tuple of arrays is
-        refused (TF stacks a tuple into one table).
+        one row shape ``shape[1:]``; a list of one is the table). A tuple of arrays is one
+        table whose rows are its items (TF converts a tuple to one tensor): items of one dtype
+        and one shape.
     ids : array or int or list of int
         Row indices of dtype int16, int32 or int64 (TF's), of any shape (a 0-d id gives one
         row). Python ints convert to int32.
@@ -83,10 +89,12 @@ def embedding_lookup(
     name : str, optional
         Accepted for compatibility with TF and ignored.
     sparse : bool, default False
-        Not in TF; torch only, for a 2-D ``params``: its gradient is a sparse COO tensor with
-        one row per looked-up id, uncoalesced, as TF's ``IndexedSlices`` gradient
-        (``torch.nn.functional.embedding(..., sparse=True)``). JAX has no sparse gradients:
-        see the porting guide for TF's gradient norm there.
+        Not in TF; torch only, for a 2-D ``params`` (or 2-D shards): its gradient is a sparse
+        COO tensor with one row per looked-up id, uncoalesced, as TF's ``IndexedSlices``
+        gradient (``torch.nn.functional.embedding(..., sparse=True)``). Each shard's gradient
+        has a row per id, zero for the ids of other shards (TF's holds its own ids only): its
+        norm and dense form are TF's. JAX has no sparse gradients: see the porting guide for
+        TF's gradient norm there.
 
     Returns
     -------
@@ -97,12 +105,12 @@ def embedding_lookup(
     ------
     TypeError
         If ``ids`` is not int16, int32 or int64, ``params`` is not floating with ``max_norm``,
-        ``sparse=True`` on a backend other than torch, shards differ in dtype, or ``params``
-        is a tuple of arrays.
+        ``sparse=True`` on a backend other than torch, or shards (or a tuple's items) differ
+        in dtype.
     ValueError
-        If ``params`` (or a shard) is 0-d, ``sparse=True`` for a ``params`` that is not 2-D
-        or for shards, ``params`` is an empty list, shards differ in ``shape[1:]``, or there
-        are fewer rows than shards.
+        If ``params`` (or a shard) is 0-d, ``sparse=True`` for a ``params`` (or shards) not
+        2-D, ``params`` is an empty list or tuple, shards differ in ``shape[1:]``
+        (a tuple's items: in shape), or there are fewer rows than shards.
     IndexError
         If an id is negative or not below ``params.shape[0]`` (TF's CPU error), on NumPy and
         array-api-strict (host arrays) and on torch (its own check; a device-side assert on
@@ -143,20 +151,15 @@ def embedding_lookup(
            [0.6, 0.8],
            [0.3, 0.4]], dtype=float32)
     """
-    if isinstance(params, tuple) and any(is_array(p) for p in params):
+    if isinstance(params, (list, tuple)) and not params:
         msg = (
-            f"`params` must be an array or a list of arrays (the shards of a table), got a "
-            f"tuple of {len(params)}: TF converts a tuple to one stacked tensor, not shards; "
-            "pass list(params) for a sharded table, or stack the arrays for TF's table"
+            "`params` must be an array or a non-empty list of arrays (the shards of a "
+            f"table), got an empty {type(params).__name__}{tf_words(TF_EMPTY)}"
         )
-        raise TypeError(msg)
+        raise ValueError(msg)
+    if isinstance(params, tuple) and any(is_array(p) for p in params):
+        params = _stacked(params, ids)  # TF converts a tuple to one tensor: not shards
     if isinstance(params, list):
-        if not params:
-            msg = (
-                "`params` must be an array or a non-empty list of arrays (the shards of a "
-                f"table), got an empty list{tf_words(TF_EMPTY)}"
-            )
-            raise ValueError(msg)
         if len(params) > 1:
             return cast(ArrayT, _partitioned(params, ids, max_norm, sparse))
         params = params[0]  # TF: one shard is the table
@@ -174,6 +177,43 @@ def embedding_lookup(
         axes = tuple(range(1, table.ndim))
         rows = _core.clip_by_norm(xp, kernels_for(xp, (rows,)), rows, c, axes)
     return cast(ArrayT, xp.reshape(rows, (*tuple(index.shape), *tuple(table.shape)[1:])))
+
+
+def _stacked(params: tuple[Any, ...], ids: Any) -> Any:
+    """A tuple ``params`` as TF 2.21 converts it: one table, the items stacked on a new axis 0.
+
+    ``tf.nn.embedding_lookup`` takes a list as shards but converts any other sequence with
+    ``convert_to_tensor`` (a ``Pack`` of its items), so row ``i`` is ``params[i]``. The items
+    must share one dtype and one shape, as ``Pack``'s inputs.
+    """
+    names = [f"params[{i}]" for i in range(len(params))]
+    xp = namespace(*params, ids, names=(*names, "ids"))
+    items = [as_input(p, xp, n) for p, n in zip(params, names, strict=True)]
+    first = items[0]
+    for i, t in enumerate(items):
+        if t.dtype != first.dtype:
+            msg = (
+                "`params` as a tuple is one table, its items stacked as its rows (as TF "
+                f"converts it), so they must share one dtype, got {dtype_name(first.dtype)} "
+                f"for params[0] and {dtype_name(t.dtype)} for params[{i}]; cast them with "
+                f"astype, or pass a list for the shards of a table"
+                f"{tf_words(tf_expected(first.dtype, t.dtype))}"
+            )
+            raise TypeError(msg)
+        if tuple(t.shape) != tuple(first.shape):
+            msg = (
+                "`params` as a tuple is one table, its items stacked as its rows (as TF "
+                f"converts it), so they must share one shape, got {tuple(first.shape)} for "
+                f"params[0] and {tuple(t.shape)} for params[{i}]; pass a list for the shards "
+                f"of a table{tf_words(TF_PACK.format(first=_dims(first), other=_dims(t), i=i))}"
+            )
+            raise ValueError(msg)
+    return xp.stack(items)
+
+
+def _dims(t: Any) -> str:
+    """``t``'s shape as TF writes it: ``[3,2]``."""
+    return "[" + ",".join(str(int(d)) for d in t.shape) + "]"
 
 
 def _ids(xp: Namespace, ids: Any) -> Any:
@@ -201,6 +241,9 @@ def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> An
     their actual sizes (``V`` is their sum). Each shard's rows are gathered and clipped
     (``max_norm``) and put back in the order of ``ids``; the values are those of one table,
     the concatenation of the shards, when the sizes are the "div" ones.
+
+    With ``sparse`` (torch), each shard's gradient is a sparse tensor with one row per id,
+    zero for the ids of other shards (selecting a shard's own ids would be a host sync).
     """
     names = [f"params[{i}]" for i in range(len(params))]
     xp = namespace(*params, ids, names=(*names, "ids"))
@@ -228,12 +271,6 @@ def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> An
                 f"split the table along its first axis only{tf_words(TF_STITCH)}"
             )
             raise ValueError(msg)
-    if sparse:
-        msg = (
-            "`sparse=True` takes one table, got a list of "
-            f"{len(shards)} shards; leave it False (dense gradients) or pass one table"
-        )
-        raise ValueError(msg)
     if max_norm is not None:
         require_kind(xp, first, "params", ("real",), FLOATS, tf_attr)
     sizes = [int(t.shape[0]) for t in shards]
@@ -264,7 +301,7 @@ def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> An
             continue
         size = xp.asarray(sizes[s], dtype=flat.dtype)
         ok = (shard == xp.asarray(s, dtype=flat.dtype)) & (local < size)
-        rows = _take_rows(xp, t, xp.where(ok, local, xp.zeros_like(local)), False)
+        rows = _take_rows(xp, t, xp.where(ok, local, xp.zeros_like(local)), sparse)
         mask = xp.reshape(ok, (n,) + (1,) * len(row))
         out = xp.where(mask, rows, _fill(xp, rows) if out is None else out)
     assert out is not None  # n > 0 gives q > 0: some shard has rows

@@ -15,9 +15,15 @@ The file holds:
 * ``shard/<case>/...``: a table split into shards (``params`` a list: TF's "div" strategy),
   for each case of :data:`SHARD_CASES`: ``.../lookup``, and ``.../grad/<i>`` the dense form of
   the ``IndexedSlices`` gradient with respect to shard ``i`` (``sum(w * result)``,
-  ``w = 1..n``); the shards are ``params/<name>`` split after the rows in ``sizes``.
+  ``w = 1..n``), and ``.../global_norm`` ``tf.linalg.global_norm`` of those ``IndexedSlices``
+  (a repeated id once per occurrence); the shards are ``params/<name>`` split after the rows
+  in ``sizes``.
   ``shard-error/<case>``: TF's message for :data:`SHARD_ERRORS` (an id outside every shard;
   shards whose sizes are not the "div" ones, where an id falls past its shard's rows).
+* ``tuple/<case>/...``: ``params`` a tuple of arrays, which TF converts to one tensor (a
+  ``Pack`` of the items: row ``i`` is item ``i``), for each case of :data:`TUPLE_CASES`:
+  ``.../lookup``, and ``.../grad/<i>`` the gradient with respect to item ``i`` (dense: the
+  ``Pack``'s gradient unpacks the ``IndexedSlices``) of ``sum(w * result)``, ``w = 1..n``.
 * ``model/...``: a small model (an embedding table, ids with repeated rows, a dense layer,
   mean squared error) whose gradients TF gives as ``[IndexedSlices, Tensor]``:
   ``model/global_norm`` is ``tf.linalg.global_norm`` of them (each repeated id counted once per
@@ -42,9 +48,11 @@ __all__ = [
     "PARAMS",
     "SHARD_CASES",
     "SHARD_ERRORS",
+    "TUPLE_CASES",
     "main",
     "model_inputs",
     "shards",
+    "tuple_items",
 ]
 
 f32 = np.float32
@@ -85,6 +93,19 @@ SHARD_ERRORS: dict[str, tuple[tuple[int, ...], np.ndarray]] = {
     "not-div": ((2, 8), np.array([1, 3], np.int32)),
     "3-4-3": ((3, 4, 3), np.array([9, 3], np.int32)),
 }
+
+
+#: case: (params name, ids, max_norm); the tuple is ``tuple(params/<name>)``: its rows.
+TUPLE_CASES: dict[str, tuple[str, np.ndarray, float | None]] = {
+    "rows": ("p32", np.array([[4, 1], [0, 0]], np.int32), None),
+    "rows-clip": ("p32", np.array([3, 0, 3, 2], np.int32), 1.0),
+    "matrices-clip": ("p3d", np.array([2, 0, 2], np.int64), 1.5),
+}
+
+
+def tuple_items(name: str) -> tuple[np.ndarray, ...]:
+    """``params/<name>`` as a tuple of its rows."""
+    return tuple(PARAMS[name])
 
 
 def shards(name: str, sizes: tuple[int, ...]) -> list[np.ndarray]:
@@ -171,9 +192,11 @@ def run_tf() -> dict[str, np.ndarray]:
             loss = tf.reduce_sum(r * tf.constant(_weights(r.shape), dtype=r.dtype))
         out[f"shard/{case}/ids"] = ids
         out[f"shard/{case}/lookup"] = np.asarray(r)
-        for i, g in enumerate(tape.gradient(loss, parts)):
+        shard_grads = tape.gradient(loss, parts)
+        for i, g in enumerate(shard_grads):
             dense = tf.zeros_like(parts[i]) if g is None else tf.convert_to_tensor(g)
             out[f"shard/{case}/grad/{i}"] = np.asarray(dense)
+        out[f"shard/{case}/global_norm"] = np.asarray(tf.linalg.global_norm(shard_grads))
     for case, (sizes, ids) in SHARD_ERRORS.items():
         parts = [tf.constant(t) for t in shards("p10", sizes)]
         try:
@@ -183,6 +206,17 @@ def run_tf() -> dict[str, np.ndarray]:
             out[f"shard-error/{case}"] = np.asarray(found.group(0) if found else str(e))
         else:
             raise AssertionError(f"TF accepted the ids of {case}")
+    for case, (name, ids, max_norm) in TUPLE_CASES.items():
+        items = tuple(tf.constant(t) for t in tuple_items(name))
+        with tf.GradientTape() as tape:
+            for t in items:
+                tape.watch(t)
+            r = tf.nn.embedding_lookup(items, tf.constant(ids), max_norm=max_norm)
+            loss = tf.reduce_sum(r * tf.constant(_weights(r.shape), dtype=r.dtype))
+        out[f"tuple/{case}/ids"] = ids
+        out[f"tuple/{case}/lookup"] = np.asarray(r)
+        for i, g in enumerate(tape.gradient(loss, list(items))):
+            out[f"tuple/{case}/grad/{i}"] = np.asarray(tf.convert_to_tensor(g))
     data = model_inputs()
     out.update(data)
     table, kernel = tf.Variable(data["model/table"]), tf.Variable(data["model/kernel"])

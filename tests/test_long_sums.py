@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import anyclip
+from anyclip._kernels import _tforder
 
 from .conftest import assert_live_reference
 
@@ -97,3 +98,25 @@ def test_under_jit(backend, make, check):
         check(norm(t), REF[f"{key}/norm"], "float64", ULP_JIT, what=key)
         two = pair(t, make(x[: x.size // 3], "float64"))
         check(two, REF[f"{key}/global_norm2"], "float64", ULP_JIT, what=key)
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_without_numpy(backend, make, check, monkeypatch):
+    # torch does not need NumPy: without it, float64 CPU sums keep TF's order in torch
+    # operations (`tf_order_squares`) instead of a NumPy view of the tensor's memory
+    from anyclip._kernels import _torch
+
+    calls = []
+
+    def spy(xp, arrays, *, half):
+        calls.append(half)
+        return _tforder.tf_order_squares(xp, arrays, half=half)
+
+    monkeypatch.setattr(_torch, "_numpy", lambda: None)
+    monkeypatch.setattr(_torch, "tf_order_squares", spy)
+    for key, x in gen.inputs().items():
+        t = make(x, "float64")
+        check(anyclip.norm(t), REF[f"{key}/norm"], "float64", ULP, what=key)
+        two = [t, make(x[: x.size // 3], "float64")]
+        check(anyclip.global_norm(two), REF[f"{key}/global_norm2"], "float64", ULP, what=key)
+    assert set(calls) == {False, True}  # norms and global norms took it (short norms: not)

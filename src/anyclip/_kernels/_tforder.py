@@ -105,13 +105,14 @@ class _Plan(NamedTuple):
     nodes: int
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=1024)
 def _plan(np: Any, sizes: tuple[int, ...]) -> _Plan:
     """TF's trees over consecutive segments of ``sizes`` elements, as index arrays.
 
-    Kept for the last 64 ``sizes`` (a training loop asks for the same ones every step).
-    A node's level is its height over its leaves: the nodes of one level only add values
-    of lower levels, so each level is one addition of two gathers.
+    Kept for the last 1,024 ``sizes`` (a training loop asks for the same ones every step:
+    one per array or group of small arrays). A node's level is its height over its leaves:
+    the nodes of one level only add values of lower levels, so each level is one addition
+    of two gathers.
     """
     leaves: list[tuple[int, int]] = []
     trees: list[Any] = []

@@ -162,7 +162,10 @@ def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -
 
     flatten: Callable[[Sequence[Any]], Any] = _flatten_dense_tensors  # untyped in torch
     per_array: list[float] = []
-    for group in groups(arrays, torch.Tensor.numel):
+    # small tensors joined fewer than 2 * SERIAL elements at a time: torch's `cat` then
+    # copies on the calling thread (a larger one waited 50 ms for its threads on a busy
+    # machine, for ResNet-50's 119 small tensors)
+    for group in groups(arrays, torch.Tensor.numel, block=SERIAL, join=SERIAL):
         flat = group[0].reshape(-1) if len(group) == 1 else flatten(group)
         sizes = [int(a.numel()) for a in group]
         per_array += tf_order_sums(np, flat.numpy(force=True), sizes, square=True)

@@ -156,7 +156,7 @@ def _plan(np: Any, sizes: tuple[int, ...]) -> _Plan:
     def ids(which: list[int]) -> Any:
         return np.asarray(which, dtype=np.intp)
 
-    return _Plan(
+    plan = _Plan(
         starts=starts,
         heads=[
             (rows, phase, ids(w), (starts[ids(w)] - phase) // wide)
@@ -174,6 +174,14 @@ def _plan(np: Any, sizes: tuple[int, ...]) -> _Plan:
         roots=np.asarray([-1 if r is None else pos(r) for r in refs], dtype=np.intp),
         nodes=lo[-1],
     )
+    # shared by every call (and thread) with these sizes: read-only
+    arrays = [plan.starts, plan.roots]
+    arrays += [a for group in plan.heads for a in group[2:]]
+    arrays += [a for group in plan.rests for a in group[1:]]
+    arrays += [a for level in plan.levels for a in level[1:]]
+    for a in arrays:
+        a.flags.writeable = False
+    return plan
 
 
 #: Elements gathered at a time for the leaves' rows: 256 KiB of float64, so that the gathered

@@ -100,6 +100,16 @@ def test_under_jit(backend, make, check):
         check(two, REF[f"{key}/global_norm2"], "float64", ULP_JIT, what=key)
 
 
+@OWN_ORDER
+def test_global_norm_with_empty_arrays(backend, make, check):
+    # empty arrays in a float64 list: each an empty segment of TF's order (sum 0). TF 2.21
+    # (live): 0.0 for [zeros(0), zeros((0, 3))], 8.366600265340756 with ones(70) after them
+    empty = [make(np.zeros(0), "float64"), make(np.zeros((0, 3)), "float64")]
+    check(anyclip.global_norm(empty), np.float64(0.0), "float64")
+    ones = make(np.ones(70), "float64")
+    check(anyclip.global_norm([*empty, ones]), np.float64(8.366600265340756), "float64")
+
+
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)
 def test_torch_without_numpy(backend, make, check, monkeypatch):
     # torch does not need NumPy: without it, float64 CPU sums keep TF's order in torch

@@ -76,12 +76,13 @@ def tf_order_sums(np: Any, flat: Any, sizes: Sequence[int], *, square: bool) -> 
     if len(sizes) == 1 and sizes[0] <= SMALL:
         return [small_sum(flat.tolist(), square=square)]
     plan = _plan(np, tuple(sizes))
-    values = np.empty(plan.nodes, dtype=np.float64)
+    values = np.empty(plan.nodes + 1, dtype=np.float64)
     values[: len(plan.starts)] = _leaf_sums(np, np.ascontiguousarray(flat), plan, square=square)
     for lo, left, right in plan.levels:
         np.add(values[left], values[right], out=values[lo : lo + len(left)])
+    values[plan.nodes] = 0.0  # the sum of an empty segment
     sums: list[float] = values[plan.roots].tolist()
-    return [s if r >= 0 else 0.0 for s, r in zip(sums, plan.roots, strict=True)]
+    return sums
 
 
 class _Plan(NamedTuple):
@@ -99,9 +100,9 @@ class _Plan(NamedTuple):
     #: ``(lo, left, right)`` per level of nodes: ``values[lo:lo + len(left)]`` is
     #: ``values[left] + values[right]`` (the leaves' values come first).
     levels: list[tuple[int, Any, Any]]
-    #: Each segment's sum in ``values`` (-1 for an empty segment: its sum is 0).
+    #: Each segment's sum in ``values`` (``nodes`` for an empty segment: its sum is 0).
     roots: Any
-    #: The length of ``values``: every leaf and every node.
+    #: The number of leaves and nodes: ``values`` holds them, then a 0.
     nodes: int
 
 
@@ -171,7 +172,7 @@ def _plan(np: Any, sizes: tuple[int, ...]) -> _Plan:
             )
             for h, level in enumerate(levels)
         ],
-        roots=np.asarray([-1 if r is None else pos(r) for r in refs], dtype=np.intp),
+        roots=np.asarray([lo[-1] if r is None else pos(r) for r in refs], dtype=np.intp),
         nodes=lo[-1],
     )
     # shared by every call (and thread) with these sizes: read-only

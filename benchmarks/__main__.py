@@ -468,6 +468,7 @@ def write_report(
     lines += ['--8<-- "docs/_ext/memory-results.md"', ""]
     # ZClip, QuantileClip and skip_on_spike: written by `python -m benchmarks.history`
     lines += ['--8<-- "docs/_ext/history-results.md"', ""]
+    # float64 in TF's order against each library's own norm: `python -m benchmarks.float64`
     lines += ['--8<-- "docs/_ext/float64-order.md"', ""]
     # per-example clipping and AGC against optax, Opacus and timm: `python -m benchmarks.rules`
     lines += ['--8<-- "docs/_ext/rules-results.md"', ""]

@@ -140,3 +140,13 @@ def test_history_benchmark_command_writes_table(tmp_path):
         "| optimizer update, adamw | **`anyclip.optax.skip_on_spike(adamw)`** |",
     ):
         assert row in table
+
+
+def test_float64_benchmark_command_writes_table(tmp_path):
+    """``python -m benchmarks.float64 --small``: float64 norms in TF's order, side by side."""
+    out = tmp_path / "float64.md"
+    run_module("benchmarks.float64", "--small", "--budget", "0.01", "--output", str(out))
+    table = out.read_text()
+    assert table.startswith("## float64 sums in TF's order")
+    for op in ("norm", "clip_by_norm", "global_norm"):
+        assert f"| {op} | numpy |" in table

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import anyclip
+from anyclip._kernels import _tforder
 from anyclip_conformance import assert_array, load_backend
 
 from .conftest import assert_live_reference
@@ -119,3 +120,65 @@ def test_under_jit(backend, make, check):
         check(norm(t), REF[f"{key}/norm"], "float64", ULP_JIT, what=key)
         two = pair(t, make(x[: x.size // 3], "float64"))
         check(two, REF[f"{key}/global_norm2"], "float64", ULP_JIT, what=key)
+
+
+def test_global_norm_with_empty_arrays(backend, make, check):
+    # empty arrays in a float64 list: each an empty segment of TF's order (sum 0). TF 2.21
+    # (live): 0.0 for [zeros(0), zeros((0, 3))], 8.366600265340756 with ones(70) after them
+    empty = [make(np.zeros(0), "float64"), make(np.zeros((0, 3)), "float64")]
+    check(anyclip.global_norm(empty), np.float64(0.0), "float64")
+    ones = make(np.ones(70), "float64")
+    check(anyclip.global_norm([*empty, ones]), np.float64(8.366600265340756), "float64")
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_without_numpy(backend, make, check, monkeypatch):
+    # torch does not need NumPy: without it, float64 CPU sums keep TF's order in torch
+    # operations (`tf_order_squares`) instead of a NumPy view of the tensor's memory
+    from anyclip._kernels import _torch
+
+    calls = []
+
+    def spy(xp, arrays, *, half):
+        calls.append(half)
+        return _tforder.tf_order_squares(xp, arrays, half=half)
+
+    monkeypatch.setattr(_torch, "_numpy", lambda: None)
+    monkeypatch.setattr(_torch, "tf_order_squares", spy)
+    for key, x in gen.inputs().items():
+        t = make(x, "float64")
+        check(anyclip.norm(t), REF[f"{key}/norm"], "float64", ULP, what=key)
+        two = [t, make(x[: x.size // 3], "float64")]
+        check(anyclip.global_norm(two), REF[f"{key}/global_norm2"], "float64", ULP, what=key)
+    assert set(calls) == {False, True}  # norms and global norms took it (short norms: not)
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [1_000_000],
+        [1_234_567],
+        [100_000, 3, 4097, 0, 65_537],
+        [257, 1000, 255, 7] * 30,
+        [12_345, 5, 8193],
+    ],
+)
+def test_both_forms_of_tfs_order_are_bit_equal(sizes):
+    # The NumPy form (batches of leaves, levels of nodes, on NumPy and torch CPU) and the
+    # array-API form (padded gathers, on JAX and array-api-strict) of TF's order give the
+    # same bits on random values: the TF data above (equal magnitudes) allows 2 ULP, so a
+    # 1 ULP slip in either form's order would pass there; here it cannot. Arrays of lengths
+    # not a multiple of 16 shift every later leaf's place in a row of 16.
+    xps = pytest.importorskip("array_api_strict")
+    rng = np.random.default_rng(len(sizes))
+    arrays = [rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3]) for n in sizes]
+    flat = np.concatenate(arrays)
+    per_array = _tforder.tf_order_sums(np, flat, sizes, square=True)
+    strict = [xps.asarray(a) for a in arrays]
+    for a, s, got in zip(strict, sizes, per_array, strict=True):
+        if s:
+            want = float(_tforder.tf_order_squares(xps, [a], half=False))
+            assert got.hex() == want.hex(), (s, got, want)
+    total = _tforder.tf_order_total(np, per_array, half=True)
+    want = float(_tforder.tf_order_squares(xps, strict, half=True))
+    assert total.hex() == want.hex()

@@ -34,7 +34,6 @@ from typing import Any
 
 from anyclip._compat import dtype_name
 from anyclip._kernels._base import Kernels
-from anyclip._kernels._numpy import column_sums
 from anyclip._kernels._tforder import tf_order_nodes, tf_order_sums, tf_order_total, tf_order_walk
 from anyclip._numerics import reduce_sum
 from anyclip._typing import Namespace
@@ -195,7 +194,7 @@ def _node_sum(block: Any) -> Any:
     import numpy as np
 
     with np.errstate(all="ignore"):  # TF's arithmetic: inf and NaN without warnings
-        sums = tf_order_sums(np, block, [int(block.size)], column_sums, square=True)
+        sums = tf_order_sums(np, block, [int(block.size)], square=True)
     return np.asarray(sums, dtype=np.float64)
 
 
@@ -213,7 +212,7 @@ def _tf_order_total(*sums: Any, trees: list[tuple[str, Any]], half: bool, nodes:
         tf_order_walk(at, values) if kind == "tree" else owns[at] if kind == "own" else 0.0
         for kind, at in trees
     ]
-    return np.asarray(tf_order_total(np, per_array, column_sums, half=half), dtype=np.float64)
+    return np.asarray(tf_order_total(np, per_array, half=half), dtype=np.float64)
 
 
 def _cast_map_chunk(block: Any, *operands: Any, fn: Any, acc: Any) -> Any:

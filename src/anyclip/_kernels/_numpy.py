@@ -20,7 +20,7 @@ from anyclip._kernels._base import ROW, Kernels, groups
 from anyclip._kernels._tforder import tf_order_sums, tf_order_total
 from anyclip._typing import Namespace
 
-__all__ = ["NumpyKernels", "column_sums", "squared_sum"]
+__all__ = ["NumpyKernels", "squared_sum"]
 
 
 class NumpyKernels(Kernels):
@@ -83,8 +83,8 @@ def squared_sum(np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool) -> An
         per_array: list[float] = []
         for flat, group in zip(flats, grouped, strict=True):
             sizes = [int(a.size) for a in group]
-            per_array += tf_order_sums(np, flat, sizes, column_sums, square=True)
-        return np.float64(tf_order_total(np, per_array, column_sums, half=half))
+            per_array += tf_order_sums(np, flat, sizes, square=True)
+        return np.float64(tf_order_total(np, per_array, half=half))
     sums = []
     for flat in flats:
         rows = flat.size // ROW
@@ -98,13 +98,3 @@ def squared_sum(np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool) -> An
         return dtype.type(0)
     total = np.concatenate(sums) if len(sums) > 1 else sums[0]
     return (total * dtype.type(0.5) if half else total).sum()
-
-
-def column_sums(m: Any) -> Any:
-    """The sums down axis 0 of the 3-D ``m``, one row after another.
-
-    NumPy reduces the outer axis of a C-contiguous array by adding whole rows in order.
-    """
-    import numpy as np
-
-    return np.add.reduce(m, axis=0)

@@ -8,22 +8,22 @@ order of TF 2.21's CPU ``reduce_sum`` (and ``l2_loss``), Eigen's ``InnerMostDimR
 with AVX packets of 4 doubles, and :func:`tf_order_total` adds the per-array sums as
 ``tf.linalg.global_norm`` does (a ``reduce_sum`` of their stack).
 
-Two forms of the same order. :func:`tf_order_sums` (NumPy and torch on the CPU) sums the
-leaves vectorised and walks the tree in Python floats: ``xp`` is NumPy's namespace or
-array-api-compat's torch, and ``column_sums`` sums a 3-D array down its axis 0 one row after
-another (a sequential sum of each column), which the array API does not promise and each
-library spells its own way. :func:`tf_order_squares` (JAX on the CPU, array-api-strict) is
-array-API operations only (gathers, ``where``, slices, additions): no host round trip, so it
-traces under ``jax.jit``.
+Two forms of the same order. :func:`tf_order_sums` (NumPy, and torch on the CPU through a
+NumPy view of the tensor's memory) takes NumPy arrays: it sums the leaves of TF's tree a
+batch of leaves at a time and adds the tree's nodes a level at a time, in NumPy operations,
+and reads the sums back as Python floats. :func:`tf_order_squares` (JAX on the CPU,
+array-api-strict, and torch without NumPy) is array-API operations only (gathers, ``where``,
+slices, additions): no host round trip, so it traces under ``jax.jit``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
-from anyclip._compat import device, library
+from anyclip._compat import device
 
 __all__ = [
     "SMALL",
@@ -37,9 +37,6 @@ __all__ = [
     "tf_order_walk",
 ]
 
-#: Sums a 3-D array down its axis 0, one row after another.
-ColumnSums = Callable[[Any], Any]
-
 #: TF's (Eigen's) float64 packet on x86-64 (AVX: 4 doubles), and its tree's leaf: 1024 packets.
 _PACKET = 4
 _LEAF = 1024 * _PACKET
@@ -48,27 +45,26 @@ _LEAF = 1024 * _PACKET
 #: fewer steps than the vectorised leaves for a short array.
 SMALL = 64
 
-#: Leaves of one length gathered at a time (bounds the gathered copy to 1 Mi elements).
-_GATHER = 256
 
-
-def tf_order_sums(
-    xp: Any, flat: Any, sizes: Sequence[int], column_sums: ColumnSums, *, square: bool
-) -> list[float]:
+def tf_order_sums(np: Any, flat: Any, sizes: Sequence[int], *, square: bool) -> list[float]:
     """The sums of consecutive segments of ``sizes`` elements of the 1-D float64 ``flat``.
 
-    Each segment is summed (its squares with ``square``) in TF 2.21's order on CPU (one
-    ``reduce_sum`` or ``l2_loss`` each). TF's full reduction is Eigen's tree reduction: a
-    range longer than a leaf of ``_LEAF`` elements is split at its middle (rounded up to a
-    packet of ``_PACKET`` elements) and its halves' sums added; a leaf is summed in four
-    packet accumulators (added in turn, then the leftover packets into the first), reduced
-    across the packet's lanes as ``(a0 + a2) + (a1 + a3)``, and its last ``< _PACKET``
-    elements added to that sequentially. Bit-equal to single-threaded TF 2.21 for every
-    length checked (0 to 333,333); from about 100,000 elements TF splits the sum across its
-    threads as well, which moves its own result by up to 2 ULP with the thread count.
+    ``np`` is NumPy and ``flat`` a NumPy array (the torch kernels pass a view of a CPU
+    tensor's memory). Each segment is summed (its squares with ``square``) in TF 2.21's
+    order on CPU (one ``reduce_sum`` or ``l2_loss`` each). TF's full reduction is Eigen's
+    tree reduction: a range longer than a leaf of ``_LEAF`` elements is split at its middle
+    (rounded up to a packet of ``_PACKET`` elements) and its halves' sums added; a leaf is
+    summed in four packet accumulators (added in turn, then the leftover packets into the
+    first), reduced across the packet's lanes as ``(a0 + a2) + (a1 + a3)``, and its last
+    ``< _PACKET`` elements added to that sequentially. Bit-equal to single-threaded TF 2.21
+    for every length checked (0 to 333,333); from about 100,000 elements TF splits the sum
+    across its threads as well, which moves its own result by up to 2 ULP with the thread
+    count.
 
-    The leaves of one length are summed together, vectorised; the tree's additions are
-    Python float additions (IEEE double, as in C), one per leaf.
+    Every step is a NumPy operation over many leaves at once (:func:`_leaf_sums`), then
+    over every node of one level of the trees (each node's two children added, float64
+    additions as Eigen's); the tree's shape for ``sizes`` is computed once and kept
+    (:func:`_plan`).
 
     Examples
     --------
@@ -76,30 +72,169 @@ def tf_order_sums(
 
     >>> import numpy as np
     >>> from anyclip._kernels._tforder import tf_order_sums
-    >>> down = lambda m: np.add.reduce(m, axis=0)
-    >>> tf_order_sums(np, np.full(1000, 1.7), [1000], down, square=True)
+    >>> tf_order_sums(np, np.full(1000, 1.7), [1000], square=True)
     [2889.9999999999964]
     """
     if len(sizes) == 1 and sizes[0] <= SMALL:
         return [small_sum(flat.tolist(), square=square)]
+    plan = _plan(np, tuple(sizes))
+    values = np.empty(plan.nodes + 1, dtype=np.float64)
+    values[: len(plan.starts)] = _leaf_sums(np, np.ascontiguousarray(flat), plan, square=square)
+    for lo, left, right in plan.levels:
+        np.add(values[left], values[right], out=values[lo : lo + len(left)])
+    values[plan.nodes] = 0.0  # the sum of an empty segment
+    sums: list[float] = values[plan.roots].tolist()
+    return sums
+
+
+class _Plan(NamedTuple):
+    """The shape of TF's trees over segments of ``sizes`` elements (see :func:`_plan`)."""
+
+    #: Each leaf's first element in the flat array.
+    starts: Any
+    #: ``(rows, phase, leaves, first_rows)``: the leaves of ``rows`` whole rows of 16 whose
+    #: first element is ``phase`` (mod 16) in the flat array, and their first rows in the
+    #: rows of 16 that start at ``phase``.
+    heads: list[tuple[int, int, Any, Any]]
+    #: ``(count, leaves, at)``: the leaves with ``count`` (1 to 15) elements after their
+    #: rows, and where those start.
+    rests: list[tuple[int, Any, Any]]
+    #: ``(lo, left, right)`` per level of nodes: ``values[lo:lo + len(left)]`` is
+    #: ``values[left] + values[right]`` (the leaves' values come first).
+    levels: list[tuple[int, Any, Any]]
+    #: Each segment's sum in ``values`` (``nodes`` for an empty segment: its sum is 0).
+    roots: Any
+    #: The number of leaves and nodes: ``values`` holds them, then a 0.
+    nodes: int
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(np: Any, sizes: tuple[int, ...]) -> _Plan:
+    """TF's trees over consecutive segments of ``sizes`` elements, as index arrays.
+
+    Kept for the last 1,024 ``sizes`` (a training loop asks for the same ones every step:
+    one per array or group of small arrays). A node's level is its height over its leaves:
+    the nodes of one level only add values of lower levels, so each level is one addition
+    of two gathers.
+    """
     leaves: list[tuple[int, int]] = []
     trees: list[Any] = []
     first = 0
     for n in sizes:
         trees.append(_leaves(first, 0, n, leaves) if n else None)
         first += n
-    by_length: dict[int, list[int]] = {}
-    for i, (_, length) in enumerate(leaves):
-        by_length.setdefault(length, []).append(i)
-    values = [0.0] * len(leaves)
-    for length, which in by_length.items():
-        for b in range(0, len(which), _GATHER):
-            batch = which[b : b + _GATHER]
-            starts = [leaves[i][0] for i in batch]
-            sums = _leaf_sums(xp, flat, length, starts, column_sums, square=square)
-            for i, v in zip(batch, sums, strict=True):
-                values[i] = v
-    return [0.0 if tree is None else _walk(tree, values) for tree in trees]
+    levels: list[list[tuple[Any, Any]]] = []
+
+    def visit(node: Any) -> tuple[Any, int]:
+        if isinstance(node, int):
+            return node, 0
+        if len(node) == 1:
+            return visit(node[0])
+        (left, hl), (right, hr) = visit(node[0]), visit(node[1])
+        height = max(hl, hr) + 1
+        while len(levels) < height:
+            levels.append([])
+        levels[height - 1].append((left, right))
+        return (height - 1, len(levels[height - 1]) - 1), height
+
+    refs = [None if tree is None else visit(tree)[0] for tree in trees]
+    lo = [len(leaves)]
+    for level in levels:
+        lo.append(lo[-1] + len(level))
+
+    def pos(ref: Any) -> int:
+        return ref if isinstance(ref, int) else lo[ref[0]] + ref[1]
+
+    wide = 4 * _PACKET
+    heads: dict[tuple[int, int], list[int]] = {}
+    rests: dict[int, list[int]] = {}
+    for i, (start, length) in enumerate(leaves):
+        if length // wide:
+            heads.setdefault((length // wide, start % wide), []).append(i)
+        if length % wide:
+            rests.setdefault(length % wide, []).append(i)
+    starts = np.asarray([s for s, _ in leaves], dtype=np.intp)
+    ends = np.asarray([s + n for s, n in leaves], dtype=np.intp)
+
+    def ids(which: list[int]) -> Any:
+        return np.asarray(which, dtype=np.intp)
+
+    plan = _Plan(
+        starts=starts,
+        heads=[
+            (rows, phase, ids(w), (starts[ids(w)] - phase) // wide)
+            for (rows, phase), w in heads.items()
+        ],
+        rests=[(count, ids(w), ends[ids(w)] - count) for count, w in rests.items()],
+        levels=[
+            (
+                lo[h],
+                np.asarray([pos(a) for a, _ in level], dtype=np.intp),
+                np.asarray([pos(b) for _, b in level], dtype=np.intp),
+            )
+            for h, level in enumerate(levels)
+        ],
+        roots=np.asarray([lo[-1] if r is None else pos(r) for r in refs], dtype=np.intp),
+        nodes=lo[-1],
+    )
+    # shared by every call (and thread) with these sizes: read-only
+    arrays = [plan.starts, plan.roots]
+    arrays += [a for group in plan.heads for a in group[2:]]
+    arrays += [a for group in plan.rests for a in group[1:]]
+    arrays += [a for level in plan.levels for a in level[1:]]
+    for a in arrays:
+        a.flags.writeable = False
+    return plan
+
+
+#: Elements gathered at a time for the leaves' rows: 256 KiB of float64, so that the gathered
+#: copy is squared and summed while it is still in the CPU's cache.
+_BATCH = 1 << 15
+
+
+def _leaf_sums(np: Any, flat: Any, plan: _Plan, *, square: bool) -> Any:
+    """Eigen's sums of every leaf of ``plan`` (of their squares with ``square``): 1-D.
+
+    The four accumulators of every leaf are its rows of 16 elements added in order. The
+    leaves of one number of rows whose first element lies at one place in a row of 16 (the
+    ``phase``) are rows of one 2-D view of ``flat``: gathered by ``take`` as
+    ``(rows, leaves, 16)`` (a few at a time), squared in place and summed down axis 0
+    (NumPy adds the rows of a C-contiguous array in order), so each step adds one row of
+    every leaf at once. Then, as arrays, :func:`_finish`: the 16 sums into the first
+    packet, the packets after the rows, the lanes, and the last ``< _PACKET`` elements.
+    """
+    p = _PACKET
+    wide = 4 * p
+    k = len(plan.starts)
+    acc = np.zeros((k, wide), dtype=np.float64)
+    for rows, phase, leaves, first_rows in plan.heads:
+        view = flat[phase : phase + (flat.size - phase) // wide * wide].reshape(-1, wide)
+        down = np.arange(rows, dtype=np.intp)[:, None]
+        step = max(1, _BATCH // (rows * wide))
+        for b in range(0, len(leaves), step):
+            g = np.take(view, down + first_rows[b : b + step], axis=0)
+            if square:
+                np.multiply(g, g, out=g)
+            acc[leaves[b : b + step]] = np.add.reduce(g, axis=0)
+    lanes = acc[:, :p] + acc[:, p : 2 * p]
+    lanes = lanes + acc[:, 2 * p : 3 * p]
+    lanes = lanes + acc[:, 3 * p :]
+    tails = np.zeros(k, dtype=np.float64)
+    for count, leaves, at in plan.rests:
+        rest = flat[at[:, None] + np.arange(count, dtype=np.intp)]
+        if square:
+            rest = rest * rest
+        packets = count // p * p
+        if packets:
+            some = lanes[leaves]
+            for j in range(0, packets, p):
+                some = some + rest[:, j : j + p]
+            lanes[leaves] = some
+        tail = np.zeros(len(leaves), dtype=np.float64)
+        for j in range(packets, count):
+            tail = tail + rest[:, j]
+        tails[leaves] = tail
+    return tails + ((lanes[:, 0] + lanes[:, 2]) + (lanes[:, 1] + lanes[:, 3]))
 
 
 def small_sum(values: list[float], *, square: bool) -> float:
@@ -202,104 +337,20 @@ def _walk(node: Any, values: Sequence[float]) -> float:
     return total + _walk(node[1], values) if len(node) > 1 else total
 
 
-def _leaf_sums(
-    xp: Any, flat: Any, length: int, starts: list[int], column_sums: ColumnSums, *, square: bool
-) -> list[float]:
-    """Eigen's sums of the leaves of ``length`` elements at ``starts`` (of their squares).
-
-    The four accumulators of every leaf are one array operation: the leaves' rows of 16
-    elements gathered as ``(rows, leaves, 16)`` and summed down axis 0 one row after another
-    (``column_sums``), so each step adds one row of every leaf at once. The at most 16 sums
-    per leaf and its last ``< 16`` elements are then finished in Python floats (a few
-    leaves) or as arrays (many).
-    """
-    k = len(starts)
-    wide = 4 * _PACKET
-    full = length // wide * wide
-    heads = None
-    if full:
-        if k == 1:  # a view
-            g = xp.reshape(flat[starts[0] : starts[0] + full], (full // wide, 1, wide))
-        else:
-            at = xp.asarray(starts, device=device(flat))
-            rows = xp.arange(0, full, wide, device=device(flat))
-            g = _windows(xp, flat, rows[:, None] + at[None, :], wide)
-        heads = column_sums(g * g if square else g)
-    rest = None
-    if full < length:
-        if k == 1:
-            r = xp.reshape(flat[starts[0] + full : starts[0] + length], (1, length - full))
-        else:
-            at = xp.asarray(starts, device=device(flat))
-            r = _windows(xp, flat, at + full, length - full)
-        rest = r * r if square else r
-    if k > _FEW:
-        return _finish_arrays(xp, k, heads, rest)
-    head_rows = [None] * k if heads is None else heads.tolist()
-    rest_rows = [[]] * k if rest is None else rest.tolist()
-    return [_finish(h, r) for h, r in zip(head_rows, rest_rows, strict=True)]
-
-
-#: Up to this many leaves are finished in Python floats (:func:`_finish`), more as arrays.
-_FEW = 8
-
-
-def _finish_arrays(xp: Any, k: int, heads: Any, rest: Any) -> list[float]:
-    """:func:`_finish` of ``k`` leaves as arrays: ``heads`` (k, 16) or None, ``rest`` (k, r)."""
-    p = _PACKET
-    if heads is not None:
-        lanes = heads[:, :p] + heads[:, p : 2 * p]
-        lanes = lanes + heads[:, 2 * p : 3 * p]
-        lanes = lanes + heads[:, 3 * p :]
-        like = heads
-    else:
-        like = rest
-        lanes = xp.zeros((k, p), dtype=like.dtype, device=device(like))
-    tail = xp.zeros((k,), dtype=like.dtype, device=device(like))
-    if rest is not None:
-        r = int(rest.shape[1])
-        packets = r // p * p
-        for j in range(0, packets, p):
-            lanes = lanes + rest[:, j : j + p]
-        for j in range(packets, r):
-            tail = tail + rest[:, j]
-    total = tail + ((lanes[:, 0] + lanes[:, 2]) + (lanes[:, 1] + lanes[:, 3]))
-    sums: list[float] = total.tolist()
-    return sums
-
-
-def _windows(xp: Any, flat: Any, at: Any, width: int) -> Any:
-    """The ``width`` elements of the 1-D ``flat`` from each start in the integer array ``at``.
-
-    Shape ``at.shape + (width,)``, a copy: a view of every window (NumPy's
-    ``sliding_window_view``, torch's ``unfold``) indexed by ``at``, without an index per
-    element.
-    """
-    if library(xp) == "numpy":
-        from numpy.lib.stride_tricks import sliding_window_view
-
-        return sliding_window_view(flat, width)[at]
-    if library(xp) == "torch":
-        return flat.unfold(0, width, 1)[at]
-    index = xp.reshape(at[..., None] + xp.arange(width, device=device(flat)), (-1,))
-    return xp.reshape(xp.take(flat, index), (*at.shape, width))
-
-
-def tf_order_total(
-    xp: Any, per_array: list[float], column_sums: ColumnSums, *, half: bool
-) -> float:
+def tf_order_total(np: Any, per_array: list[float], *, half: bool) -> float:
     """The total of the arrays' sums of squares ``per_array``, added as TF adds them.
 
     Without ``half`` (one array: ``tf.norm``), its sum; with ``half``
     (``tf.linalg.global_norm``), each array's ``l2_loss`` (its sum halved: exact in float64
-    away from subnormals) summed in TF's order, as ``reduce_sum`` of their stack.
+    away from subnormals) summed in TF's order, as ``reduce_sum`` of their stack. ``np`` is
+    NumPy.
     """
     if not half:
         return per_array[0] if len(per_array) == 1 else math.fsum(per_array)
     if len(per_array) == 1:
         return per_array[0] * 0.5
-    halves = xp.asarray([v * 0.5 for v in per_array], dtype=xp.float64)
-    return tf_order_sums(xp, halves, [len(per_array)], column_sums, square=False)[0]
+    halves = np.asarray([v * 0.5 for v in per_array], dtype=np.float64)
+    return tf_order_sums(np, halves, [len(per_array)], square=False)[0]
 
 
 def tf_order_squares(xp: Any, arrays: Sequence[Any], *, half: bool) -> Any:

@@ -29,7 +29,7 @@ from anyclip._kernels._dist import (
     is_dtensor,
     replicate_partials,
 )
-from anyclip._kernels._tforder import tf_order_sums, tf_order_total
+from anyclip._kernels._tforder import tf_order_squares, tf_order_sums, tf_order_total
 from anyclip._numerics import reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
@@ -144,35 +144,42 @@ def _partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
 def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -> Any | None:
     """The sum of squares of float64 CPU ``arrays`` in TF's order, as a 0-d tensor, or None.
 
-    As the NumPy kernels (:mod:`anyclip._kernels._tforder`): each array's sum of squares in
-    TF 2.21's order, then (``half``) their halves summed as ``tf.linalg.global_norm`` does.
-    None for other dtypes, other devices (the leaves' sums are read on the host), and while
-    ``torch.compile`` traces.
+    As the NumPy kernels (:mod:`anyclip._kernels._tforder`), on a NumPy view of each
+    (joined) tensor's memory (``Tensor.numpy(force=True)``: no copy for a CPU tensor): each
+    array's sum of squares in TF 2.21's order, then (``half``) their halves summed as
+    ``tf.linalg.global_norm`` does. Without NumPy, the same order in torch operations
+    (:func:`~anyclip._kernels._tforder.tf_order_squares`, slower). None for other dtypes,
+    other devices (the sums are read on the host), and while ``torch.compile`` traces.
     """
     if arrays[0].dtype != torch.float64 or torch.compiler.is_compiling():
         return None
     if not all([a.is_cpu for a in arrays]):
         return None
+    np = _numpy()
+    if np is None:
+        return tf_order_squares(xp, arrays, half=half)
     from torch._utils import _flatten_dense_tensors
 
     flatten: Callable[[Sequence[Any]], Any] = _flatten_dense_tensors  # untyped in torch
     per_array: list[float] = []
-    for group in groups(arrays, torch.Tensor.numel):
+    # small tensors joined fewer than 2 * SERIAL elements at a time: torch's `cat` then
+    # copies on the calling thread (a larger one waited 50 ms for its threads on a busy
+    # machine, for ResNet-50's 119 small tensors)
+    for group in groups(arrays, torch.Tensor.numel, block=SERIAL, join=SERIAL):
         flat = group[0].reshape(-1) if len(group) == 1 else flatten(group)
         sizes = [int(a.numel()) for a in group]
-        per_array += tf_order_sums(xp, flat, sizes, _column_sums, square=True)
-    total = tf_order_total(xp, per_array, _column_sums, half=half)
+        per_array += tf_order_sums(np, flat.numpy(force=True), sizes, square=True)
+    total = tf_order_total(np, per_array, half=half)
     return torch.tensor(total, dtype=torch.float64)
 
 
-def _column_sums(m: Any) -> Any:
-    """The sums down axis 0 of the 3-D ``m``, one row after another.
-
-    torch's ``cumsum`` on the CPU adds in order (its ``sum`` adds in a cascade).
-    """
-    import torch
-
-    return torch.cumsum(m, dim=0)[-1]
+def _numpy() -> Any | None:
+    """NumPy, or None where it is not installed (torch does not need it)."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
 
 
 def _one_device(tensors: Sequence[Any]) -> bool:

@@ -549,6 +549,52 @@ def test_torch_compile_first_call_without_warnings():
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def test_torch_compile_first_call_with_gradients():
+    # In a fresh process, anyclip's first call inside torch.compile(fullgraph=True) on tensors
+    # that require a gradient: TF's gradient rules (autograd Functions: maximum in
+    # clip_by_norm, rsqrt in l2_normalize, abs in norm(ord=1)) must already exist; Dynamo
+    # cannot trace their class definitions ("Invalid call to __build_class__" before). Each
+    # compiled gradient equals the eager one computed afterwards, and clip_by_norm's tie
+    # (norm == clip_norm) sends the gradient to the norm, TF's rule (torch's own maximum
+    # would split it).
+    pytest.importorskip("torch")
+    code = textwrap.dedent(
+        """
+        import torch
+        import anyclip
+
+        fns = {
+            "clip_by_norm": lambda t: anyclip.clip_by_norm(t, 5.0),
+            "l2_normalize": lambda t: anyclip.l2_normalize(t),
+            "norm1": lambda t: anyclip.norm(t, ord=1),
+        }
+        for dtype in (torch.float32, torch.float64):
+            for name, fn in fns.items():
+                grads = []
+                for run in (torch.compile(fn, fullgraph=True, backend="aot_eager"), fn):
+                    x = torch.tensor([3.0, -4.0, 0.0], dtype=dtype, requires_grad=True)
+                    out = run(x)
+                    weights = torch.arange(1, out.numel() + 1, dtype=dtype).reshape(out.shape)
+                    (out * weights).sum().backward()
+                    grads.append(x.grad)
+                assert torch.equal(grads[0], grads[1]), (name, dtype, grads)
+                print(name, dtype, grads[0].tolist())
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 6, proc.stdout
+    # TF 2.21 (live, tf.GradientTape): the gradient of sum(clip_by_norm(t, 5) * [1, 2, 3]) at
+    # t = [3, -4, 0], where the norm equals clip_norm, is [1.5999999046325684,
+    # 1.2000000476837158, 3.0] (= [1, 2, 3] - t (t . [1, 2, 3]) / 25 in float32: the whole
+    # gradient through the norm, as TF's maximum(norm, clip_norm) gives a tie to its first
+    # operand)
+    assert lines[0] == "clip_by_norm torch.float32 [1.5999999046325684, 1.2000000476837158, 3.0]"
+
+
 @pytest.mark.parametrize("backend", ["torch-cuda"], indirect=True)
 def test_cuda_no_sync(backend):
     # with a GPU: no anyclip call may synchronise with the host, except nonfinite="raise"

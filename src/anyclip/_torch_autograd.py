@@ -1,10 +1,10 @@
 """TF's gradient rules as torch autograd Functions (:mod:`anyclip._gradients`' torch side).
 
-Layer: primitives of the core. Imported only when anyclip meets a torch tensor that needs a
-gradient (importing ``anyclip`` imports no framework). The classes are defined when this module
-is imported, not when a function first needs them: Dynamo (``torch.compile``) cannot trace a
-class definition, so a first call inside ``torch.compile(fullgraph=True)`` failed; an import it
-runs for real.
+Layer: primitives of the core (and the differentiable all-reduce of ``_kernels._dist``).
+Imported only when anyclip meets a torch tensor that needs a gradient (importing ``anyclip``
+imports no framework). The classes are defined when this module is imported, not when a
+function first needs them: Dynamo (``torch.compile``) cannot trace a class definition, so a
+first call inside ``torch.compile(fullgraph=True)`` failed; an import it runs for real.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from anyclip._gradients import _tf_rsqrt_grad
 
-__all__ = ["FUNCTIONS"]
+__all__ = ["FUNCTIONS", "AllReduce"]
 
 
 class _Select(torch.autograd.Function):
@@ -110,3 +111,17 @@ FUNCTIONS: dict[str, Any] = {
     "select+jvp": _SelectWithJvp,
     "rsqrt+jvp": _RsqrtWithJvp,
 }
+
+
+class AllReduce(torch.autograd.Function):
+    """All-reduce forward (into a copy), identity backward: see ``_kernels._dist``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, op: Any, group: Any) -> Any:
+        out = x.clone()
+        dist.all_reduce(out, op=op, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        return grad, None, None

@@ -141,35 +141,18 @@ def _mesh_groups(g: Any) -> list[Any]:
     return list(g.get_all_groups())
 
 
-_ALL_REDUCE_FN: list[Any] = []
-
-
 def _differentiable_all_reduce() -> Any:
-    """An autograd ``Function``: all-reduce forward, identity backward (made once).
+    """An autograd ``Function``: all-reduce forward, identity backward.
 
     Every rank computes the same global norm and back-propagates it: the gradient of a
     rank's partial sum is the gradient of the norm itself, as in Megatron's "reduce from
     model-parallel region". (``torch.distributed.nn.functional.all_reduce`` all-reduces the
-    gradient too, which would scale it by the world size here.)
+    gradient too, which would scale it by the world size here.) Defined in
+    :mod:`anyclip._torch_autograd`, at import (Dynamo cannot trace a class definition).
     """
-    if _ALL_REDUCE_FN:
-        return _ALL_REDUCE_FN[0]
-    import torch
-    import torch.distributed as dist
+    from anyclip._torch_autograd import AllReduce
 
-    class _AllReduce(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, x: Any, op: Any, group: Any) -> Any:
-            out = x.clone()
-            dist.all_reduce(out, op=op, group=group)
-            return out
-
-        @staticmethod
-        def backward(ctx: Any, grad: Any) -> Any:
-            return grad, None, None
-
-    _ALL_REDUCE_FN.append(_AllReduce)
-    return _AllReduce
+    return AllReduce
 
 
 def _all_reduce_each(out: Any, pgs: Sequence[Any], reduce_op: Any, fresh: bool) -> Any:

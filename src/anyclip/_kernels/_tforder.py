@@ -108,21 +108,17 @@ class _Plan(NamedTuple):
     nodes: int
 
 
-@functools.lru_cache(maxsize=1024)
-def _plan(np: Any, sizes: tuple[int, ...]) -> _Plan:
-    """TF's trees over consecutive segments of ``sizes`` elements, as index arrays.
+def _levels(
+    trees: Sequence[Any], first: int
+) -> tuple[list[list[tuple[Any, Any]]], list[Any], list[int]]:
+    """The inner nodes of ``trees`` by level (height over the leaves), and where they land.
 
-    Kept for the last 1,024 ``sizes`` (a training loop asks for the same ones every step:
-    one per array or group of small arrays). A node's level is its height over its leaves:
-    the nodes of one level only add values of lower levels, so each level is one addition
-    of two gathers.
+    ``trees`` are nested lists (one or two children) over leaf positions, or None (an empty
+    segment). Returns the ``(left, right)`` children of each level's nodes, each tree's root
+    (a leaf position, a ``(level, index)`` pair, or None), and where each level starts in an
+    array that holds the ``first`` leaf values, then each level's sums (and, last, its
+    length): :func:`_pos` of a child or root is its position there.
     """
-    leaves: list[tuple[int, int]] = []
-    trees: list[Any] = []
-    first = 0
-    for n in sizes:
-        trees.append(_leaves(first, 0, n, leaves) if n else None)
-        first += n
     levels: list[list[tuple[Any, Any]]] = []
 
     def visit(node: Any) -> tuple[Any, int]:
@@ -138,12 +134,35 @@ def _plan(np: Any, sizes: tuple[int, ...]) -> _Plan:
         return (height - 1, len(levels[height - 1]) - 1), height
 
     refs = [None if tree is None else visit(tree)[0] for tree in trees]
-    lo = [len(leaves)]
+    start = [first]
     for level in levels:
-        lo.append(lo[-1] + len(level))
+        start.append(start[-1] + len(level))
 
-    def pos(ref: Any) -> int:
-        return ref if isinstance(ref, int) else lo[ref[0]] + ref[1]
+    return levels, refs, start
+
+
+def _pos(start: list[int], ref: Any) -> int:
+    """The position of a node of :func:`_levels` (a leaf position or ``(level, index)``)."""
+    return ref if isinstance(ref, int) else start[ref[0]] + ref[1]
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(np: Any, sizes: tuple[int, ...]) -> _Plan:
+    """TF's trees over consecutive segments of ``sizes`` elements, as index arrays.
+
+    Kept for the last 1,024 ``sizes`` (a training loop asks for the same ones every step:
+    one per array or group of small arrays). A node's level is its height over its leaves:
+    the nodes of one level only add values of lower levels, so each level is one addition
+    of two gathers.
+    """
+    leaves: list[tuple[int, int]] = []
+    trees: list[Any] = []
+    first = 0
+    for n in sizes:
+        trees.append(_leaves(first, 0, n, leaves) if n else None)
+        first += n
+    levels, refs, lo = _levels(trees, len(leaves))
+    pos = functools.partial(_pos, lo)
 
     wide = 4 * _PACKET
     heads: dict[tuple[int, int], list[int]] = {}
@@ -452,25 +471,8 @@ def _add_nodes(xp: Any, values: Any, trees: list[Any]) -> tuple[Any, list[int]]:
     its leaves: the nodes of one level only add values of lower levels, so each level is
     one pair of ``take`` and one addition, its sums appended to ``values``.
     """
-    levels: list[list[tuple[Any, Any]]] = []
-
-    def visit(node: Any) -> tuple[Any, int]:
-        if isinstance(node, int):
-            return node, 0
-        (left, hl), (right, hr) = visit(node[0]), visit(node[1])
-        height = max(hl, hr) + 1
-        while len(levels) < height:
-            levels.append([])
-        levels[height - 1].append((left, right))
-        return (height - 1, len(levels[height - 1]) - 1), height
-
-    refs = [visit(tree)[0] for tree in trees]
-    start = [int(values.shape[0])]
-    for level in levels:
-        start.append(start[-1] + len(level))
-
-    def pos(ref: Any) -> int:
-        return ref if isinstance(ref, int) else start[ref[0]] + ref[1]
+    levels, refs, start = _levels(trees, int(values.shape[0]))
+    pos = functools.partial(_pos, start)
 
     dev = device(values)
     for level in levels:

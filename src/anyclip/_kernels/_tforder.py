@@ -466,9 +466,13 @@ def tf_order_vector_sum(xp: Any, values: Any, *, packet: int, leaf: int, lanes: 
     ``leaf`` elements (1024 packets; 200 for float16), the lanes reduced in ``lanes``
     (float32 for float16: its packet's ``predux`` adds in float32 and rounds once; None:
     ``values``' dtype). Array-API operations only (as :func:`tf_order_squares`), so it
-    traces under ``jax.jit``. Measured bit for bit against live TF 2.21 (single-threaded
-    sums: below about 100,000 elements) for float16, float32 (bfloat16's accumulator) and
-    float64, 1 to 99,999 elements.
+    traces under ``jax.jit``. Measured bit for bit against live TF 2.21 on one thread
+    (``tf.config.threading.set_intra_op_parallelism_threads(1)``) for float32 and float64,
+    20,001 to 1,000,003 elements, and on TF's default threads for float16, float32
+    (bfloat16's accumulator) and float64, 1 to 40,000 elements; from about 60,000 float64
+    or 150,000 float32 elements TF's default threads split the sum (Eigen's cost model), and
+    its bits then follow the thread count (measured on 2 threads: 1 to 96 ulp of the
+    result, on random-sign values whose sum cancels).
 
     Examples
     --------

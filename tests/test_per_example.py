@@ -15,6 +15,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +118,40 @@ def test_tf_style_sum_under_jit_and_vmap(backend, case, dtype):
     assert_array(got, want, backend=backend, dtype=dtype, ulp=0)
     batched = jax.jit(jax.vmap(lambda s, x: _core_tf_sum(backend.xp, s, x)))(scale[None], g[None])
     assert_array(batched[0], want, backend=backend, dtype=dtype, ulp=0)
+
+
+#: float32 sums of one element per example on JAX without x64 (its default): an int64 index
+#: there is truncated with a UserWarning, an error under ``-W error``
+_NO_X64 = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from anyclip._per_example import _core_tf_sum
+assert not jax.config.jax_enable_x64
+ref = np.load(sys.argv[1])
+for case in ("33x1", "9000x"):
+    key = f"sum/{case}/float32"
+    scale, g = jnp.asarray(ref[key + "/scale"]), jnp.asarray(ref[key + "/in"])
+    for name, run in (("eager", _core_tf_sum), ("jit", jax.jit(_core_tf_sum, static_argnums=0))):
+        got = run(jnp, scale, g)
+        assert got.dtype == jnp.float32 and got.shape == ref[key + "/tf"].shape, (case, name)
+        assert np.asarray(got).tobytes() == ref[key + "/tf"].tobytes(), (case, name)
+print("ok")
+"""
+
+
+def test_tf_style_sum_of_one_element_per_example_on_jax_without_x64():
+    # JAX's default (no float64): TF's bits, eagerly and under jit, and no warning
+    pytest.importorskip("jax")
+    env = {**os.environ, "JAX_ENABLE_X64": "0", "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", _NO_X64, str(DATA / "per_example.npz")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
 def test_reference_provenance():

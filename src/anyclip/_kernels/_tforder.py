@@ -555,8 +555,9 @@ def _padded_leaf_sums(
     wide = 4 * p
     dev = device(flat)
     k = len(leaves)
-    itype = xp.int64
-    start = xp.asarray([s for s, _ in leaves], dtype=itype, device=dev)
+    # the namespace's default integer dtype (int32 in JAX without x64: int64 would warn)
+    start = xp.asarray([s for s, _ in leaves], device=dev)
+    itype = start.dtype
     full = xp.asarray([n // wide * wide for _, n in leaves], dtype=itype, device=dev)
     packs = xp.asarray([n % wide // p * p for _, n in leaves], dtype=itype, device=dev)
     last = xp.asarray([n % p for _, n in leaves], dtype=itype, device=dev)

@@ -15,6 +15,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +37,10 @@ CLIPS = (0.0, 0.5, 2.0, 1000.0, math.inf)
 #: TF's sum has TF's order, but each example's factor comes from anyclip's global norm, which
 #: may differ from TF's ``l2_loss`` sums in the last place
 ULP = 4
-#: TF's summation-order cases (``sum/<case>/...``); per-example size 1 is a full reduction of
-#: a vector in TF, whose order anyclip does not reproduce (a declared difference for float32
-#: and float64; float16 and bfloat16 agree)
+#: TF's summation-order cases (``sum/<case>/...``), per-example size 1 included (a full
+#: reduction of a vector in TF)
 SUM_CASES = sorted({k.split("/")[1] for k in REF if k.startswith("sum/")})
 SUM_DTYPES = ("float16", "bfloat16", "float32", "float64")
-FULL_REDUCTION = "33x1"
 torch_backends = pytest.mark.parametrize("backend", ["torch", "torch-cuda"], indirect=True)
 jax_backends = pytest.mark.parametrize("backend", ["jax", "jax-gpu"], indirect=True)
 
@@ -91,40 +92,66 @@ def _sum_case(backend: Backend, case: str, dtype: str) -> tuple[Any, Any, np.nda
 
 
 @pytest.mark.parametrize("dtype", SUM_DTYPES)
-@pytest.mark.parametrize("case", [c for c in SUM_CASES if c != FULL_REDUCTION])
+@pytest.mark.parametrize("case", SUM_CASES)
 def test_tf_style_sum_is_tfs_reduce_sum_bit_for_bit(backend, case, dtype):
     # with TF's own per-example factors, the sum over the examples is TF's reduce_sum over
     # axis 0 bit for bit: batches below and above 16, B % 4 != 0, N % 8 and N % 4 != 0,
-    # more than 1024 columns (summed in chunks), float16 in float16, bfloat16 in float32
+    # more than 1024 columns (summed in chunks), float16 in float16, bfloat16 in float32;
+    # one element per example (shapes (1,), (1, 1), (): TF's full reduction of a vector,
+    # past its tree splits at 9000 examples); one example (a copy: its -0.0 stays -0.0)
     scale, g, want = _sum_case(backend, case, dtype)
     got = _core_tf_sum(backend.xp, scale, g)
     assert_array(got, want, backend=backend, dtype=dtype, ulp=0, what=case)
+    signs = np.signbit(backend.to_numpy(got).astype(np.float64))
+    np.testing.assert_array_equal(signs, np.signbit(want), err_msg=f"signs of zeros ({case})")
 
 
 @pytest.mark.parametrize("dtype", SUM_DTYPES)
-def test_tf_style_sum_of_one_element_per_example(backend, dtype):
-    # TF reduces a (B, 1) stack as a vector (Eigen's full reduction), in an order anyclip
-    # does not reproduce: exact for float16 and bfloat16 here, within 2 ulp of the sum of
-    # magnitudes for float32 and float64 (a declared difference)
-    scale, g, want = _sum_case(backend, FULL_REDUCTION, dtype)
-    got = _core_tf_sum(backend.xp, scale, g)
-    exact = dtype in ("float16", "bfloat16")
-    terms = np.abs(REF[f"sum/{FULL_REDUCTION}/{dtype}/in"].astype(np.float64))
-    scale_of_sum = None if exact else float(np.sum(terms))
-    assert_array(got, want, backend=backend, dtype=dtype, ulp=0 if exact else 2, scale=scale_of_sum)
-
-
-@pytest.mark.parametrize("dtype", SUM_DTYPES)
+@pytest.mark.parametrize("case", ["37x13", "37x1x1"])
 @jax_backends
-def test_tf_style_sum_under_jit_and_vmap(backend, dtype):
+def test_tf_style_sum_under_jit_and_vmap(backend, case, dtype):
     # no fused multiply-add under jit (XLA contracts a product feeding an add otherwise)
     import jax
 
-    scale, g, want = _sum_case(backend, "37x13", dtype)
+    scale, g, want = _sum_case(backend, case, dtype)
     got = jax.jit(lambda s, x: _core_tf_sum(backend.xp, s, x))(scale, g)
     assert_array(got, want, backend=backend, dtype=dtype, ulp=0)
     batched = jax.jit(jax.vmap(lambda s, x: _core_tf_sum(backend.xp, s, x)))(scale[None], g[None])
     assert_array(batched[0], want, backend=backend, dtype=dtype, ulp=0)
+
+
+#: float32 sums of one element per example on JAX without x64 (its default): an int64 index
+#: there is truncated with a UserWarning, an error under ``-W error``
+_NO_X64 = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from anyclip._per_example import _core_tf_sum
+assert not jax.config.jax_enable_x64
+ref = np.load(sys.argv[1])
+for case in ("33x1", "9000x"):
+    key = f"sum/{case}/float32"
+    scale, g = jnp.asarray(ref[key + "/scale"]), jnp.asarray(ref[key + "/in"])
+    for name, run in (("eager", _core_tf_sum), ("jit", jax.jit(_core_tf_sum, static_argnums=0))):
+        got = run(jnp, scale, g)
+        assert got.dtype == jnp.float32 and got.shape == ref[key + "/tf"].shape, (case, name)
+        assert np.asarray(got).tobytes() == ref[key + "/tf"].tobytes(), (case, name)
+print("ok")
+"""
+
+
+def test_tf_style_sum_of_one_element_per_example_on_jax_without_x64():
+    # JAX's default (no float64): TF's bits, eagerly and under jit, and no warning
+    pytest.importorskip("jax")
+    env = {**os.environ, "JAX_ENABLE_X64": "0", "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", _NO_X64, str(DATA / "per_example.npz")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
 def test_reference_provenance():

@@ -25,8 +25,12 @@ by, ``cast(c * minimum(1 / norm, 1 / c), dtype)`` with ``c = SUM_CLIP`` and ``no
 global norm (checked: ``tf.clip_by_global_norm``'s output is ``in * scale`` exactly), and
 ``.../tf`` the ``tf.reduce_sum(stacked, axis=0)`` of the clipped examples. The cases cover
 ``B`` below and above 16, ``B % 4 != 0``, per-example sizes ``N`` with ``N % 8`` and
-``N % 4`` nonzero, more than 1024 columns, and ``N == 1`` (a full reduction in TF, whose
-order anyclip does not reproduce). bfloat16 is stored as float32 (its values exactly).
+``N % 4`` nonzero, more than 1024 columns, and ``N == 1`` (per-example shapes ``(1,)``,
+``(1, 1)`` and ``()``, named ``<B>x``: TF reduces the ``B`` products as one vector, Eigen's
+full reduction), with ``B`` past the tree splits of that reduction (1600 float16 elements,
+4096 float64, 8192 float32), and a batch of one example (TF copies it: no addition), whose
+first element is ``-0.0`` (its sign kept). bfloat16 is stored as float32 (its values
+exactly).
 
 ``provenance`` (a JSON string) records the library versions, the seed and the calls.
 """
@@ -72,6 +76,9 @@ SUM_CASES = {
     "64x2x1031": (64, (2, 1031)),
     "130x33": (130, (33,)),
     "33x1": (33, (1,)),
+    "37x1x1": (37, (1, 1)),
+    "9000x": (9000, ()),
+    "1x3": (1, (3,)),
 }
 SUM_DTYPES = ("float16", "bfloat16", "float32", "float64")
 SUM_CLIP = 1.0
@@ -112,6 +119,8 @@ def sum_inputs(case: str, dtype: str) -> np.ndarray:
     b, shape = SUM_CASES[case]
     rng = np.random.default_rng([SEED, *map(ord, case + dtype)])
     g = rng.standard_normal((b, *shape)) * rng.uniform(0.1, 3.0, (b,) + (1,) * len(shape))
+    if b == 1:
+        g.reshape(-1)[0] = -0.0  # a copy in TF: the sign of zero stays
     if dtype == "bfloat16":
         return g.astype(ml_dtypes.bfloat16).astype(np.float32)
     return g.astype(dtype)

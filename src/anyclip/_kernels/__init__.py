@@ -35,9 +35,10 @@ from anyclip._compat import library, memo_by_dtype
 from anyclip._kernels._base import Kernels
 from anyclip._kernels._dask import DaskKernels
 from anyclip._kernels._flush import FlushKernels
-from anyclip._kernels._jax import JaxKernels, jax_tf_rows_sum
+from anyclip._kernels._jax import JaxKernels, jax_tf_rows_sum, jax_tf_vector_sum
 from anyclip._kernels._numpy import NumpyKernels
 from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, plain_norm
+from anyclip._kernels._tforder import tf_order_vector_sum
 from anyclip._kernels._torch import TorchKernels
 from anyclip._subnormals import OPEN, flushing
 from anyclip._typing import Namespace
@@ -56,6 +57,7 @@ __all__ = [
     "plain_norm",
     "rounded_apart",
     "tf_rows_sum",
+    "tf_vector_sum",
 ]
 
 #: The array-API implementation of every step, for any namespace.
@@ -142,6 +144,18 @@ def tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any | N
     if library(xp) != "jax":
         return None
     return jax_tf_rows_sum(xp, f, flat, acc, cut)
+
+
+def tf_vector_sum(xp: Namespace, values: Any, *, packet: int, leaf: int, lanes: Any) -> Any:
+    """The 1-D ``values`` summed in the order of TF 2.21's full ``reduce_sum``: 0-d.
+
+    :func:`~anyclip._kernels._tforder.tf_order_vector_sum` (array-API operations); on JAX
+    (eager or traced) as one compiled program,
+    :func:`~anyclip._kernels._jax.jax_tf_vector_sum`.
+    """
+    if library(xp) == "jax":
+        return jax_tf_vector_sum(xp, values, packet, leaf, lanes)
+    return tf_order_vector_sum(xp, values, packet=packet, leaf=leaf, lanes=lanes)
 
 
 def _choose(xp: Namespace, dtype: Any) -> Kernels:

@@ -34,7 +34,7 @@ from typing import Any
 from anyclip._compat import dtype_name, may_be_sharded
 from anyclip._kernels import _base
 from anyclip._kernels._base import Kernels, groups
-from anyclip._kernels._tforder import square_list, tf_order_sum_of
+from anyclip._kernels._tforder import square_list, tf_order_sum_of, tf_order_vector_sum
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
@@ -203,6 +203,25 @@ def jax_tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any
 
         found = _ROWS_SUM[xp.__name__] = jax.jit(run, static_argnums=(2, 3))
     return found(f, flat, acc, cut)
+
+
+def jax_tf_vector_sum(xp: Namespace, values: Any, packet: int, leaf: int, lanes: Any) -> Any:
+    """:func:`~anyclip._kernels._tforder.tf_order_vector_sum` as one compiled program.
+
+    A ``jax.jit`` made once per namespace (``packet``, ``leaf`` and ``lanes`` static): an
+    eager call runs its gathers and additions in one program, compiled once per shape, not
+    one dispatch each (measured once on a loaded 2-core CPU, the whole per-example sum of
+    256 to 9,000 float32 products: 0.35 to 0.56 ms, against 6 to 28 ms op by op; the
+    ``lax.fori_loop`` over rows it replaces for this case took 0.1 ms, but not in TF's
+    order); under the caller's ``jit`` it is inlined. Additions only (the products it sums
+    are rounded by the caller), so XLA has nothing to contract.
+    """
+
+    def run(v: Any, packet: int, leaf: int, lanes: Any) -> Any:
+        return tf_order_vector_sum(xp, v, packet=packet, leaf=leaf, lanes=lanes)
+
+    found = _tf_jit(("vector", False, xp.__name__), run, static_argnums=(1, 2, 3))
+    return found(values, packet, leaf, lanes)
 
 
 class JaxKernels(Kernels):

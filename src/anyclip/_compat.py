@@ -56,6 +56,12 @@ _NAMESPACE_OF_TYPE: dict[type, Namespace | None] = {
     type(None): None,
     list: None,
     tuple: None,
+    # the builtin containers a tree holds: known before a first call traced by torch.compile,
+    # which cannot read a builtin type's ``__module__`` (the test below)
+    dict: None,
+    set: None,
+    frozenset: None,
+    bytes: None,
 }
 
 

@@ -607,6 +607,15 @@ def test_torch_first_calls_compiled(backend, first_calls):
     first_calls("torch", at_least=80)
 
 
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_first_calls_in_inference_mode(backend, first_calls):
+    # In a fresh process, the first calls under torch.inference_mode() (a validation pass
+    # before training), then calls with gradients: constants cached by the first calls were
+    # inference tensors, and backward() failed ("Inference tensors cannot be saved for
+    # backward") before they were kept out of the cache.
+    first_calls("torch-inference", at_least=5)
+
+
 @pytest.mark.parametrize("backend", ["torch-cuda"], indirect=True)
 def test_cuda_no_sync(backend):
     # with a GPU: no anyclip call may synchronise with the host, except nonfinite="raise"

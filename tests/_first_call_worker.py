@@ -416,9 +416,8 @@ def _optax_scenarios(jax: Any) -> dict[str, Callable[[], None]]:
     import anyclip.optax as ao
 
     def params() -> dict[str, Any]:
-        # keys in sorted order, as jax.tree_util.tree_map gives the gradients (the eager
-        # anyclip.tree follows insertion order: a dict in another order would pair other leaves)
-        return {"b": jnp.asarray([0.5, -7.0], jnp.float32), "w": jnp.asarray(M, jnp.float32)}
+        # keys not in sorted order: jax.tree_util.tree_map gives the gradients sorted
+        return {"w": jnp.asarray(M, jnp.float32), "b": jnp.asarray([0.5, -7.0], jnp.float32)}
 
     transforms: dict[str, Callable[[], Any]] = {
         "clip_by_global_norm": lambda: ao.clip_by_global_norm(1.0),

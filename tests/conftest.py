@@ -109,6 +109,9 @@ def assert_live_reference(
 def first_calls(tmp_path: Path) -> Callable[..., None]:
     """Run ``tests/_first_call_worker.py MODE`` in a fresh process; every scenario must pass.
 
+    Warnings are errors there, as in the test run (a warning raised inside a Dynamo trace
+    fails that scenario).
+
     Each failing scenario is reported with its traceback, all of them together; ``at_least``
     guards against a mode that silently ran fewer scenarios.
     """
@@ -116,8 +119,18 @@ def first_calls(tmp_path: Path) -> Callable[..., None]:
     def _run(mode: str, *, at_least: int) -> None:
         out = tmp_path / f"{mode}.json"
         worker = Path(__file__).with_name("_first_call_worker.py")
+        # the warning filters of pyproject.toml's pytest section: a warning is an error
+        warnings = [
+            "-W",
+            "error",
+            "-W",
+            "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
+            "-W",
+            "ignore:<class 'torch.autograd.function.Function'> should not be "
+            "instantiated:DeprecationWarning",
+        ]
         proc = subprocess.run(
-            [sys.executable, str(worker), mode, str(out)],
+            [sys.executable, *warnings, str(worker), mode, str(out)],
             capture_output=True,
             text=True,
             timeout=300,

@@ -17,6 +17,7 @@ independent NumPy float64 formula, or from a mathematical property; never from a
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from anyclip_conformance import Backend, assert_array
 
 #: Scripts run in subprocesses by the distributed tests (not test modules; they import
 #: frameworks at import time and need environment variables set first).
-collect_ignore = ["_torch_dist_worker.py", "_jax_sharding_worker.py"]
+collect_ignore = ["_torch_dist_worker.py", "_jax_sharding_worker.py", "_first_call_worker.py"]
 
 #: ULP budgets for float32 results, from docs/tf-reference.md §11 (what a faithful port of TF's op
 #: order was measured to reach): clip_by_value is bit-exact, the reductions are not.
@@ -102,3 +103,44 @@ def assert_live_reference(
     for k, v in live.items():
         if k not in skip:
             np.testing.assert_array_equal(v, committed[k], err_msg=k)
+
+
+@pytest.fixture
+def first_calls(tmp_path: Path) -> Callable[..., None]:
+    """Run ``tests/_first_call_worker.py MODE`` in a fresh process; every scenario must pass.
+
+    Warnings are errors there, as in the test run (a warning raised inside a Dynamo trace
+    fails that scenario).
+
+    Each failing scenario is reported with its traceback, all of them together; ``at_least``
+    guards against a mode that silently ran fewer scenarios.
+    """
+
+    def _run(mode: str, *, at_least: int) -> None:
+        out = tmp_path / f"{mode}.json"
+        worker = Path(__file__).with_name("_first_call_worker.py")
+        # the warning filters of pyproject.toml's pytest section: a warning is an error
+        warnings = [
+            "-W",
+            "error",
+            "-W",
+            "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
+            "-W",
+            "ignore:<class 'torch.autograd.function.Function'> should not be "
+            "instantiated:DeprecationWarning",
+        ]
+        proc = subprocess.run(
+            [sys.executable, *warnings, str(worker), mode, str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results: dict[str, str] = json.loads(out.read_text())
+        failed = {name: why for name, why in results.items() if why != "ok"}
+        report = "\n\n".join(f"== {name}\n{why}" for name, why in failed.items())
+        assert not failed, f"{len(failed)} of {len(results)} {mode} scenarios failed:\n{report}"
+        assert len(results) >= at_least, sorted(results)
+
+    return _run

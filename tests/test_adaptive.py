@@ -211,6 +211,25 @@ def test_adaptive_clip_matches_optax(backend, optax_ref, shape, dtype):
     assert_array(got["p"], want["p"], backend=backend, dtype=dtype, ulp=ULP)
 
 
+def test_adaptive_clip_pairs_dict_leaves_by_key_as_optax(backend, optax_ref):
+    # JAX gives the gradients of a dict as a dict with sorted keys; parameters built in
+    # another order were paired by position (silently wrong where the shapes agree). optax
+    # pairs by key: so does anyclip, eagerly as under jax.jit.
+    rng = np.random.default_rng(7)
+    params = {
+        "w": rng.standard_normal((3, 4)).astype("float32"),
+        "v": (rng.standard_normal((3, 4)) * 100).astype("float32"),
+    }
+    grads = {k: np.ones((3, 4), "float32") for k in sorted(params)}  # keys v, w
+    tx = optax_ref.adaptive_grad_clip(0.01)
+    want = _ref(lambda u, p: tx.update(u, tx.init(p), p)[0], grads, params)
+    got = tree.adaptive_clip(_on(backend, grads, "float32"), _on(backend, params, "float32"), 0.01)
+    assert list(got) == ["v", "w"]
+    assert not np.array_equal(want["v"], want["w"])  # a pairing by position gives other values
+    for k in ("v", "w"):
+        assert_array(got[k], want[k], backend=backend, dtype="float32", ulp=ULP, what=k)
+
+
 @pytest.mark.parametrize("axis", [1, (0, 2), -1])
 def test_adaptive_clip_axis_matches_optax(backend, optax_ref, axis):
     params, grads = _agc_data((3, 4, 5), "float32")

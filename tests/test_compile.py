@@ -595,6 +595,27 @@ def test_torch_compile_first_call_with_gradients():
     assert lines[0] == "clip_by_norm torch.float32 [1.5999999046325684, 1.2000000476837158, 3.0]"
 
 
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_first_calls_compiled(backend, first_calls):
+    # In a fresh process, the first call of every CASES function (float32; a float64 subset),
+    # of the anyclip.torch adapters, ZClip, QuantileClip and skip_on_spike, of the constraints
+    # and embedding_lookup, is inside torch.compile(fullgraph=True) with tensors that require
+    # a gradient, then .backward(); the eager call after it gives the same values. Lazily
+    # built state (a class definition, a cache of types filled on first use) breaks the graph
+    # there: a tree held in a dict failed ("str.startswith" on dict.__module__) before the
+    # type cache knew the builtin containers.
+    first_calls("torch", at_least=80)
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_first_calls_in_inference_mode(backend, first_calls):
+    # In a fresh process, the first calls under torch.inference_mode() (a validation pass
+    # before training), then calls with gradients: constants cached by the first calls were
+    # inference tensors, and backward() failed ("Inference tensors cannot be saved for
+    # backward") before they were kept out of the cache.
+    first_calls("torch-inference", at_least=5)
+
+
 @pytest.mark.parametrize("backend", ["torch-cuda"], indirect=True)
 def test_cuda_no_sync(backend):
     # with a GPU: no anyclip call may synchronise with the host, except nonfinite="raise"

@@ -217,3 +217,15 @@ def test_jit_vmap_clip_by_norm(backend, check):
     fn = jax.jit(jax.vmap(lambda r: anyclip.clip_by_norm(r, 5.0)))
     out = fn(backend.asarray(M, "float32"))
     check(out, [[3, 4], [3, 4]], "float32", 2)
+
+
+@pytest.mark.parametrize("mode", ["jax", "jax-vmap"])
+def test_first_calls_traced(backend, mode, first_calls):
+    # In a fresh process (on the CPU), the first call of every tests/test_compile.py CASES
+    # function is jax.jit(jax.grad(loss)) (mode "jax", float32; then eager: a tracer cached
+    # under jit would raise UnexpectedTracerError there; float64 cases the reverse order) or
+    # jax.vmap (mode "jax-vmap"), and the first init and update of each anyclip.optax
+    # transformation run under jax.jit. Each traced result equals the eager one.
+    if backend.name != "jax":
+        pytest.skip("the fresh process runs on the CPU")
+    first_calls(mode, at_least=50)

@@ -128,3 +128,31 @@ def test_torch_func_vmap_gives_each_sample_its_own_result(backend, name, size):
     loop = torch.stack([fn(row) for row in x])  # the fast paths, summed in another order
     dtype = str(loop.dtype).removeprefix("torch.")
     assert_array(out, loop.numpy().astype(np.float64), backend=backend, dtype=dtype, ulp=4)
+
+
+@pytest.mark.parametrize("name", list(PER_SAMPLE))
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_func_vmap_of_grad_gives_each_sample_its_gradient(backend, name):
+    # per-sample gradients as DP-SGD takes them, vmap(grad(loss)), through TF's gradient
+    # rules (autograd Functions: they need a vmap rule, "You tried to vmap over
+    # _SelectWithJvp" before); each row's gradient is the one eager autograd gives that row
+    import torch
+
+    fn = PER_SAMPLE[name]
+    x = torch.randn(3, 1000, generator=torch.Generator().manual_seed(1))
+
+    def loss(row):
+        out = fn(row)
+        weights = torch.linspace(0.5, 2.0, out.numel(), dtype=out.dtype).reshape(out.shape)
+        return (out * weights).sum()
+
+    out = torch.func.vmap(torch.func.grad(loss))(x)
+    rows = []
+    for row in x:
+        row = row.clone().requires_grad_(True)
+        loss(row).backward()
+        rows.append(row.grad)
+    loop = torch.stack(rows).numpy()
+    assert_array(out, loop.astype(np.float64), backend=backend, dtype="float32", ulp=math.inf)
+    scale = float(np.max(np.abs(loop)))
+    np.testing.assert_allclose(out.numpy(), loop, rtol=1e-5, atol=1e-6 * scale)

@@ -52,6 +52,27 @@ def _flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     return flatten(tree)
 
 
+def _like(params: Any, grads: Any) -> Any:
+    """``params`` with each dict's keys in the order of the matching dict of ``grads``.
+
+    The leaves are paired in flattening order, which for a dict is its keys' order. JAX gives
+    the gradients of a dict of parameters as a dict with sorted keys (``jax.grad``,
+    ``jax.tree.map``), so a dict of parameters built in another order paired other leaves:
+    a ``ValueError`` where their shapes differ, a silently wrong clip where they agree
+    (``optax.adaptive_grad_clip`` pairs by key). Only the pairing changes; dicts with other
+    keys are left as they are (the leaf checks report them).
+    """
+    if isinstance(grads, dict) and isinstance(params, dict):
+        if params.keys() != grads.keys():
+            return params
+        return {k: _like(params[k], grads[k]) for k in grads}
+    if type(grads) in (list, tuple) and type(params) in (list, tuple):
+        if len(params) != len(grads):
+            return params
+        return [_like(p, g) for p, g in zip(params, grads, strict=True)]
+    return params
+
+
 def _leaf_names(n: int, arg: str) -> list[str]:
     return [f"{arg} leaf {i}" for i in range(n)]
 
@@ -482,7 +503,8 @@ def adaptive_clip(
         The gradients; ``None`` leaves are kept.
     params : nested structure of arrays
         The parameters, with the structure of ``grads`` and the same shape leaf by leaf (a
-        ``None`` gradient may face any parameter).
+        ``None`` gradient may face any parameter). Dict leaves are paired by key, whatever
+        the order of the keys (as optax's; ``jax.grad`` gives a dict with sorted keys).
     clipping : number or 0-d array, optional
         The largest ratio of gradient norm to parameter norm (optax ``clipping``, timm
         ``clip_factor``); a number must be ``> 0``.
@@ -537,7 +559,7 @@ def adaptive_clip(
         raise ValueError(msg)
     p_ord = _norm_type(norm_type)
     g_leaves, unflatten = _flatten(grads)
-    p_leaves, _ = _flatten(params)
+    p_leaves, _ = _flatten(_like(params, grads))
     if len(g_leaves) != len(p_leaves):
         msg = (
             f"`params` must have the structure of `grads`: got {len(p_leaves)} leaves in "

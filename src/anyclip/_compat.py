@@ -56,6 +56,12 @@ _NAMESPACE_OF_TYPE: dict[type, Namespace | None] = {
     type(None): None,
     list: None,
     tuple: None,
+    # the builtin containers a tree holds: known before a first call traced by torch.compile,
+    # which cannot read a builtin type's ``__module__`` (the test below)
+    dict: None,
+    set: None,
+    frozenset: None,
+    bytes: None,
 }
 
 
@@ -73,7 +79,10 @@ def _namespace_of(value: object) -> Namespace | None:
 
         xp = torch_namespace
     elif (
-        is_numpy_scalar(value)
+        # containers first (namedtuples, OrderedDict, ...): array-api-compat's lru_cache'd
+        # type checks make Dynamo warn when a first call inside torch.compile meets one
+        isinstance(value, (dict, list, tuple, set, frozenset))
+        or is_numpy_scalar(value)
         or tp.__module__.startswith("numpy.ma")  # a masked array: refused by the policy
         or not array_api_compat.is_array_api_obj(value)
     ):

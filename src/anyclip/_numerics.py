@@ -41,12 +41,26 @@ def _torch_compiling() -> bool:
     return torch is not None and bool(torch.compiler.is_compiling())
 
 
+def _torch_shareable(t: Any) -> bool:
+    """Whether a new torch constant may be kept for later calls: a plain tensor, no inference one.
+
+    A constant made under ``torch.inference_mode()`` is an inference tensor: reused by a later
+    call that records gradients, autograd refuses it ("Inference tensors cannot be saved for
+    backward"). One made under a tensor subclass's mode (``FakeTensorMode``) is no plain
+    tensor. Neither is kept.
+    """
+    import torch
+
+    return type(t) is torch.Tensor and not t.is_inference()
+
+
 def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
     """A constant array of ``dtype`` on ``like``'s device.
 
     JAX constants are left uncommitted (no ``device=``) so that they follow the traced or
     committed array they meet, under ``jax.jit`` included. NumPy and torch constants made from
-    a Python scalar are cached (not while torch.compile traces).
+    a Python scalar are cached (not while torch.compile traces, nor torch inference or fake
+    tensors: see :func:`_torch_shareable`).
     """
     lib = library(xp)
     if lib == "jax" or like is None:
@@ -62,6 +76,8 @@ def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
     except KeyError:
         pass
     out = xp.asarray(value, dtype=dtype, device=dev)
+    if lib == "torch" and not _torch_shareable(out):
+        return out
     if len(_CONSTANTS) >= _CONSTANTS_MAX:
         _CONSTANTS.clear()
     _CONSTANTS[key] = out

@@ -22,6 +22,9 @@ __all__ = ["FUNCTIONS", "AllReduce"]
 class _Select(torch.autograd.Function):
     """Elementwise binary max/min whose gradient goes to the side ``mask`` names."""
 
+    #: torch.func.vmap batches forward and setup_context (per-sample gradients: vmap(grad))
+    generate_vmap_rule = True
+
     @staticmethod
     def forward(x: Any, y: Any, take_max: bool) -> Any:
         return torch.maximum(x, y) if take_max else torch.minimum(x, y)
@@ -52,6 +55,9 @@ class _SelectWithJvp(_Select):
 class _Rsqrt(torch.autograd.Function):
     """``rsqrt`` with TF's gradient: 0 where the incoming gradient is 0."""
 
+    #: torch.func.vmap batches forward and setup_context (per-sample gradients: vmap(grad))
+    generate_vmap_rule = True
+
     @staticmethod
     def forward(x: Any) -> Any:
         return torch.rsqrt(x)
@@ -76,6 +82,9 @@ class _RsqrtWithJvp(_Rsqrt):
 
 class _Abs(torch.autograd.Function):
     """``abs`` with TF's gradient ``sign(x)`` (NaN at NaN)."""
+
+    #: torch.func.vmap batches forward and setup_context (per-sample gradients: vmap(grad))
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x: Any) -> Any:

@@ -37,7 +37,14 @@ from typing import Any, Literal, TypeVar, cast
 from anyclip._adaptive import scalar_operand
 from anyclip._compat import dtype_name, namespace
 from anyclip._core import global_scale
-from anyclip._kernels import Kernels, kernels_for, rounded_apart, tf_rows_sum, tf_vector_sum
+from anyclip._kernels import (
+    Kernels,
+    kernels_for,
+    rounded_apart,
+    tf_row_sums,
+    tf_rows_sum,
+    tf_vector_sum,
+)
 from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
@@ -75,6 +82,36 @@ def _core_sq_norms(
     return total
 
 
+#: The accumulation dtypes whose per-example norms follow TF 2.21's order (measured).
+_TF_NORM_DTYPES = ("float32", "float64")
+
+
+def _core_tf_half_squares(xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
+    """Each example's ``sum(l2_loss)`` as ``tf.linalg.global_norm`` adds it, shape ``(batch,)``.
+
+    TF Privacy clips each example with ``tf.clip_by_global_norm``, whose norm is
+    ``sqrt(reduce_sum(stack([l2_loss(v) for v])) * 2)``: each leaf's ``l2_loss`` is
+    ``sum(square(v) * 0.5)`` over that example's leaf in the order of Eigen's full
+    reduction, and the leaves' values, stacked, are reduced the same way (packets of 8
+    float32 or 4 float64, Eigen's tree). Both are
+    :func:`anyclip._kernels._tforder.tf_order_row_sums` over one row per example (measured
+    bit for bit against TF 2.21's ``global_norm``). The squares are rounded apart from the
+    sums (:func:`anyclip._kernels.rounded_apart`: no fused multiply-add under ``jax.jit``),
+    a slice at a time: no squared copy of a leaf.
+    """
+    name = dtype_name(acc)
+    packet, leaf = _TF_PACKET[name], _TF_LEAF[name]
+    halves = []
+    for a in arrays:
+        flat = xp.reshape(a, (a.shape[0], -1))
+        if flat.dtype != acc:
+            flat = xp.astype(flat, acc)
+        halves.append(tf_row_sums(xp, flat, packet=packet, leaf=leaf, square=0.5))
+    if len(halves) == 1:
+        return halves[0]
+    return tf_row_sums(xp, xp.stack(halves, axis=1), packet=packet, leaf=leaf)
+
+
 def _core_norms(
     xp: Namespace,
     kernels: Kernels,
@@ -99,7 +136,10 @@ def _core_norms(
             )
         local = kernels.row_norms(xp, xp.stack(per_leaf, axis=1))
         return local if reduce is None else sqrt(xp, reduce(local * local))
-    total = _core_sq_norms(xp, kernels, arrays, acc, half=style == "tf")
+    if style == "tf" and dtype_name(acc) in _TF_NORM_DTYPES:
+        total = _core_tf_half_squares(xp, arrays, acc)
+    else:
+        total = _core_sq_norms(xp, kernels, arrays, acc, half=style == "tf")
     if reduce is not None:
         total = reduce(total)
     if style == "tf":

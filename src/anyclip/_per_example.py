@@ -420,8 +420,9 @@ def per_example_clip(
     backend's order), so the output is TF Privacy's bit for bit (measured on 3 to 12
     leaves of 1 to 10,000 elements per example). Those norms cost more than one
     ``einsum`` per leaf (the same 784-128-10 MLP, ``B = 256``, float32, loaded 2-core CPU:
-    NumPy about 2 times the previous norms' whole call, ``jax.jit`` 1.5 times and 1.3 s to
-    compile against 0.35 s).
+    NumPy 2.1 to 2.8 times the previous whole call, ``jax.jit`` 1.45 times and 1.2 to 1.7 s
+    to compile against 0.35 s; torch on the CPU, whose norms run NumPy's code on a view,
+    0.3 to 0.5 times).
     That sum adds groups of four examples one after another (vectorised over the rest): on
     JAX as one compiled ``lax.fori_loop``, elsewhere as a Python loop (measured once, a
     784-128-10 MLP under ``jax.jit`` on a loaded 2-core CPU: ``B = 256`` 26 ms against

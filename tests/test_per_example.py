@@ -34,8 +34,7 @@ REF = dict(np.load(DATA / "per_example.npz"))
 LEAVES = ("w", "b", "s")
 CLIPS = (0.0, 0.5, 2.0, 1000.0, math.inf)
 #: a sum over 6 examples of nonnegative terms (einsum, tensordot): optax's and Opacus's sums;
-#: TF's sum has TF's order, but each example's factor comes from anyclip's global norm, which
-#: may differ from TF's ``l2_loss`` sums in the last place
+#: TF's (norms, factors and sum) are in TF's order: 0, bit for bit
 ULP = 4
 #: TF's summation-order cases (``sum/<case>/...``), per-example size 1 included (a full
 #: reduction of a vector in TF)
@@ -78,10 +77,11 @@ def test_per_example_clip_matches_tf_and_opacus(backend, style, clip, dtype):
     grads["frozen"] = None  # kept as None, as in every anyclip.tree function
     got, norms = tree.per_example_clip(grads, clip, style=style)
     assert got["frozen"] is None
+    ulp = 0 if style == "tf" else ULP
     for n in LEAVES:
         want = REF[f"{style}/{dtype}/{clip!r}/{n}"]
-        assert_array(got[n], want, backend=backend, dtype=dtype, ulp=ULP, what=n)
-    assert_array(norms, REF[f"tf/{dtype}/norms"], backend=backend, dtype=dtype, ulp=ULP)
+        assert_array(got[n], want, backend=backend, dtype=dtype, ulp=ulp, what=n)
+    assert_array(norms, REF[f"tf/{dtype}/norms"], backend=backend, dtype=dtype, ulp=ulp)
 
 
 def _sum_case(backend: Backend, case: str, dtype: str) -> tuple[Any, Any, np.ndarray]:
@@ -118,6 +118,50 @@ def test_tf_style_sum_under_jit_and_vmap(backend, case, dtype):
     assert_array(got, want, backend=backend, dtype=dtype, ulp=0)
     batched = jax.jit(jax.vmap(lambda s, x: _core_tf_sum(backend.xp, s, x)))(scale[None], g[None])
     assert_array(batched[0], want, backend=backend, dtype=dtype, ulp=0)
+
+
+#: the many-leaf cases (``many/<case>/...``): 12 float32 or 7 float64 leaves per example
+MANY_CASES = sorted({k.split("/")[1] for k in REF if k.startswith("many/")})
+
+
+def _many_case(backend: Backend, case: str) -> tuple[str, list[Any], list[np.ndarray]]:
+    count = len({k for k in REF if k.startswith(f"many/{case}/in/")})
+    ins = [REF[f"many/{case}/in/{i}"] for i in range(count)]
+    dtype = str(ins[0].dtype)
+    backend.dtype(dtype)
+    wants = [REF[f"many/{case}/tf/{i}"] for i in range(count)]
+    return dtype, [backend.asarray(g, dtype) for g in ins], wants
+
+
+@pytest.mark.parametrize("case", MANY_CASES)
+def test_tf_style_norms_of_many_leaves_are_tfs_bit_for_bit(backend, case):
+    # each example's global norm is tf.linalg.global_norm's: every leaf's l2_loss in the order
+    # of TF's full reduction, their stack reduced the same way (from 9 float32 or 5 float64
+    # leaves a sequential sum differs); so the factors, and the clipped sums, are TF's bits
+    dtype, leaves, wants = _many_case(backend, case)
+    got, norms = tree.per_example_clip(leaves, 1.0, style="tf")
+    assert_array(norms, REF[f"many/{case}/norms"], backend=backend, dtype=dtype, ulp=0)
+    for i, (g, want) in enumerate(zip(got, wants, strict=True)):
+        assert_array(g, want, backend=backend, dtype=dtype, ulp=0, what=f"{case} leaf {i}")
+
+
+@pytest.mark.parametrize("case", ["20xf32", "17xf64"])
+@jax_backends
+def test_tf_style_norms_of_many_leaves_under_jit_and_vmap(backend, case):
+    # no fused multiply-add of a square into the sums under jit
+    import jax
+
+    dtype, leaves, wants = _many_case(backend, case)
+
+    def clip(g: list[Any]) -> Any:
+        return tree.per_example_clip(g, 1.0, style="tf")
+
+    got, norms = jax.jit(clip)(leaves)
+    assert_array(norms, REF[f"many/{case}/norms"], backend=backend, dtype=dtype, ulp=0)
+    for i, (g, want) in enumerate(zip(got, wants, strict=True)):
+        assert_array(g, want, backend=backend, dtype=dtype, ulp=0, what=f"{case} leaf {i}")
+    _, batched = jax.jit(jax.vmap(clip))([g[None] for g in leaves])
+    assert_array(batched[0], REF[f"many/{case}/norms"], backend=backend, dtype=dtype, ulp=0)
 
 
 #: float32 sums of one element per example on JAX without x64 (its default): an int64 index
@@ -180,6 +224,11 @@ def test_committed_tf_reference_is_tfs():
             scale, total = script.run_tf_sum(script.sum_inputs(case, dtype), dtype)
             np.testing.assert_array_equal(scale, REF[f"sum/{case}/{dtype}/scale"])
             np.testing.assert_array_equal(total, REF[f"sum/{case}/{dtype}/tf"])
+    for case in script.MANY_CASES:
+        sums, norms = script.run_tf_many(script.many_inputs(case))
+        for i, s in enumerate(sums):
+            np.testing.assert_array_equal(s, REF[f"many/{case}/tf/{i}"])
+        np.testing.assert_array_equal(norms, REF[f"many/{case}/norms"])
 
 
 # ------------------------------------------------------------------------ optax
@@ -312,8 +361,8 @@ def test_per_example_clip_under_torch_compile_fullgraph(backend):
         torch._dynamo.reset()
     for n in LEAVES:
         want = REF[f"tf/float32/0.5/{n}"]
-        assert_array(got[n], want, backend=backend, dtype="float32", ulp=ULP, what=n)
-    assert_array(norms, REF["tf/float32/norms"], backend=backend, dtype="float32", ulp=ULP)
+        assert_array(got[n], want, backend=backend, dtype="float32", ulp=0, what=n)
+    assert_array(norms, REF["tf/float32/norms"], backend=backend, dtype="float32", ulp=0)
 
 
 def test_per_example_clip_gradient_matches_optax(grad_backend, optax_ref):

@@ -32,6 +32,14 @@ full reduction), with ``B`` past the tree splits of that reduction (1600 float16
 first element is ``-0.0`` (its sign kept). bfloat16 is stored as float32 (its values
 exactly).
 
+The per-example norms of many leaves (``many/...``): for each case of ``MANY_CASES`` (batch
+``B``, dtype, the leaves' per-example shapes: 12 float32 or 7 float64 leaves, past the 8 and 4
+leaves from which a sequential sum of their ``l2_loss`` leaves TF's order, and leaves past
+the tree split of TF's full reduction), ``many/<case>/in/<i>`` holds leaf ``i`` (seed
+``SEED``; signed, norms around 0.1 to 10 per example), ``many/<case>/tf/<i>`` the
+``reduce_sum`` over the examples of ``tf.clip_by_global_norm(example, MANY_CLIP)`` per example
+(as ``tf/...``), and ``many/<case>/norms`` each example's ``tf.linalg.global_norm``.
+
 ``provenance`` (a JSON string) records the library versions, the seed and the calls.
 """
 
@@ -47,14 +55,18 @@ __all__ = [
     "CLIPS",
     "DTYPES",
     "LEAVES",
+    "MANY_CASES",
+    "MANY_CLIP",
     "SEED",
     "SUM_CASES",
     "SUM_CLIP",
     "SUM_DTYPES",
     "inputs",
     "main",
+    "many_inputs",
     "run_opacus",
     "run_tf",
+    "run_tf_many",
     "run_tf_sum",
     "sum_inputs",
 ]
@@ -82,6 +94,22 @@ SUM_CASES = {
 }
 SUM_DTYPES = ("float16", "bfloat16", "float32", "float64")
 SUM_CLIP = 1.0
+#: (batch, dtype, per-example shapes of the leaves) of the many-leaf norm cases
+MANY_CASES = {
+    "6xf32": (
+        6,
+        "float32",
+        ((3, 4), (5,), (), (7,), (1,), (33,), (2, 9), (17,), (8,), (3,), (64,), (13,)),
+    ),
+    "20xf32": (
+        20,
+        "float32",
+        ((30, 30), (9,), (), (31,), (4, 4), (1000,), (2,), (8193,), (5,), (129,), (1,), (11,)),
+    ),
+    "6xf64": (6, "float64", ((3, 4), (5,), (), (7,), (4097,), (2, 3), (13,))),
+    "17xf64": (17, "float64", ((9,), (33,), (), (5000,), (4,), (3, 7), (2,))),
+}
+MANY_CLIP = 1.0
 
 
 def inputs(dtype: str) -> dict[str, np.ndarray]:
@@ -150,6 +178,33 @@ def run_tf_sum(g: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     return tf.cast(tf.stack(scales), as32).numpy(), tf.cast(total, as32).numpy()
 
 
+def many_inputs(case: str) -> list[np.ndarray]:
+    """The leaves of a many-leaf case: signed, each example's norm around 0.1 to 10."""
+    b, dtype, shapes = MANY_CASES[case]
+    rng = np.random.default_rng([SEED, *map(ord, case)])
+    scale = rng.uniform(0.1, 3.0, b) / np.sqrt(len(shapes))
+    return [
+        (rng.standard_normal((b, *shape)) * scale.reshape((b,) + (1,) * len(shape))).astype(dtype)
+        for shape in shapes
+    ]
+
+
+def run_tf_many(leaves: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """TF Privacy's rule on many leaves: ``clip_by_global_norm`` per example, then the sum."""
+    import tensorflow as tf
+
+    per_example, norms = [], []
+    for b in range(leaves[0].shape[0]):
+        clipped, norm = tf.clip_by_global_norm([tf.constant(g[b]) for g in leaves], MANY_CLIP)
+        per_example.append(clipped)
+        norms.append(norm.numpy())
+    sums = [
+        tf.reduce_sum(tf.stack([e[i] for e in per_example]), axis=0).numpy()
+        for i in range(len(leaves))
+    ]
+    return sums, np.asarray(norms)
+
+
 def run_opacus(grads: dict[str, np.ndarray], clip: float) -> dict[str, np.ndarray]:
     import torch
     from opacus.optimizers import DPOptimizer
@@ -206,6 +261,13 @@ def main(out: Path) -> None:
             data[f"sum/{case}/{dtype}/in"] = g
             data[f"sum/{case}/{dtype}/scale"] = scale
             data[f"sum/{case}/{dtype}/tf"] = total
+    for case in MANY_CASES:
+        leaves = many_inputs(case)
+        sums, norms = run_tf_many(leaves)
+        for i, (g, total) in enumerate(zip(leaves, sums, strict=True)):
+            data[f"many/{case}/in/{i}"] = g
+            data[f"many/{case}/tf/{i}"] = total
+        data[f"many/{case}/norms"] = norms
     provenance = {
         "script": "tests/data/make_per_example.py",
         "tensorflow": tf.__version__,
@@ -217,6 +279,8 @@ def main(out: Path) -> None:
         "opacus_call": "DPOptimizer(SGD(params, lr=0), noise_multiplier=0, max_grad_norm=clip,"
         " expected_batch_size=6).clip_and_accumulate(); p.summed_grad",
         "sum_call": "tf.reduce_sum(tf.stack([tf.clip_by_global_norm([t], 1.0)[0][0] ...]), 0)",
+        "many_call": "tf.clip_by_global_norm(leaves of one example, 1.0) per example, then"
+        " tf.reduce_sum(tf.stack(clipped leaf i), 0); norms: its global_norm",
         "cpu": _cpu(),
     }
     data["provenance"] = np.asarray(json.dumps(provenance))

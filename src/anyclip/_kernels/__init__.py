@@ -27,6 +27,7 @@ Importing this package imports no framework.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -35,11 +36,20 @@ from anyclip._compat import library, memo_by_dtype
 from anyclip._kernels._base import Kernels
 from anyclip._kernels._dask import DaskKernels
 from anyclip._kernels._flush import FlushKernels
-from anyclip._kernels._jax import JaxKernels, jax_tf_rows_sum, jax_tf_vector_sum
+from anyclip._kernels._jax import (
+    JaxKernels,
+    jax_tf_row_sums,
+    jax_tf_rows_sum,
+    jax_tf_vector_sum,
+)
 from anyclip._kernels._numpy import NumpyKernels
 from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, plain_norm
-from anyclip._kernels._tforder import tf_order_vector_sum
-from anyclip._kernels._torch import TorchKernels
+from anyclip._kernels._tforder import (
+    numpy_rows_in_order,
+    tf_order_row_sums,
+    tf_order_vector_sum,
+)
+from anyclip._kernels._torch import TorchKernels, torch_numpy_rows
 from anyclip._subnormals import OPEN, flushing
 from anyclip._typing import Namespace
 
@@ -56,6 +66,7 @@ __all__ = [
     "plain_clip_by_value",
     "plain_norm",
     "rounded_apart",
+    "tf_row_sums",
     "tf_rows_sum",
     "tf_vector_sum",
 ]
@@ -156,6 +167,36 @@ def tf_vector_sum(xp: Namespace, values: Any, *, packet: int, leaf: int, lanes: 
     if library(xp) == "jax":
         return jax_tf_vector_sum(xp, values, packet, leaf, lanes)
     return tf_order_vector_sum(xp, values, packet=packet, leaf=leaf, lanes=lanes)
+
+
+def tf_row_sums(
+    xp: Namespace, rows: Any, *, packet: int, leaf: int, square: float | None = None
+) -> Any:
+    """Each row of the 2-D ``rows`` summed in the order of TF 2.21's full ``reduce_sum``.
+
+    :func:`~anyclip._kernels._tforder.tf_order_row_sums` (array-API operations); on JAX
+    (eager or traced) as one compiled program, :func:`~anyclip._kernels._jax.jax_tf_row_sums`.
+    ``square``: each element ``x`` taken as ``(x * x) * square`` (``l2_loss``: 0.5). NumPy,
+    and torch on the CPU without a recorded gradient or a transform, add the rows of
+    Eigen's packet accumulators with NumPy's in-order reduction
+    (:func:`~anyclip._kernels._tforder.numpy_rows_in_order`); torch runs this NumPy code
+    on a NumPy view of the tensor (:func:`~anyclip._kernels._torch.torch_numpy_rows`).
+    """
+    lib = library(xp)
+    if lib == "jax":
+        return jax_tf_row_sums(xp, rows, packet, leaf, square)
+    if lib == "torch" and (view := torch_numpy_rows(rows)) is not None:
+        import array_api_compat.numpy as np_xp
+        import torch
+
+        sums = tf_row_sums(np_xp, view, packet=packet, leaf=leaf, square=square)
+        return torch.from_numpy(sums)
+    in_order = None
+    if lib == "numpy":
+        import numpy as np
+
+        in_order = functools.partial(numpy_rows_in_order, np)
+    return tf_order_row_sums(xp, rows, packet=packet, leaf=leaf, square=square, in_order=in_order)
 
 
 def _choose(xp: Namespace, dtype: Any) -> Kernels:

@@ -34,11 +34,16 @@ from typing import Any
 from anyclip._compat import dtype_name, may_be_sharded
 from anyclip._kernels import _base
 from anyclip._kernels._base import Kernels, groups
-from anyclip._kernels._tforder import square_list, tf_order_sum_of, tf_order_vector_sum
+from anyclip._kernels._tforder import (
+    square_list,
+    tf_order_row_sums,
+    tf_order_sum_of,
+    tf_order_vector_sum,
+)
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
-__all__ = ["JaxKernels", "jax_tf_rows_sum"]
+__all__ = ["JaxKernels", "jax_tf_row_sums", "jax_tf_rows_sum"]
 
 #: The compiled block loops, by (step, function, namespace, accumulation dtype, block size).
 _LOOPS: dict[tuple[str, Any, str, str, int], Callable[..., Any]] = {}
@@ -222,6 +227,24 @@ def jax_tf_vector_sum(xp: Namespace, values: Any, packet: int, leaf: int, lanes:
 
     found = _tf_jit(("vector", False, xp.__name__), run, static_argnums=(1, 2, 3))
     return found(values, packet, leaf, lanes)
+
+
+def jax_tf_row_sums(
+    xp: Namespace, rows: Any, packet: int, leaf: int, square: float | None = None
+) -> Any:
+    """:func:`~anyclip._kernels._tforder.tf_order_row_sums` as one compiled program.
+
+    As :func:`jax_tf_vector_sum`: a ``jax.jit`` made once per namespace (``packet`` and
+    ``leaf`` static), so an eager call is one dispatch, not one per addition; under the
+    caller's ``jit`` it is inlined. The squares (``square``) are rounded apart from the
+    additions they feed (:func:`anyclip._kernels.rounded_apart`).
+    """
+
+    def run(r: Any, packet: int, leaf: int, square: float | None) -> Any:
+        return tf_order_row_sums(xp, r, packet=packet, leaf=leaf, square=square)
+
+    found = _tf_jit(("rows", False, xp.__name__), run, static_argnums=(1, 2, 3))
+    return found(rows, packet, leaf, square)
 
 
 class JaxKernels(Kernels):

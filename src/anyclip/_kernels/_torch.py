@@ -29,11 +29,15 @@ from anyclip._kernels._dist import (
     is_dtensor,
     replicate_partials,
 )
-from anyclip._kernels._tforder import tf_order_squares, tf_order_sums, tf_order_total
+from anyclip._kernels._tforder import (
+    tf_order_squares,
+    tf_order_sums,
+    tf_order_total,
+)
 from anyclip._numerics import reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
-__all__ = ["TorchKernels"]
+__all__ = ["TorchKernels", "torch_numpy_rows"]
 
 
 def _fast_ok(arrays: Sequence[Any], *, one_dtype: bool = False) -> bool:
@@ -171,6 +175,25 @@ def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -
         per_array += tf_order_sums(np, flat.numpy(force=True), sizes, square=True)
     total = tf_order_total(np, per_array, half=half)
     return torch.tensor(total, dtype=torch.float64)
+
+
+def torch_numpy_rows(rows: Any) -> Any | None:
+    """A NumPy view of the CPU tensor ``rows``'s memory, for TF-order row sums; or None.
+
+    :func:`~anyclip._kernels.tf_row_sums` then runs on NumPy (its in-order reduction,
+    :func:`~anyclip._kernels._tforder.numpy_rows_in_order`; torch's own ``sum`` adds in its
+    cascade order, not TF's, and its elementwise steps on small blocks measured 25 times
+    NumPy's on a loaded 2-core CPU). None (the generic torch code) on other devices, while
+    a gradient is recorded, under a ``torch.func`` transform, while ``torch.compile``
+    traces, or without NumPy.
+    """
+    import torch
+
+    if not rows.is_cpu or torch.compiler.is_compiling() or not _fast_ok([rows], one_dtype=True):
+        return None
+    if _numpy() is None:
+        return None
+    return rows.numpy(force=True)
 
 
 def _numpy() -> Any | None:

@@ -473,7 +473,7 @@ def _jax_kernel_scenarios(jax: Any) -> dict[str, Callable[[], None]]:
         "block-loop-float16": jnp.asarray(rng.standard_normal(UPCAST_BLOCK + 5), jnp.float16),
         # float64 on the CPU: the compiled sums in TF's order (_kernels._jax._TF_ORDER)
         "tf-order-float64": jnp.asarray(rng.standard_normal(20_000), jnp.float64),
-        # per-example clipping: the compiled row sums (_kernels._jax._ROWS_SUM)
+        # per-example clipping: the compiled row sums (_kernels._jax._TF_ORDER)
         "rows-sum-float64": {"w": jnp.asarray(rng.standard_normal((9, 5)), jnp.float64)},
     }
     fns: dict[str, Callable[[Any], Any]] = {

@@ -43,7 +43,7 @@ from anyclip._kernels._tforder import (
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
-__all__ = ["JaxKernels", "jax_tf_row_sums", "jax_tf_rows_sum"]
+__all__ = ["JaxKernels", "jax_tf_row_sums", "jax_tf_rows_sum", "jax_tf_vector_sum"]
 
 #: The compiled block loops, by (step, function, namespace, accumulation dtype, block size).
 _LOOPS: dict[tuple[str, Any, str, str, int], Callable[..., Any]] = {}
@@ -70,7 +70,8 @@ def _loop_ok(arrays: Sequence[Any]) -> bool:
     return any(int(a.size) > _base.UPCAST_BLOCK for a in arrays)
 
 
-#: The compiled sums in TF's order, by (kind, half, namespace).
+#: The compiled sums in TF's order (squares, sums, vector, row and rows sums), by
+#: (kind, half, namespace).
 _TF_ORDER: dict[tuple[str, bool, str], Callable[..., Any]] = {}
 
 
@@ -142,10 +143,6 @@ def _loop_reduce(
     return total
 
 
-#: The compiled TF-order row sums, by namespace.
-_ROWS_SUM: dict[str, Callable[..., Any]] = {}
-
-
 def _rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any:
     """:func:`jax_tf_rows_sum`'s body (traced): a ``fori_loop`` over the groups of four rows."""
     from jax import lax
@@ -199,14 +196,11 @@ def jax_tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any
     loop, whatever the batch (a Python loop unrolls under ``jax.jit``); a ``jax.jit`` made
     once per namespace (dtype and ``cut`` static), so eager calls compile once per shape.
     """
-    found = _ROWS_SUM.get(xp.__name__)
-    if found is None:
-        import jax
 
-        def run(f: Any, flat: Any, acc: Any, cut: int) -> Any:
-            return _rows_sum(xp, f, flat, acc, cut)
+    def run(f: Any, flat: Any, acc: Any, cut: int) -> Any:
+        return _rows_sum(xp, f, flat, acc, cut)
 
-        found = _ROWS_SUM[xp.__name__] = jax.jit(run, static_argnums=(2, 3))
+    found = _tf_jit(("rows-sum", False, xp.__name__), run, static_argnums=(2, 3))
     return found(f, flat, acc, cut)
 
 

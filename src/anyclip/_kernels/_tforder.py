@@ -357,10 +357,12 @@ def tf_order_walk(tree: Any, values: Sequence[float]) -> float:
     Each inner node adds its right child's sum to its left child's (Python floats: IEEE
     double, rounded as Eigen's additions).
     """
-    return _walk(tree, values)
+    total: float = _walk(tree, values)
+    return total
 
 
-def _walk(node: Any, values: Sequence[float]) -> float:
+def _walk(node: Any, values: Sequence[Any]) -> Any:
+    """Each inner node's left sum plus its right sum (Python floats or arrays)."""
     if isinstance(node, int):
         return values[node]
     total = _walk(node[0], values)
@@ -658,7 +660,7 @@ def tf_order_row_sums(
         got = _equal_leaf_sums(xp, block, packet, lanes, prep, in_order)
         sums += [got[:, k] for k in range(count)]
         first += count
-    return _walk_arrays(tree, sums)
+    return _walk(tree, sums)
 
 
 def _squarer(xp: Any, like: Any, factor: float) -> Any:
@@ -671,14 +673,6 @@ def _squarer(xp: Any, like: Any, factor: float) -> Any:
         return rounded_apart(xp, rounded_apart(xp, x * x) * k)
 
     return prep
-
-
-def _walk_arrays(node: Any, sums: list[Any]) -> Any:
-    """:func:`_walk` over arrays: each inner node's left sum plus its right sum."""
-    if isinstance(node, int):
-        return sums[node]
-    total = _walk_arrays(node[0], sums)
-    return total + _walk_arrays(node[1], sums) if len(node) > 1 else total
 
 
 #: :func:`tf_order_row_sums` with ``in_order`` squares the examples in this many parts, so

@@ -577,6 +577,8 @@ def test_torch_compile_first_call_with_gradients():
                     weights = torch.arange(1, out.numel() + 1, dtype=dtype).reshape(out.shape)
                     (out * weights).sum().backward()
                     grads.append(x.grad)
+                for g in grads:
+                    assert (g.dtype, g.shape, g.device.type) == (dtype, (3,), "cpu"), g
                 assert torch.equal(grads[0], grads[1]), (name, dtype, grads)
                 print(name, dtype, grads[0].tolist())
         """

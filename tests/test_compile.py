@@ -621,15 +621,12 @@ def test_torch_first_calls_in_inference_mode(backend, first_calls):
 @pytest.mark.parametrize("backend", ["torch-cuda"], indirect=True)
 def test_cuda_no_sync(backend):
     # with a GPU: no anyclip call may synchronise with the host, except nonfinite="raise"
-    torch = backend.module
     at = pytest.importorskip("anyclip.torch")
     x = backend.asarray(M, "float32")
     a, b = backend.asarray(A, "float32"), backend.asarray(B, "float32")
     calls = [case.fn for case in CASES.values() if case.args == [M]]
     params = _grad_params(backend, [A, B])
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with backend.host_syncs_raise():
         for fn in calls:
             fn(x)
         anyclip.clip_by_global_norm([a, b], 6.5)
@@ -638,5 +635,3 @@ def test_cuda_no_sync(backend):
         at.clip_grad_norm_(params, 6.5)
         with pytest.raises(RuntimeError, match="synchroniz"):
             anyclip.clip_by_global_norm([a, b], 6.5, nonfinite="raise")
-    finally:
-        torch.cuda.set_sync_debug_mode(0)

@@ -239,14 +239,10 @@ def test_torch_schedule_and_groups_make_no_host_sync(backend, tf_ref):
     for p, g in zip(params, grads(tf_ref, 1), strict=True):
         p.grad = backend.asarray(g, "float32")
     opt.step()  # the count is made here
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with backend.host_syncs_raise():
         opt.step()
         at.clip_grad_norm_(None, {"a": 1.0, "b": None}, groups={"a": params[:2], "b": params[2:]})
         at.clip_grad_norm_(params, 1.0, scaler=scaler, optimizer=opt)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
 
 
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)

@@ -7,10 +7,12 @@ the device, and how to move NumPy data on and off it, take gradients and trace w
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import importlib
-from collections.abc import Callable, Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 __all__ = [
@@ -195,13 +197,60 @@ class Backend:
             raise TypeError(f"{self.name} has no jit")
         return self.module.jit(fn, **kwargs)
 
+    @contextlib.contextmanager
+    def host_syncs_raise(self) -> Iterator[None]:
+        """Inside the block, a CUDA operation that synchronises with the host raises.
+
+        ``torch.cuda.set_sync_debug_mode("error")`` for torch on CUDA (a no-op elsewhere), set
+        and reset here so that it never outlives the block: its "prototype feature" warning,
+        an error under the suite's ``filterwarnings``, once escaped between the setting and the
+        ``try`` that reset it, and every later test in that process failed on its own setup.
+        """
+        if self.library != "torch" or self._torch_key(self.device)[0] != "cuda":
+            yield
+            return
+        torch = self.module
+        torch.cuda.synchronize()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Synchronization debug mode is a prototype")
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    def _torch_key(self, dev: Any) -> tuple[str, int | None]:
+        return _torch_device_key(self.module, dev)
+
     def same_device(self, x: Any) -> bool:
-        """Whether ``x`` lives on this backend's device."""
+        """Whether ``x`` lives on this backend's device.
+
+        Devices are compared with their index filled in: a tensor on ``cuda:0`` is on the
+        backend's ``cuda`` when device 0 is the current CUDA device.
+        """
         from array_api_compat import device
 
         if self.library == "dask":
             return True
-        return device(x) == self.device
+        got = device(x)
+        if self.library == "torch":
+            return self._torch_key(got) == self._torch_key(self.device)
+        return bool(got == self.device)
+
+
+def _torch_device_key(torch: Any, dev: Any) -> tuple[str, int | None]:
+    """``(type, index)`` of a torch device, the index of an unindexed accelerator filled in.
+
+    ``torch.device("cuda")`` means the current CUDA device; tensors always report an index
+    (``cuda:0``), so the two compare equal only once the index is filled in. Without a CUDA
+    runtime (fake tensors on ``cuda`` in CPU-only tests) the current device is 0, as torch's.
+    """
+    dev = torch.device(dev)
+    if dev.type == "cpu" or dev.index is not None:
+        return dev.type, dev.index
+    if dev.type == "cuda" and torch.cuda.is_available():
+        return dev.type, torch.cuda.current_device()
+    return dev.type, 0
 
 
 def load_backend(name: str | BackendId) -> Backend:
@@ -221,7 +270,7 @@ def load_backend(name: str | BackendId) -> Backend:
         torch = importlib.import_module("torch")
         if name == "torch-cuda" and not torch.cuda.is_available():
             raise RuntimeError("no CUDA device")
-        dev = torch.device("cuda" if name == "torch-cuda" else "cpu")
+        dev = torch.device("cuda" if name == "torch-cuda" else "cpu")  # compared by index
         xp = array_api_compat.array_namespace(torch.empty(0))
         return Backend(name, "torch", xp, dev, torch)
     if name in ("jax", "jax-gpu"):

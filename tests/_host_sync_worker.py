@@ -169,24 +169,32 @@ def _quantile(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
     return q.step
 
 
-def _spike(on_loss: bool) -> Build:
+def _spike(on_loss: bool | str) -> Build:
     def build(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
         import anyclip.torch as at
 
         ps = _params(torch, dev, dtype)
-        opt = at.skip_on_spike(torch.optim.SGD(ps, lr=0.1), 3, 1.0, on_loss=on_loss)
+        opt = at.skip_on_spike(torch.optim.SGD(ps, lr=0.1), 3, 1.0, on_loss=bool(on_loss))
         loss = torch.ones((), dtype=dtype, device=dev)
+        if on_loss == "number":
+            return lambda: opt.step(loss=1.5)
         return (lambda: opt.step(loss=loss)) if on_loss else opt.step
 
     return build
 
 
-def _embedding(max_norm: Any) -> Build:
+def _embedding(max_norm: Any, shards: bool = False) -> Build:
     def build(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
         import anyclip
 
         table = _t(torch, dev, dtype, [[3.0, 4.0], [0.5, 0.0], [6.0, 8.0], [1.0, 1.0]])
         ids = torch.tensor([2, 0, 2, 3]).to(dev)
+        if shards:  # two shards of two rows ("mod": ids 0 and 2 in the first)
+            return _differentiated(
+                lambda p, q: anyclip.embedding_lookup([p, q], ids, max_norm),
+                table[:2].contiguous(),
+                table[2:].contiguous(),
+            )
         return _differentiated(lambda p: anyclip.embedding_lookup(p, ids, max_norm), table)
 
     return build
@@ -259,6 +267,7 @@ def _scenarios() -> dict[str, Scenario]:
         "l2_normalize": s(_functional(lambda a: anyclip.l2_normalize(a, axis=1))),
         "normalize": s(_functional(lambda a: anyclip.normalize(a, axis=1))),
         "embedding_lookup-max_norm": s(_embedding(1.0)),
+        "embedding_lookup-shards": s(_embedding(1.0, shards=True)),
         # --- constraints
         "constraints.max_norm": s(_functional(lambda a: C.max_norm(a, 1.0))),
         "constraints.min_max_norm": s(_functional(lambda a: C.min_max_norm(a, 0.5, 1.0))),
@@ -357,10 +366,14 @@ def _scenarios() -> dict[str, Scenario]:
                 lambda at, opt, ps: at.keras_clipping(opt, global_clipnorm=lambda n: n * 0.5 + 1.0)
             )
         ),
+        "torch.keras_clipping-schedule-number": s(
+            _optimizer_hook(lambda at, opt, ps: at.keras_clipping(opt, clipnorm=lambda n: 2.0))
+        ),
         "torch.ZClip.step": s(_zclip),
         "torch.QuantileClip.step": s(_quantile),
         "torch.skip_on_spike.step": s(_spike(on_loss=False)),
         "torch.skip_on_spike.step-on_loss": s(_spike(on_loss=True)),
+        "torch.skip_on_spike.step-on_loss-number": s(_spike(on_loss="number")),
     }
 
 

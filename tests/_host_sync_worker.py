@@ -332,6 +332,26 @@ def _scenarios() -> dict[str, Scenario]:
         "torch.clip_grad_norm_-raise": s(
             _in_place(lambda at, ps: at.clip_grad_norm_(ps, 1.0, nonfinite="raise")), syncs=raise_
         ),
+        "torch.get_total_norm-error_if_nonfinite": s(
+            _in_place(
+                lambda at, ps: at.get_total_norm(
+                    [p.grad for p in ps if p.grad is not None], error_if_nonfinite=True
+                )
+            ),
+            syncs=error_if,
+        ),
+        "torch.clip_grads_with_norm_-raise": s(
+            _in_place(
+                lambda at, ps: at.clip_grads_with_norm_(
+                    ps, 1.0, ps[0].grad.sum(), nonfinite="raise"
+                )
+            ),
+            syncs=raise_,
+        ),
+        "torch.clip_grad_value_-tensor": s(
+            _in_place(lambda at, ps: at.clip_grad_value_(ps, ps[0].grad.sum())),
+            syncs="a tensor `clip_value` (documented: read with float(), as torch's own)",
+        ),
         "torch.get_total_norm": s(
             _in_place(lambda at, ps: at.get_total_norm([p.grad for p in ps if p.grad is not None]))
         ),
@@ -341,6 +361,15 @@ def _scenarios() -> dict[str, Scenario]:
         "torch.clip_grad_value_": s(_in_place(lambda at, ps: at.clip_grad_value_(ps, 0.1))),
         "torch.clip_grad_by_value_": s(
             _in_place(lambda at, ps: at.clip_grad_by_value_(ps, -0.1, 0.1))
+        ),
+        "torch.clip_grad_by_value_-tensor-bounds": s(
+            _in_place(lambda at, ps: at.clip_grad_by_value_(ps, -ps[1].grad[0], ps[1].grad[0]))
+        ),
+        "torch.clip_grad_by_norm_-tensor-clip": s(
+            _in_place(lambda at, ps: at.clip_grad_by_norm_(ps, ps[1].grad[0].abs()))
+        ),
+        "torch.clip_grad_norm_-tensor-max_norm": s(
+            _in_place(lambda at, ps: at.clip_grad_norm_(ps, ps[1].grad[0].abs()))
         ),
         "torch.clip_grad_by_norm_": s(_in_place(lambda at, ps: at.clip_grad_by_norm_(ps, 0.1))),
         "torch.adaptive_clip_grad_": s(_in_place(lambda at, ps: at.adaptive_clip_grad_(ps, 0.01))),

@@ -665,7 +665,9 @@ def skip_on_spike(
     sigma_factor : float, optional
         How many standard deviations from the mean a value may lie (OLMo-core's).
     on_loss : bool, optional
-        Also test the loss (pass ``step(loss=loss)``), as OLMo-core does.
+        Also test the loss (pass ``step(loss=loss)``), as OLMo-core does: the loss tensor
+        itself (no copy) or a number (filled on the device); a CPU tensor is copied to the
+        parameters' device at each step (a host sync on a GPU).
     max_consecutive_errors : int, optional
         After this many non-finite steps in a row, take the step anyway (optax's
         ``apply_if_finite``); ``None`` (default): never.

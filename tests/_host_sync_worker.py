@@ -35,6 +35,12 @@ anyclip's call dispatches, forward and backward) flags, when an operand is on th
   for (``nonzero``, ``masked_select``, ``unique``, boolean-mask indexing, ``repeat_interleave``
   without ``output_size``, ``bincount``...).
 
+First calls: anyclip's 0-d constants are filled on the device (``torch.full``: no host data)
+and cached by device and dtype, so a first call is checked like any other. Fake tensors are
+never cached (``anyclip._numerics._torch_shareable``), so here every call takes the path of a
+first call; the CUDA test checks a second call (torch's own lazy initialisation, such as a
+cuBLAS handle, may sync once).
+
 What it does not flag: Python scalars (``x * 0.5``: the value is passed to the kernel), 0-d
 CPU tensors as operands of a device operation (read on the host from host memory, passed by
 value), ``torch.full``/``zeros``/``ones`` on the device (filled by a kernel, nothing copied),

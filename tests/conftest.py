@@ -31,7 +31,12 @@ from anyclip_conformance import Backend, assert_array
 
 #: Scripts run in subprocesses by the distributed tests (not test modules; they import
 #: frameworks at import time and need environment variables set first).
-collect_ignore = ["_torch_dist_worker.py", "_jax_sharding_worker.py", "_first_call_worker.py"]
+collect_ignore = [
+    "_torch_dist_worker.py",
+    "_jax_sharding_worker.py",
+    "_first_call_worker.py",
+    "_host_sync_worker.py",
+]
 
 #: ULP budgets for float32 results, from docs/tf-reference.md §11 (what a faithful port of TF's op
 #: order was measured to reach): clip_by_value is bit-exact, the reductions are not.

@@ -60,13 +60,16 @@ def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
     JAX constants are left uncommitted (no ``device=``) so that they follow the traced or
     committed array they meet, under ``jax.jit`` included. NumPy and torch constants made from
     a Python scalar are cached (not while torch.compile traces, nor torch inference or fake
-    tensors: see :func:`_torch_shareable`).
+    tensors: see :func:`_torch_shareable`). torch constants are filled on their device
+    (:func:`_torch_filled`): no host data is copied, so no host sync, cached or not.
     """
     lib = library(xp)
     if lib == "jax" or like is None:
         return xp.asarray(value, dtype=dtype)
     dev = device(like)
     if lib not in ("numpy", "torch") or type(value) not in (float, int, bool):
+        if lib == "torch" and type(value) is complex:
+            return _torch_filled(xp, value, dtype, dev)
         return xp.asarray(value, dtype=dtype, device=dev)
     if lib == "torch" and _torch_compiling():
         return xp.asarray(value, dtype=dtype, device=dev)
@@ -75,13 +78,35 @@ def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
         return _CONSTANTS[key]
     except KeyError:
         pass
-    out = xp.asarray(value, dtype=dtype, device=dev)
+    out = (
+        _torch_filled(xp, value, dtype, dev)
+        if lib == "torch"
+        else xp.asarray(value, dtype=dtype, device=dev)
+    )
     if lib == "torch" and not _torch_shareable(out):
         return out
     if len(_CONSTANTS) >= _CONSTANTS_MAX:
         _CONSTANTS.clear()
     _CONSTANTS[key] = out
     return out
+
+
+def _torch_filled(xp: Namespace, value: Any, dtype: Any, dev: Any) -> Any:
+    """The 0-d torch tensor ``asarray(value, dtype=dtype, device=dev)``, filled on ``dev``.
+
+    ``torch.asarray`` of a Python scalar on an accelerator copies it there from pageable host
+    memory: a host sync. ``torch.full`` passes the value to a fill kernel (no copy) and
+    converts it to ``dtype`` with the same conversion (bit-equal for every value that fits the
+    dtype, measured on float16, bfloat16, float32, float64 and complex64). A finite value
+    beyond the dtype's range, which ``full`` refuses where ``asarray`` rounds it (to inf or
+    the largest finite value), keeps ``asarray``: a copy made once, then cached.
+    """
+    import torch
+
+    try:
+        return torch.full((), value, dtype=dtype, device=dev)
+    except RuntimeError:  # "value cannot be converted to type ... without overflow"
+        return xp.asarray(value, dtype=dtype, device=dev)
 
 
 def reduce_sum(xp: Namespace, x: Any, axis: Any, keepdims: bool) -> Any:

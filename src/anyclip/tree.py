@@ -492,7 +492,8 @@ def clip_by_global_norm(
     accumulate_dtype : dtype, str, "widest" or None, optional
         As in :func:`global_norm`.
     nonfinite : {"tf", "torch", "skip", "raise"}, optional
-        What an inf or NaN global norm does; see :func:`anyclip.clip_by_global_norm`.
+        What an inf or NaN global norm does; see :func:`anyclip.clip_by_global_norm`
+        (``"raise"`` reads the norm on the host: a host sync).
     group : ProcessGroup, DeviceMesh, sequence of them, axis name or tuple of names, optional
         As in :func:`global_norm`.
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from anyclip._compat import device
+from anyclip._numerics import constant
 
 __all__ = [
     "SMALL",
@@ -664,10 +665,15 @@ def tf_order_row_sums(
 
 
 def _squarer(xp: Any, like: Any, factor: float) -> Any:
-    """``x -> (x * x) * factor``, each product rounded apart (no fused multiply-add)."""
+    """``x -> (x * x) * factor``, each product rounded apart (no fused multiply-add).
+
+    ``factor`` is rounded to ``like``'s dtype as TF's ``l2_loss`` rounds its 0.5, into a 0-d
+    array from the constant cache: on torch filled on the device, not copied from the host
+    (a host sync at every call on a GPU).
+    """
     from anyclip._kernels import rounded_apart  # the package imports this module
 
-    k = xp.asarray(factor, dtype=like.dtype, device=device(like))
+    k = constant(xp, factor, like.dtype, like)
 
     def prep(x: Any) -> Any:
         return rounded_apart(xp, rounded_apart(xp, x * x) * k)

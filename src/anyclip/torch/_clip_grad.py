@@ -126,6 +126,8 @@ def _as_float(value: Any, name: str, example: str) -> float:
     try:
         return float(value)
     except (TypeError, ValueError, RuntimeError) as exc:
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+            raise  # a valid tensor whose read failed: set_sync_debug_mode("error") refused it
         cls: type[Exception] = RuntimeError
         if isinstance(exc, TypeError):
             cls = TypeError
@@ -462,9 +464,11 @@ def get_total_norm(
         The tensors (usually gradients); sparse ones count through their stored values.
     norm_type : float or 'inf', optional
         The order of the norm, converted with ``float`` as in torch (``2.0``, ``1``,
-        ``math.inf``, ``'inf'``...; NaN gives a NaN norm, as torch's).
+        ``math.inf``, ``'inf'``...; NaN gives a NaN norm, as torch's; a tensor is read on the
+        host).
     error_if_nonfinite : bool, optional
-        Raise :class:`NonfiniteNormError` if the norm is inf or NaN.
+        Raise :class:`NonfiniteNormError` if the norm is inf or NaN. This reads the norm on
+        the host (a host sync, as torch's own): the only argument here that syncs.
     foreach : bool, optional
         torch's switch: ``None`` uses the foreach kernels where supported, ``True`` requires
         them (``RuntimeError`` on a device without them), ``False`` avoids them. Another value
@@ -573,7 +577,8 @@ def clip_grads_with_norm_(
     foreach : bool, optional
         As in :func:`get_total_norm`.
     nonfinite : {"tf", "torch", "skip", "raise"}, optional
-        What an inf or NaN ``total_norm`` does (see :func:`anyclip.clip_by_global_norm`).
+        What an inf or NaN ``total_norm`` does (see :func:`anyclip.clip_by_global_norm`);
+        ``"raise"`` reads it on the host (a host sync), the others do not.
 
     Raises
     ------
@@ -704,12 +709,14 @@ def clip_grad_norm_(
         sync). ``inf`` (number or tensor) leaves the gradients unchanged, as torch's; a
         non-finite norm still makes them NaN, as torch's (and TF's).
     norm_type : float or 'inf', optional
-        The order of the norm, converted with ``float`` as in torch. 2 (default) is TF's
+        The order of the norm, converted with ``float`` as in torch (a tensor is read on the
+        host). 2 (default) is TF's
         global norm; any other order is torch's norm of the per-gradient norms, scaled with
         TF's factor (NaN gives a NaN norm and NaN gradients, as torch's).
     error_if_nonfinite : bool, optional
         torch's flag: raise :class:`NonfiniteNormError` (a ``RuntimeError``, with torch's
-        message) on an inf or NaN norm; the same as ``nonfinite="raise"``.
+        message) on an inf or NaN norm; the same as ``nonfinite="raise"``. Both read the norm
+        on the host (a host sync, as torch's own); no other argument value syncs.
     foreach : bool, optional
         torch's switch, honoured: ``None`` uses the foreach kernels where supported, ``True``
         requires them, ``False`` avoids them; another value counts by its truth value, as in
@@ -904,7 +911,8 @@ def clip_grad_value_(
         Parameters whose ``.grad`` is clipped; those without a gradient are skipped. Sparse
         gradients are clipped through their values.
     clip_value : float or Tensor
-        The largest magnitude (converted with ``float``, as torch does).
+        The largest magnitude (converted with ``float``, as torch does: a tensor is read on
+        the host, a host sync; :func:`clip_grad_by_value_` keeps tensor bounds on the device).
     foreach : bool, optional
         torch's switch, honoured as in :func:`clip_grad_norm_`; a number or a tensor is
         refused (torch would take it as ``True``): it is usually a second bound, which goes to

@@ -238,6 +238,17 @@ skip_update_on_spike
         self._history = _load_history(dict(state_dict), self._history, "history")
 
 
+def _on_device(flags: list[bool], device: torch.device) -> torch.Tensor:
+    """``torch.tensor(flags, device=device)`` made on the device: no copy from the host.
+
+    Two filled 0-d tensors stacked (three kernels); ``torch.tensor`` of host data would copy it
+    from pageable memory, a host sync at every step on a GPU.
+    """
+    yes = torch.ones((), dtype=torch.bool, device=device)
+    no = torch.zeros((), dtype=torch.bool, device=device)
+    return torch.stack([yes if f else no for f in flags])
+
+
 def _check_quantile(quantile: Any, history_length: Any) -> None:
     """Autoclip 0.2's checks, with anyclip's messages."""
     if not isinstance(quantile, (float, torch.Tensor)):
@@ -383,7 +394,7 @@ class QuantileClip:
             batch = (len(params),)
             h = _store(_history.init_history(xp, int(g["history_length"]), dt, device, batch))
             self.histories[i] = h
-        where = None if all(present) else torch.tensor(present, device=device)
+        where = None if all(present) else _on_device(present, device)
         factors, new = _history.quantile_step(
             xp, _view(h), full, quantile=float(g["quantile"]), formula=self.formula, where=where
         )
@@ -482,6 +493,8 @@ class SkipOnSpike:
             if loss is None:
                 msg = "`loss` is needed at every step with on_loss=True; pass step(loss=loss)"
                 raise TypeError(msg)
+            if type(loss) in (float, int):  # filled on the device: no host-to-device copy
+                loss = torch.full((), loss, device=norm.device)
             loss = torch.as_tensor(loss, device=norm.device).detach()
         d = _history.spike_step(
             xp,
@@ -652,7 +665,9 @@ def skip_on_spike(
     sigma_factor : float, optional
         How many standard deviations from the mean a value may lie (OLMo-core's).
     on_loss : bool, optional
-        Also test the loss (pass ``step(loss=loss)``), as OLMo-core does.
+        Also test the loss (pass ``step(loss=loss)``), as OLMo-core does: the loss tensor
+        itself (no copy) or a number (filled on the device); a CPU tensor is copied to the
+        parameters' device at each step (a host sync on a GPU).
     max_consecutive_errors : int, optional
         After this many non-finite steps in a row, take the step anyway (optax's
         ``apply_if_finite``); ``None`` (default): never.

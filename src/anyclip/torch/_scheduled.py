@@ -67,7 +67,10 @@ def scheduled_keras_clipping(
     @torch.no_grad()
     def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         n = count(first_device(opt))
-        c = torch.as_tensor(schedule(n), device=n.device)
+        c = schedule(n)
+        if type(c) in (float, int):  # a number: filled on the device, not copied from the host
+            c = torch.full((), c, device=n.device)
+        c = torch.as_tensor(c, device=n.device)
         grads = [p.grad for group in opt.param_groups for p in group["params"]]
         values = [values_of(g) for g in grads if g is not None]
         if values:

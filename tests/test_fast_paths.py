@@ -241,3 +241,25 @@ def test_torch_half_precision_sums_step_aside(backend, make):
     x = make([3.0, 4.0], "bfloat16")
     assert _half_precision_half_squares(backend.xp, torch, [x.requires_grad_()]) is None
     assert _half_precision_half_squares(backend.xp, torch, [make([1.0], "float32")]) is None
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", ["normal", "tiny", "overflow", "inf", "nan", "long"])
+def test_torch_multi_tensor_half_sums_on_cpu(backend, make, dtype, case):
+    """CUDA's multi-tensor route, run on the CPU: the same formula as the generic kernels,
+    its float32 sums in ``_foreach_norm``'s order (sequential on the CPU): within the global
+    norm's budget of them."""
+    from anyclip._kernels._torch import _multi_tensor_half_squares
+
+    xs = [make(a, dtype) for a in _half_lists(dtype)[case]]
+    xp, torch = backend.xp, backend.module
+    got = _core_norm(xp, _multi_tensor_half_squares(xp, torch, xs))
+    want = GENERIC_API.global_norm(xs)
+    assert_array(got, backend.to_numpy(want), backend=backend, dtype=dtype, ulp=ULP_GLOBAL)
+
+
+def _core_norm(xp, total):
+    from anyclip._core import norm_from_half_squares
+
+    return norm_from_half_squares(xp, total)

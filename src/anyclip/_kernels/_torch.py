@@ -167,39 +167,55 @@ def _half_precision_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any
     """TF's ``sum(l2_loss(t) for t in arrays)`` of bfloat16 or float16 ``arrays``; or None.
 
     The generic formula (:func:`anyclip._kernels._base._half_square_sum`, then the sum of the
-    stack), step for step, in multi-tensor ops on consecutive groups of at most
-    :data:`HALF_JOIN` elements: ``torch._foreach_mul(group, group)`` squares every array in
-    its dtype (TF's ``Square``: rounded to bfloat16 or float16, inf past the dtype's range),
-    ``torch._foreach_mul_(squares, 0.5)`` halves them in place in that dtype (TF's
-    ``L2Loss``: halves of float16 squares below twice the smallest subnormal round), then
-    each array's halves are summed in float32 and rounded once to the dtype (TF's
-    ``reduce_sum``). On the CPU that sum is the generic one (:func:`reduce_sum`: torch's
-    cascade sum, exact to the dtype's rounding; ``_foreach_norm(halves, 1)`` adds float32
-    in sequence there and was 1 ulp off in 5 of 400 bfloat16 arrays of 10**3 to 10**6.5
-    elements); on other devices one ``torch._foreach_norm(halves, 1, dtype=torch.float32)``
-    (the halves are not negative; CUDA's multi-tensor kernel reads them once and accumulates
-    in float32), rounded to the dtype. The per-array sums are then added as the generic
-    code adds them (:func:`reduce_sum` of their stack). No cast copy of an array; the
-    temporaries are one group's squares. None where :func:`_fast_ok` refuses ``arrays`` for
-    :data:`_HALF` (a recorded gradient, a ``torch.func`` transform, a DTensor, another
-    dtype).
+    stack), step for step: each array squared in its dtype (TF's ``Square``: rounded to
+    bfloat16 or float16, inf past the dtype's range), the squares halved in place in that
+    dtype (TF's ``L2Loss``: halves of float16 squares below twice the smallest subnormal
+    round), each array's halves summed in float32 and rounded once to the dtype (TF's
+    ``reduce_sum``), and these sums added as the generic code adds them (:func:`reduce_sum`
+    of their stack). No cast copy of an array.
+
+    On CUDA, in multi-tensor ops on consecutive groups of at most :data:`HALF_JOIN`
+    elements: ``torch._foreach_mul(group, group)``, ``torch._foreach_mul_(squares, 0.5)``
+    and one ``torch._foreach_norm(halves, 1, dtype=torch.float32)`` (the halves are not
+    negative; CUDA's multi-tensor kernel reads them once and accumulates in float32); the
+    temporaries are one group's squares. Elsewhere (the CPU, where torch's foreach ops loop
+    over the arrays), one array at a time (:func:`_cpu_half_square_sum`), with the generic
+    :func:`reduce_sum` (torch's cascade sum: ``_foreach_norm(halves, 1)`` adds float32 in
+    sequence there and was 1 ulp off in 5 of 400 bfloat16 arrays of 10**3 to 10**6.5
+    elements). None where :func:`_fast_ok` refuses ``arrays`` for :data:`_HALF` (a recorded
+    gradient, a ``torch.func`` transform, a DTensor, another dtype).
     """
     if not _fast_ok(arrays, one_dtype=True, dtypes=_HALF):
         return None
+    if not arrays[0].is_cuda:  # CPU foreach ops loop over the arrays: one at a time
+        halves = torch.stack([_cpu_half_square_sum(xp, torch, v) for v in arrays])
+        return reduce_sum(xp, halves, None, keepdims=False)
+    return _multi_tensor_half_squares(xp, torch, arrays)
+
+
+def _multi_tensor_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any]) -> Any:
+    """:func:`_half_precision_half_squares` by multi-tensor ops (CUDA's path), on any device."""
     dtype = arrays[0].dtype
-    multi = not arrays[0].is_cpu
     parts: list[Any] = []  # each group's l2_loss, 1-D, in the dtype
     for group in _half_groups(arrays):
         squares = torch._foreach_mul(group, group)
         torch._foreach_mul_(squares, 0.5)
-        if multi:
-            sums = torch._foreach_norm(squares, 1, dtype=torch.float32)
-            parts.append(torch.stack(sums).to(dtype))
-        else:
-            parts.append(torch.stack([reduce_sum(xp, h, None, keepdims=False) for h in squares]))
+        sums = torch._foreach_norm(squares, 1, dtype=torch.float32)
+        parts.append(torch.stack(sums).to(dtype))
         del squares
     halves = parts[0] if len(parts) == 1 else torch.cat(parts)
     return reduce_sum(xp, halves, None, keepdims=False)
+
+
+def _cpu_half_square_sum(xp: Namespace, torch: Any, v: Any) -> Any:
+    """One array's ``l2_loss`` (off CUDA): squares, halved in place, :func:`reduce_sum`.
+
+    The generic :func:`~anyclip._kernels._base._half_square_sum` with one temporary instead
+    of two (the halving writes into the squares).
+    """
+    squares = torch.mul(v, v)
+    squares.mul_(0.5)
+    return reduce_sum(xp, squares, None, keepdims=False)
 
 
 def _half_groups(arrays: Sequence[Any]) -> list[list[Any]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.workloads import WORKLOADS, Workload
+from benchmarks.workloads import BFLOAT16_BACKENDS, WORKLOADS, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,7 +136,7 @@ def torch_cases(w: Workload, arrays: list[np.ndarray], c: float) -> list[tuple]:
     import anyclip.torch
 
     torch.set_num_threads(os.cpu_count() or 1)
-    ts = [torch.from_numpy(a.copy()) for a in arrays]
+    ts = [torch.from_numpy(a.copy()).to(getattr(torch, w.dtype)) for a in arrays]
     params = [torch.nn.Parameter(t.clone()) for t in ts]
     for p, t in zip(params, ts, strict=True):
         p.grad = t.clone()
@@ -340,7 +340,7 @@ def run(workloads: list[Workload], backends: list[str], budget: float) -> tuple[
     for w in workloads:
         arrays = [rng.standard_normal(s, dtype=np.float32) for s in w.shapes]
         c = 1.0  # far below the norm of N(0, 1) data: clipping happens
-        nbytes = 4 * w.elements
+        nbytes = w.itemsize * w.elements
         floor = {  # one read for the norm, one read and one write for the scaling
             "clip_by_global_norm": 3 * nbytes / bw,
             "clip_by_norm": 3 * nbytes / bw,
@@ -349,6 +349,8 @@ def run(workloads: list[Workload], backends: list[str], budget: float) -> tuple[
             "norm": nbytes / bw,
         }
         for backend in backends:
+            if w.dtype != "float32" and backend not in BFLOAT16_BACKENDS:
+                continue
             try:
                 cases = BACKENDS[backend](w, arrays, c)
             except ImportError as exc:
@@ -429,7 +431,8 @@ def write_report(
         "",
         f"Machine: {machine}",
         "",
-        "All data float32, random normal, clip_norm 1 (clipping happens). Times are medians of "
+        "All data float32 (W6 and W7: bfloat16, torch only), random normal, clip_norm 1 "
+        "(clipping happens). Times are medians of "
         "repeated runs after warm-up, in one process; the implementations of one workload and "
         "operation are timed in turns, one call each per round, so that they share the machine's "
         "state. `x anchor` is the time over the anchor's; `x floor` is the time over the "
@@ -560,7 +563,7 @@ def read_report(path: Path) -> tuple[list[Row], str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--workloads", default="W1,W2,W3,W4,W5")
+    parser.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6,W7")
     parser.add_argument("--backends", default="numpy,torch,jax,dask,tensorflow")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds per measurement")
     parser.add_argument("--output", default=str(ROOT / "docs" / "performance.md"))

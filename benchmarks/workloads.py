@@ -33,19 +33,42 @@ def gpt2_small_shapes() -> list[tuple[int, ...]]:
     return shapes
 
 
+def llama32_1b_shapes() -> list[tuple[int, ...]]:
+    """Parameter shapes of Llama-3.2-1B (147 tensors, 1,235,814,400 elements; tied embedding).
+
+    Hidden size 2048, 16 layers, 32 query and 8 key-value heads of 64, MLP 8192, vocabulary
+    128,256 (the model's ``config.json``).
+    """
+    d, kv, mlp, vocab = 2048, 512, 8192, 128256
+    shapes: list[tuple[int, ...]] = [(vocab, d)]
+    for _ in range(16):
+        shapes += [(d, d), (kv, d), (kv, d), (d, d)]  # q, k, v, o
+        shapes += [(mlp, d), (mlp, d), (d, mlp)]  # gate, up, down
+        shapes += [(d,), (d,)]  # the two RMSNorm weights
+    shapes += [(d,)]
+    return shapes
+
+
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """A named list of float32 tensor shapes and the operations timed on it."""
+    """A named list of tensor shapes, their dtype and the operations timed on it."""
 
     key: str
     title: str
     shapes: tuple[tuple[int, ...], ...]
     ops: tuple[str, ...]
+    #: The arrays' dtype: "float32" or "bfloat16" (torch only: NumPy has no bfloat16).
+    dtype: str = "float32"
 
     @property
     def elements(self) -> int:
         """Total number of elements."""
         return sum(math.prod(s) for s in self.shapes)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return 2 if self.dtype == "bfloat16" else 4
 
 
 WORKLOADS = (
@@ -58,4 +81,21 @@ WORKLOADS = (
         "W4", "one 8192 x 8192 tensor", ((8192, 8192),), ("clip_by_norm", "clip_by_value", "norm")
     ),
     Workload("W5", "one 6-element tensor", ((6,),), ("clip_by_value", "clip_by_norm", "norm")),
+    Workload(
+        "W6",
+        "ResNet-50 parameters, bfloat16",
+        tuple(resnet50_shapes()),
+        ("clip_by_global_norm",),
+        "bfloat16",
+    ),
+    Workload(
+        "W7",
+        "GPT-2 small parameters, bfloat16",
+        tuple(gpt2_small_shapes()),
+        ("clip_by_global_norm",),
+        "bfloat16",
+    ),
 )
+
+#: The backends that time bfloat16 workloads (NumPy, dask and TF's CPU kernels are left out).
+BFLOAT16_BACKENDS = ("torch",)

@@ -150,3 +150,28 @@ def test_float64_benchmark_command_writes_table(tmp_path):
     assert table.startswith("## float64 sums in TF's order")
     for op in ("norm", "clip_by_norm", "global_norm"):
         assert f"| {op} | numpy |" in table
+
+
+def test_gpu_benchmark_smoke_on_cpu(tmp_path):
+    """``python -m benchmarks.gpu --smoke --device cpu``: every row group with tiny shapes
+    (the GPU run's code, on the CPU), its table printed and written to ``--out``."""
+    pytest.importorskip("torch")
+    out = tmp_path / "gpu.md"
+    run_module("benchmarks.gpu", "--device", "cpu", "--smoke", "--out", str(out))
+    table = out.read_text()
+    head = "| section | workload | dtype | implementation | ms | x anchor | x floor |"
+    assert head in table
+    for workload in ("ResNet-50", "GPT-2 small", "2,000 x 256", "Llama-3.2-1B"):
+        for dtype in ("float32", "bfloat16"):
+            row = f"| global norm | {workload} | {dtype} | anyclip.torch `clip_grad_norm_` |"
+            assert row in table
+            assert (
+                f"| global norm | {workload} | {dtype} | anyclip `clip_by_global_norm` |" in table
+            )
+    assert "| one tensor | 64 x 64 | bfloat16 | anyclip `clip_by_norm` |" in table
+    for rule in ("`ZClip().step`", "`QuantileClip(global).step`", "`skip_on_spike(AdamW).step()`"):
+        assert f"| rules | ResNet-50 | float32 | anyclip.torch {rule} |" in table
+    assert "Copy bandwidth" in table
+    # every anyclip row has a ratio to its anchor
+    ours = [line for line in table.splitlines() if line.startswith("| ") and "anyclip" in line]
+    assert ours and all(re.search(r"\| [\d.]+ \| [\d.]+ \| [\d.]* \|$", line) for line in ours)

@@ -189,3 +189,77 @@ def test_many_small_arrays_norm_and_scale(backend):
     factor = np.float32(1.0) * np.minimum(np.float32(1.0) / backend.to_numpy(gn), np.float32(1.0))
     for i in (0, 1499, 1500, 2999):
         assert_array(clipped[i], host[i] * factor, backend=backend, dtype="float32")
+
+
+TORCH_BACKENDS = [name for name in BACKEND_IDS if name in ("torch", "torch-cuda")]
+
+
+def _half_lists(dtype):
+    """Lists of bfloat16 or float16 values at the edges of their squares and halves."""
+    rng = np.random.default_rng(5)
+    tiny = {"float16": 1e-4, "bfloat16": 1e-20}[dtype]  # squares (halves) subnormal
+    big = {"float16": 300.0, "bfloat16": 2e19}[dtype]  # squares overflow
+    return {
+        "normal": [rng.standard_normal(s) for s in ((3, 4), (17,), (), (0,), (257,))],
+        "tiny": [tiny * rng.standard_normal(40), tiny * rng.standard_normal((5, 3))],
+        "overflow": [np.array([big, 1.0]), rng.standard_normal(6)],
+        "inf": [np.array([math.inf, 1.0]), rng.standard_normal(3)],
+        "nan": [np.array([math.nan, 1.0]), rng.standard_normal(3)],
+        "long": [rng.standard_normal(70_001), rng.standard_normal((300, 7))],
+    }
+
+
+@pytest.mark.parametrize("backend", TORCH_BACKENDS, indirect=True)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", ["normal", "tiny", "overflow", "inf", "nan", "long"])
+def test_torch_half_precision_sums_equal_generic(backend, make, dtype, case):
+    """bfloat16 and float16 lists take the multi-tensor sums of ``l2_loss`` and the foreach
+    scaling; the norm and every scaled array equal the generic kernels' (the core's formula,
+    checked on TF's data by the conformance suite) bit for bit on the CPU, where the sums are
+    the same cascade sums. On CUDA the float32 sums of the halves are added in another order
+    (one multi-tensor kernel): within the global norm's budget."""
+    from anyclip._kernels._torch import _half_precision_half_squares
+
+    xs = [make(a, dtype) for a in _half_lists(dtype)[case]]
+    assert _half_precision_half_squares(backend.xp, backend.module, xs) is not None  # engaged
+    ulp = 0 if backend.name == "torch" else ULP_GLOBAL
+    _check_both(backend, anyclip.global_norm, (xs,), dtype, ulp)
+    clipped, norm = anyclip.clip_by_global_norm(xs, 1.0)
+    want, want_norm = GENERIC_API.clip_by_global_norm(xs, 1.0)
+    assert_array(norm, backend.to_numpy(want_norm), backend=backend, dtype=dtype, ulp=ulp)
+    for got, ref in zip(clipped, want, strict=True):
+        assert_array(got, backend.to_numpy(ref), backend=backend, dtype=dtype, ulp=ulp)
+
+
+@pytest.mark.parametrize("backend", TORCH_BACKENDS, indirect=True)
+def test_torch_half_precision_sums_step_aside(backend, make):
+    """A recorded gradient, float32 or mixed dtypes go elsewhere (the generic formula carries
+    TF's gradients; float32 has its own fast path)."""
+    from anyclip._kernels._torch import _half_precision_half_squares
+
+    torch = backend.module
+    x = make([3.0, 4.0], "bfloat16")
+    assert _half_precision_half_squares(backend.xp, torch, [x.requires_grad_()]) is None
+    assert _half_precision_half_squares(backend.xp, torch, [make([1.0], "float32")]) is None
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("case", ["normal", "tiny", "overflow", "inf", "nan", "long"])
+def test_torch_multi_tensor_half_sums_on_cpu(backend, make, dtype, case):
+    """CUDA's multi-tensor route, run on the CPU: the same formula as the generic kernels,
+    its float32 sums in ``_foreach_norm``'s order (sequential on the CPU): within the global
+    norm's budget of them."""
+    from anyclip._kernels._torch import _multi_tensor_half_squares
+
+    xs = [make(a, dtype) for a in _half_lists(dtype)[case]]
+    xp, torch = backend.xp, backend.module
+    got = _core_norm(xp, _multi_tensor_half_squares(xp, torch, xs))
+    want = GENERIC_API.global_norm(xs)
+    assert_array(got, backend.to_numpy(want), backend=backend, dtype=dtype, ulp=ULP_GLOBAL)
+
+
+def _core_norm(xp, total):
+    from anyclip._core import norm_from_half_squares
+
+    return norm_from_half_squares(xp, total)

@@ -230,6 +230,55 @@ def test_adaptive_clip_pairs_dict_leaves_by_key_as_optax(backend, optax_ref):
         assert_array(got[k], want[k], backend=backend, dtype="float32", ulp=ULP, what=k)
 
 
+#: (grads, params, where the error points) as functions of a leaf: optax refuses every pair
+STRUCTURE_MISMATCHES = {
+    "other keys": (lambda x: {"a": x, "b": x}, lambda x: {"b": x, "c": x}, "the root"),
+    "one more key": (lambda x: {"a": x, "b": x}, lambda x: {"a": x, "b": x, "c": x}, "the root"),
+    "dict and list": (lambda x: {"a": x}, lambda x: [x], "the root"),
+    "inner length": (lambda x: {"a": (x, x)}, lambda x: {"a": (x,)}, r"grads\['a'\]"),
+    "list and leaf": (lambda x: {"a": [x]}, lambda x: {"a": x}, r"grads\['a'\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRUCTURE_MISMATCHES))
+def test_adaptive_clip_refuses_another_structure_as_optax(backend, optax_ref, case):
+    # fuzzing round 4: grads {a, b} with params {b, c} (equal shapes) clipped g["a"] with
+    # p["b"]'s norm; optax's jax.tree.map raises a structure error. So does anyclip.
+    make_grads, make_params, where = STRUCTURE_MISMATCHES[case]
+    ones = np.ones((2, 3), "float32")
+    tx = optax_ref.adaptive_grad_clip(0.01)
+    with pytest.raises(ValueError, match="structure"):  # optax's own error
+        _ref(lambda u, p: tx.update(u, tx.init(p), p)[0], make_grads(ones), make_params(ones))
+    g = backend.asarray(ones, "float32")
+    with pytest.raises(
+        ValueError, match=rf"`params` must have the structure of `grads`: at {where}, `grads` has"
+    ):
+        tree.adaptive_clip(make_grads(g), make_params(g * 2), 0.01)
+
+
+def test_adaptive_clip_pairs_a_tuple_with_a_list(backend, optax_ref):
+    # documented leniency: torch.autograd.grad gives a tuple for a list of parameters
+    params, grads = (d["p"] for d in _agc_data((3, 4), "float32"))
+    tx = optax_ref.adaptive_grad_clip(0.02)
+    want = _ref(lambda u, p: tx.update(u, tx.init(p), p)[0], [grads], [params])[0]
+    g, p = backend.asarray(grads, "float32"), backend.asarray(params, "float32")
+    (got,) = tree.adaptive_clip((g,), [p], 0.02)
+    assert not np.array_equal(want, grads)  # the case clips something
+    assert_array(got, want, backend=backend, dtype="float32", ulp=ULP)
+
+
+@jax_backends
+@pytest.mark.parametrize("case", sorted(STRUCTURE_MISMATCHES))
+def test_optax_adaptive_grad_clip_refuses_another_structure(backend, optax_ref, case):
+    from anyclip.optax import adaptive_grad_clip
+
+    make_grads, make_params, _ = STRUCTURE_MISMATCHES[case]
+    g = backend.asarray(np.ones((2, 3)), "float32")
+    tx = adaptive_grad_clip(0.01)
+    with pytest.raises(ValueError, match=r"`params` must have the structure of `grads`"):
+        tx.update(make_grads(g), tx.init(make_params(g)), make_params(g))
+
+
 @pytest.mark.parametrize("axis", [1, (0, 2), -1])
 def test_adaptive_clip_axis_matches_optax(backend, optax_ref, axis):
     params, grads = _agc_data((3, 4, 5), "float32")

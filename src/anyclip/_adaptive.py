@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
@@ -27,6 +28,7 @@ from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import dtype_kind, resolve_accumulate_dtype, widest_float
+from anyclip._sparse import is_sparse
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -52,25 +54,89 @@ def _flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     return flatten(tree)
 
 
-def _like(params: Any, grads: Any) -> Any:
-    """``params`` with each dict's keys in the order of the matching dict of ``grads``.
+def _is_namedtuple(node: Any) -> bool:
+    return isinstance(node, tuple) and hasattr(type(node), "_fields")
 
-    The leaves are paired in flattening order, which for a dict is its keys' order. JAX gives
-    the gradients of a dict of parameters as a dict with sorted keys (``jax.grad``,
-    ``jax.tree.map``), so a dict of parameters built in another order paired other leaves:
-    a ``ValueError`` where their shapes differ, a silently wrong clip where they agree
-    (``optax.adaptive_grad_clip`` pairs by key). Only the pairing changes; dicts with other
-    keys are left as they are (the leaf checks report them).
+
+def _describe(node: Any) -> str:
+    """A short description of one tree node, for the structure error."""
+    if node is None:
+        return "None"
+    if is_array(node) or is_sparse(node):
+        return f"an array of shape {tuple(node.shape)}"
+    if isinstance(node, dict):
+        keys = ", ".join(repr(k) for k in list(node)[:8]) + (", ..." if len(node) > 8 else "")
+        return f"a {type(node).__name__} with keys [{keys}]"
+    if _is_namedtuple(node):
+        return f"a {type(node).__name__} with fields {tuple(type(node)._fields)}"
+    if isinstance(node, (list, tuple)):
+        return f"a {type(node).__name__} of {len(node)}"
+    return f"a {type(node).__name__}"
+
+
+def _jax_level(node: Any) -> tuple[list[Any], Any] | None:
+    """A JAX pytree node's children and its one-level treedef (only when JAX is imported)."""
+    if "jax" not in sys.modules or isinstance(node, (dict, list, tuple)) or is_array(node):
+        return None
+    import jax
+
+    children, level = jax.tree_util.tree_flatten(node, is_leaf=lambda x: x is not node)
+    return None if jax.tree_util.treedef_is_leaf(level) else (children, level)
+
+
+def _paired(params: Any, grads: Any, path: str = "") -> Any:
+    """``params`` checked against the structure of ``grads``, each dict in ``grads``' key order.
+
+    The leaves are then paired in flattening order, which for a dict is its keys' order. JAX
+    gives the gradients of a dict of parameters as a dict with sorted keys (``jax.grad``,
+    ``jax.tree.map``), so a dict of parameters built in another order would pair other leaves;
+    dicts are paired by key, as ``optax.adaptive_grad_clip`` pairs them. Any other difference
+    (other keys, a dict facing a list, another length, another namedtuple or JAX node) is a
+    ``ValueError``, as optax's structure error: paired by position, it would clip a gradient
+    with another parameter's norm where the shapes agree. Lists and tuples face each other
+    (``torch.autograd.grad`` gives a tuple for a list of parameters), dicts of any mapping type
+    too (a ``state_dict``'s ``OrderedDict``), and a ``None`` gradient any leaf.
     """
-    if isinstance(grads, dict) and isinstance(params, dict):
-        if params.keys() != grads.keys():
-            return params
-        return {k: _like(params[k], grads[k]) for k in grads}
-    if type(grads) in (list, tuple) and type(params) in (list, tuple):
-        if len(params) != len(grads):
-            return params
-        return [_like(p, g) for p, g in zip(params, grads, strict=True)]
-    return params
+
+    def mismatch() -> ValueError:
+        where = f"grads{path}" if path else "the root"
+        msg = (
+            f"`params` must have the structure of `grads`: at {where}, `grads` has "
+            f"{_describe(grads)} and `params` {_describe(params)}; pass the parameters "
+            "the gradients are of, in the same structure"
+        )
+        return ValueError(msg)
+
+    if grads is None or is_array(grads) or is_sparse(grads):
+        if isinstance(params, (dict, list, tuple)) or _jax_level(params) is not None:
+            raise mismatch()
+        return params  # a leaf: the flattening and the leaf checks judge it
+    if isinstance(grads, dict):
+        if not isinstance(params, dict) or params.keys() != grads.keys():
+            raise mismatch()
+        return {k: _paired(params[k], grads[k], f"{path}[{k!r}]") for k in grads}
+    if isinstance(grads, (list, tuple)):
+        named = _is_namedtuple(grads) or _is_namedtuple(params)
+        if (
+            not isinstance(params, (list, tuple))
+            or len(params) != len(grads)
+            or (named and type(params) is not type(grads))
+        ):
+            raise mismatch()
+        return [
+            _paired(p, g, f"{path}[{i}]")
+            for i, (p, g) in enumerate(zip(params, grads, strict=True))
+        ]
+    g_level, p_level = _jax_level(grads), _jax_level(params)
+    if g_level is None or p_level is None or g_level[1] != p_level[1]:
+        raise mismatch()  # the flattening refuses a grads node that is no container
+    import jax
+
+    children = [
+        _paired(p, g, f"{path}.<{i}>")
+        for i, (p, g) in enumerate(zip(p_level[0], g_level[0], strict=True))
+    ]
+    return jax.tree_util.tree_unflatten(p_level[1], children)
 
 
 def _leaf_names(n: int, arg: str) -> list[str]:
@@ -504,7 +570,10 @@ def adaptive_clip(
     params : nested structure of arrays
         The parameters, with the structure of ``grads`` and the same shape leaf by leaf (a
         ``None`` gradient may face any parameter). Dict leaves are paired by key, whatever
-        the order of the keys (as optax's; ``jax.grad`` gives a dict with sorted keys).
+        the order of the keys (as optax's; ``jax.grad`` gives a dict with sorted keys). A
+        list may face a tuple of the same length (``torch.autograd.grad`` gives a tuple) and
+        a dict any mapping with the same keys; any other difference is refused, as optax
+        refuses it.
     clipping : number or 0-d array, optional
         The largest ratio of gradient norm to parameter norm (optax ``clipping``, timm
         ``clip_factor``); a number must be ``> 0``.
@@ -533,7 +602,8 @@ def adaptive_clip(
     ValueError
         If ``clipping <= 0``, ``layout`` is unknown, ``layout="optax"`` meets a leaf of rank
         above 5 (pass ``axis=``), ``axis`` does not fit a leaf, a leaf of ``params`` has
-        another shape than its gradient, or ``params`` has another number of leaves.
+        another shape than its gradient, or ``params`` has another structure than ``grads``
+        (other dict keys, another length, a container facing a leaf).
     TypeError
         If a leaf is not of a real floating dtype, or ``group`` is not a group of the
         leaves' library.
@@ -559,7 +629,7 @@ def adaptive_clip(
         raise ValueError(msg)
     p_ord = _norm_type(norm_type)
     g_leaves, unflatten = _flatten(grads)
-    p_leaves, _ = _flatten(_like(params, grads))
+    p_leaves, _ = _flatten(_paired(params, grads))
     if len(g_leaves) != len(p_leaves):
         msg = (
             f"`params` must have the structure of `grads`: got {len(p_leaves)} leaves in "

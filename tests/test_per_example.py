@@ -413,6 +413,32 @@ def test_per_example_clip_errors_name_the_argument():
         tree.per_example_clip([ok], np.ones(2, np.float32))
 
 
+@pytest.mark.parametrize("style", ["tf", "optax", "opacus"])
+def test_per_example_clip_refuses_a_negative_host_array_clip(style):
+    # fuzzing round 4 (issue 28): -1.0 was refused, np.array(-1.0) accepted (no clipping
+    # under "tf", flipped gradients under "optax" and "opacus")
+    ok = np.ones((4, 3), np.float32)
+    for bad in (np.array(-1.0), np.array(-1.0, np.float32), np.array(np.nan)):
+        with pytest.raises(ValueError, match=r"`l2_norm_clip` must be >= 0"):
+            tree.per_example_clip([ok], bad, style=style)
+        with pytest.raises(ValueError, match=r"`l2_norm_clip` must be >= 0"):
+            tree.per_example_layer_clip([ok], bad, style=style)
+
+
+@pytest.mark.parametrize("style", ["tf", "optax", "opacus"])
+def test_per_example_clip_negative_device_clip_counts_as_zero(backend, style):
+    # a device value is not read (a host sync): negative counts as 0, as tf.clip_by_norm's
+    # maximum(clip_norm, 0); every example is then clipped to norm 0, never flipped
+    if backend.library == "numpy":
+        pytest.skip("a NumPy clip norm is checked on the host (test above)")
+    g = backend.asarray(np.ones((4, 3)), "float32")
+    clip = backend.asarray(np.array(-1.0), "float32")
+    (summed,), _ = tree.per_example_clip([g], clip, style=style)
+    (want,), _ = tree.per_example_clip([g], 0.0, style=style)
+    assert_array(summed, backend.to_numpy(want), backend=backend, dtype="float32", ulp=0)
+    assert not np.any(backend.to_numpy(summed) < 0)  # not flipped
+
+
 # ----------------------------------------------------------------------- memory
 @pytest.mark.parametrize("style", ["tf", "optax", "opacus"])
 def test_per_example_clip_makes_no_copy_of_the_gradients_numpy(style):

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
+from anyclip import _gradients
 from anyclip._compat import dtype_name, is_array, namespace
 from anyclip._kernels import kernels_for
 from anyclip._kernels._dist import all_reduce, check_group
@@ -170,8 +171,10 @@ def scalar_operand(
 ) -> Any:
     """``value`` (a real Python number or a 0-d real array) as a 0-d array of ``dtype``.
 
-    A Python number is checked on the host (``positive``: ``> 0``; ``nonnegative``: ``>= 0``);
-    an array is only cast (reading its value would sync the device).
+    A Python number or a NumPy array is checked on the host (``positive``: ``> 0``;
+    ``nonnegative``: ``>= 0``); another array is only cast (reading its value would sync the
+    device), and with ``nonnegative`` a negative value counts as 0 (``maximum(value, 0)``, as
+    ``tf.clip_by_norm`` clamps an array ``clip_norm``).
     """
     if isinstance(value, bool) or not (isinstance(value, numbers.Real) or is_array(value)):
         msg = f"`{name}` must be a real number or a 0-d array, got {type(value).__name__}"
@@ -189,9 +192,19 @@ def scalar_operand(
             f"{tuple(value.shape)}; pass one value for every leaf"
         )
         raise ValueError(msg)
+    np = sys.modules.get("numpy")
+    if (positive or nonnegative) and np is not None and isinstance(value, np.ndarray):
+        # a host value: checked as a number (np.array(-1.0) flipped gradients under optax)
+        scalar_operand(xp, value[()], dtype, like, name, positive=positive, nonnegative=nonnegative)
     if namespace(value) is not xp:
-        return constant(xp, value, dtype, like)
-    return xp.astype(value, dtype) if value.dtype != dtype else value
+        value = constant(xp, value, dtype, like)
+    elif value.dtype != dtype:
+        value = xp.astype(value, dtype)
+    if nonnegative:
+        # a device value is not read (a host sync): a negative one counts as 0, as
+        # tf.clip_by_norm's maximum(clip_norm, 0)
+        value = _gradients.maximum(xp, value, constant(xp, 0.0, dtype, like))
+    return value
 
 
 def _real_dtype(xp: Namespace, dtype: Any) -> Any:

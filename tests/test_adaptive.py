@@ -21,6 +21,7 @@ import pytest
 import anyclip
 from anyclip import tree
 from anyclip_conformance import Backend, assert_array
+from anyclip_conformance.backends import load_backend
 
 DATA = Path(__file__).with_name("data")
 TIMM = dict(np.load(DATA / "timm_agc.npz"))
@@ -73,6 +74,25 @@ def test_tree_norm_matches_optax(backend, optax_ref, ord, squared, dtype):
     want = _ref(lambda t: optax_ref.tree.norm(t, ord=ord, squared=squared), data)
     got = tree.norm(_on(backend, data, dtype), ord=ord, squared=squared)
     assert_array(got, want, backend=backend, dtype=dtype, ulp=ULP)
+
+
+@pytest.mark.parametrize("ord", [2, 1, math.inf])
+def test_tree_norm_python_float_leaves_as_optax(backend, optax_ref, ord):
+    # issue 28 item 4: optax's own test tree, Python floats as leaves, which anyclip refused
+    floats = (1.0, {"k1": 1.0, "k2": (1.0, 1.0)}, 1.0)
+    import jax
+
+    jax.config.update("jax_enable_x64", False)  # optax's weak floats: float32 without x64
+    try:
+        want = np.asarray(optax_ref.tree.norm(floats, ord=ord))
+        x = np.array([3.0, -4.0], np.float32)
+        mixed_want = np.asarray(optax_ref.tree.norm((2.0, [x, 0.5]), ord=ord))
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    got = tree.norm(floats, ord=ord)
+    assert_array(got, want, backend=load_backend("numpy"), dtype="float32", ulp=0)
+    mixed = tree.norm((2.0, [backend.asarray(x, "float32"), 0.5]), ord=ord)
+    assert_array(mixed, mixed_want, backend=backend, dtype="float32", ulp=ULP)
 
 
 @pytest.mark.parametrize("ord", [2, 1, math.inf])

@@ -295,6 +295,8 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
     ----------
     tree : nested structure of arrays
         Leaves of floating or complex dtypes, possibly different; ``None`` leaves are skipped.
+        Python floats inside lists, tuples and dicts are leaves too, as in optax: of the
+        arrays' widest dtype (float32 when there is no array).
     ord : {2, 1, inf, None, "inf", "infinity"}, optional
         The order of the norm (``None`` is 2), as in optax.
     squared : bool, optional
@@ -332,12 +334,38 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
     array(25., dtype=float32)
     """
     o = _norm_ord(ord)
-    leaves, _ = _flatten(tree)
-    arrays = [a for a in leaves if a is not None]
+    try:
+        leaves, _ = _flatten(tree)
+    except TypeError as err:  # a Python float leaf (or a bad leaf: the flattening's words)
+        try:
+            leaves = _leaves_with_floats(tree, frozenset())
+        except TypeError:
+            raise err from None
+    arrays = [a for a in leaves if a is not None and is_array(a)]
     xp = namespace(*arrays, names=_leaf_names(len(arrays), "tree"))
     _floating_leaves(xp, arrays, "tree", ("real", "complex"))
     acc = resolve_accumulate_dtype(xp, "widest", [_real_dtype(xp, a.dtype) for a in arrays])
-    return _core_tree_norm(xp, arrays, o, bool(squared), acc, arrays[0] if arrays else None)
+    like = arrays[0] if arrays else None
+    if len(arrays) != sum(v is not None for v in leaves):
+        # optax's Python float leaves (weakly typed: of the arrays' dtype, float32 alone)
+        dtype = acc if arrays else xp.float32
+        arrays = [
+            a if is_array(a) else constant(xp, a, dtype, like) for a in leaves if a is not None
+        ]
+    return _core_tree_norm(xp, arrays, o, bool(squared), acc, like)
+
+
+def _leaves_with_floats(node: Any, enclosing: frozenset[int]) -> list[Any]:
+    """The leaves of ``node``, Python floats (optax's scalar leaves) kept as leaves."""
+    if isinstance(node, float):
+        return [node]
+    if isinstance(node, (dict, list, tuple)):
+        if id(node) in enclosing:
+            return _flatten(node)[0]  # the flattening names the cycle
+        inner = enclosing | {id(node)}
+        items = node.values() if isinstance(node, dict) else node
+        return [leaf for item in items for leaf in _leaves_with_floats(item, inner)]
+    return _flatten(node)[0]
 
 
 # ------------------------------------------------------------------- block RMS

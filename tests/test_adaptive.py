@@ -21,6 +21,7 @@ import pytest
 import anyclip
 from anyclip import tree
 from anyclip_conformance import Backend, assert_array
+from anyclip_conformance.backends import load_backend
 
 DATA = Path(__file__).with_name("data")
 TIMM = dict(np.load(DATA / "timm_agc.npz"))
@@ -73,6 +74,25 @@ def test_tree_norm_matches_optax(backend, optax_ref, ord, squared, dtype):
     want = _ref(lambda t: optax_ref.tree.norm(t, ord=ord, squared=squared), data)
     got = tree.norm(_on(backend, data, dtype), ord=ord, squared=squared)
     assert_array(got, want, backend=backend, dtype=dtype, ulp=ULP)
+
+
+@pytest.mark.parametrize("ord", [2, 1, math.inf])
+def test_tree_norm_python_float_leaves_as_optax(backend, optax_ref, ord):
+    # issue 28 item 4: optax's own test tree, Python floats as leaves, which anyclip refused
+    floats = (1.0, {"k1": 1.0, "k2": (1.0, 1.0)}, 1.0)
+    import jax
+
+    jax.config.update("jax_enable_x64", False)  # optax's weak floats: float32 without x64
+    try:
+        want = np.asarray(optax_ref.tree.norm(floats, ord=ord))
+        x = np.array([3.0, -4.0], np.float32)
+        mixed_want = np.asarray(optax_ref.tree.norm((2.0, [x, 0.5]), ord=ord))
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    got = tree.norm(floats, ord=ord)
+    assert_array(got, want, backend=load_backend("numpy"), dtype="float32", ulp=0)
+    mixed = tree.norm((2.0, [backend.asarray(x, "float32"), 0.5]), ord=ord)
+    assert_array(mixed, mixed_want, backend=backend, dtype="float32", ulp=ULP)
 
 
 @pytest.mark.parametrize("ord", [2, 1, math.inf])
@@ -167,6 +187,38 @@ def test_clip_by_block_rms_matches_optax(backend, optax_ref, threshold, dtype):
         assert_array(got[k], v, backend=backend, dtype=dtype, ulp=ULP, what=k)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_clip_by_block_rms_half_types_are_optaxs_bits(backend, optax_ref, dtype):
+    # fuzzing round 4 (issue 28): one half ulp off optax on ~10 % of leaves, the mean's sum
+    # rounded to the half type before the division (jnp.mean divides in float32, then rounds)
+    backend.dtype(dtype)  # skips a backend without it
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    rng = np.random.default_rng(28)
+    data = {}
+    for i in range(200):
+        shape = tuple(rng.integers(1, 9, size=int(rng.integers(1, 3))))
+        data[f"l{i}"] = (rng.standard_normal(shape) * 10 ** rng.uniform(-0.5, 1.5)).astype(np_dtype)
+    if dtype == "bfloat16" or backend.library == "jax":  # optax itself, bit for bit
+        tx = optax_ref.clip_by_block_rms(0.5)
+        want = _ref(lambda u: tx.update(u, tx.init(u))[0], data)
+    else:
+        # XLA rewrites float16 u / d as u * (1 / d) (1 ulp from the division, as for
+        # normalize; anyclip on JAX does too): optax's mean (jnp.mean), then its formula
+        # rounded op by op
+        want = {}
+        for k, u in data.items():
+            mean = np.asarray(jnp.mean(jnp.asarray(u) * jnp.asarray(u)))
+            want[k] = u / np.maximum(np_dtype(1), np.sqrt(mean) / np_dtype(0.5))
+    clipped = sum(not np.array_equal(want[k], data[k]) for k in data)
+    assert clipped > 150  # most leaves are clipped: the mean decides their values
+    got = tree.clip_by_block_rms(_on(backend, data, dtype), 0.5)
+    for k, v in want.items():
+        assert_array(got[k], v, backend=backend, dtype=dtype, ulp=0, what=k)
+
+
 @jax_backends
 def test_optax_clip_by_block_rms_transformation(backend, optax_ref):
     import anyclip.optax as ao
@@ -228,6 +280,55 @@ def test_adaptive_clip_pairs_dict_leaves_by_key_as_optax(backend, optax_ref):
     assert not np.array_equal(want["v"], want["w"])  # a pairing by position gives other values
     for k in ("v", "w"):
         assert_array(got[k], want[k], backend=backend, dtype="float32", ulp=ULP, what=k)
+
+
+#: (grads, params, where the error points) as functions of a leaf: optax refuses every pair
+STRUCTURE_MISMATCHES = {
+    "other keys": (lambda x: {"a": x, "b": x}, lambda x: {"b": x, "c": x}, "the root"),
+    "one more key": (lambda x: {"a": x, "b": x}, lambda x: {"a": x, "b": x, "c": x}, "the root"),
+    "dict and list": (lambda x: {"a": x}, lambda x: [x], "the root"),
+    "inner length": (lambda x: {"a": (x, x)}, lambda x: {"a": (x,)}, r"grads\['a'\]"),
+    "list and leaf": (lambda x: {"a": [x]}, lambda x: {"a": x}, r"grads\['a'\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRUCTURE_MISMATCHES))
+def test_adaptive_clip_refuses_another_structure_as_optax(backend, optax_ref, case):
+    # fuzzing round 4: grads {a, b} with params {b, c} (equal shapes) clipped g["a"] with
+    # p["b"]'s norm; optax's jax.tree.map raises a structure error. So does anyclip.
+    make_grads, make_params, where = STRUCTURE_MISMATCHES[case]
+    ones = np.ones((2, 3), "float32")
+    tx = optax_ref.adaptive_grad_clip(0.01)
+    with pytest.raises(ValueError, match="structure"):  # optax's own error
+        _ref(lambda u, p: tx.update(u, tx.init(p), p)[0], make_grads(ones), make_params(ones))
+    g = backend.asarray(ones, "float32")
+    with pytest.raises(
+        ValueError, match=rf"`params` must have the structure of `grads`: at {where}, `grads` has"
+    ):
+        tree.adaptive_clip(make_grads(g), make_params(g * 2), 0.01)
+
+
+def test_adaptive_clip_pairs_a_tuple_with_a_list(backend, optax_ref):
+    # documented leniency: torch.autograd.grad gives a tuple for a list of parameters
+    params, grads = (d["p"] for d in _agc_data((3, 4), "float32"))
+    tx = optax_ref.adaptive_grad_clip(0.02)
+    want = _ref(lambda u, p: tx.update(u, tx.init(p), p)[0], [grads], [params])[0]
+    g, p = backend.asarray(grads, "float32"), backend.asarray(params, "float32")
+    (got,) = tree.adaptive_clip((g,), [p], 0.02)
+    assert not np.array_equal(want, grads)  # the case clips something
+    assert_array(got, want, backend=backend, dtype="float32", ulp=ULP)
+
+
+@jax_backends
+@pytest.mark.parametrize("case", sorted(STRUCTURE_MISMATCHES))
+def test_optax_adaptive_grad_clip_refuses_another_structure(backend, optax_ref, case):
+    from anyclip.optax import adaptive_grad_clip
+
+    make_grads, make_params, _ = STRUCTURE_MISMATCHES[case]
+    g = backend.asarray(np.ones((2, 3)), "float32")
+    tx = adaptive_grad_clip(0.01)
+    with pytest.raises(ValueError, match=r"`params` must have the structure of `grads`"):
+        tx.update(make_grads(g), tx.init(make_params(g)), make_params(g))
 
 
 @pytest.mark.parametrize("axis", [1, (0, 2), -1])

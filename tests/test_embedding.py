@@ -344,7 +344,9 @@ def test_out_of_range_ids_give_nan_rows_on_jax(backend, case):
     [
         (np.array([1], np.uint8), None, TypeError, r"`ids` must have an integer dtype.*uint8"),
         (np.array([1.0], np.float32), None, TypeError, r"`ids` must have an integer dtype"),
-        (np.array([1]), "big", TypeError, "`clip_norm` must be a number"),
+        # fuzzing round 4 (issue 28): the message named `clip_norm`
+        (np.array([1]), "big", TypeError, "`max_norm` must be a number or an array, got str"),
+        (np.array([1]), np.array([True]), TypeError, "`max_norm` must have a real dtype"),
     ],
 )
 def test_bad_arguments(ids, max_norm, error, match):

@@ -158,6 +158,32 @@ def test_get_total_norm_groups_other_forms(backend, check):
 
 
 @torch_backends
+@pytest.mark.parametrize("norm_type", [2.0, math.inf, 1.0])
+def test_groups_without_gradients_give_torchs_empty_norm(backend, norm_type):
+    # fuzzing round 4 (issue 28): with no gradient in any group, norm_type=2 gave NumPy
+    # array(0.) per group (nothing named a library); torch's get_total_norm([]) is a tensor
+    import anyclip.torch as at
+
+    torch = backend.module
+    want = torch.nn.utils.get_total_norm([], norm_type)
+    params = _params(backend, [ENC_W, HEAD])
+    for p in params:
+        p.grad = None
+    opt = torch.optim.SGD([{"params": params[:1], "name": "a"}, {"params": params[1:]}], lr=0.1)
+    for out in (
+        at.get_total_norm(None, norm_type, groups={"a": [], "b": []}),
+        at.get_total_norm(None, norm_type, groups=opt.param_groups),
+        at.clip_grad_norm_(None, 1.0, norm_type, groups=opt.param_groups),
+        at.clip_grad_norm_(params, 1.0, norm_type, groups=["a", "b"]),
+    ):
+        assert len(out) == 2
+        for norm in out.values():
+            assert isinstance(norm, torch.Tensor), type(norm)
+            assert (norm.dtype, norm.device, norm.shape) == (want.dtype, want.device, want.shape)
+            assert torch.equal(norm, want)
+
+
+@torch_backends
 def test_clip_grad_norm_per_group_limits(backend, check):
     import anyclip.torch as at
 

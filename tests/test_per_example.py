@@ -413,6 +413,55 @@ def test_per_example_clip_errors_name_the_argument():
         tree.per_example_clip([ok], np.ones(2, np.float32))
 
 
+def test_per_example_clip_optax_takes_integer_leaves_as_optax(backend, check):
+    # issue 28 item 4: optax's own test passes int32 gradients to
+    # per_example_global_norm_clip; they count as the default floating dtype's values
+    optax = pytest.importorskip("optax")
+    import jax
+    import jax.numpy as jnp
+
+    ints = [np.arange(12).reshape(4, 3), np.arange(8).reshape(4, 2)]  # no cancellation
+    jax.config.update("jax_enable_x64", True)  # a float64 reference, rounded below
+    want, want_clipped = optax.per_example_global_norm_clip(
+        [jnp.asarray(g, jnp.float64) for g in ints], 5.0
+    )
+    g = [backend.asarray(x, "int32") for x in ints]
+    (a, b), _ = tree.per_example_clip(g, 5.0, style="optax")
+    default = str(a.dtype).rsplit(".", 1)[-1]
+    assert default in ("float32", "float64")  # the namespace's default floating dtype
+    assert int(want_clipped) == 3  # three of four examples clipped
+    check(a, np.asarray(want[0]), default, ULP, "leaf 0")
+    check(b, np.asarray(want[1]), default, ULP, "leaf 1")
+    with pytest.raises(TypeError, match=r"`grads` leaves must have a real floating dtype"):
+        tree.per_example_clip(g, 5.0, style="tf")  # tf.clip_by_global_norm refuses them
+
+
+@pytest.mark.parametrize("style", ["tf", "optax", "opacus"])
+def test_per_example_clip_refuses_a_negative_host_array_clip(style):
+    # fuzzing round 4 (issue 28): -1.0 was refused, np.array(-1.0) accepted (no clipping
+    # under "tf", flipped gradients under "optax" and "opacus")
+    ok = np.ones((4, 3), np.float32)
+    for bad in (np.array(-1.0), np.array(-1.0, np.float32), np.array(np.nan)):
+        with pytest.raises(ValueError, match=r"`l2_norm_clip` must be >= 0"):
+            tree.per_example_clip([ok], bad, style=style)
+        with pytest.raises(ValueError, match=r"`l2_norm_clip` must be >= 0"):
+            tree.per_example_layer_clip([ok], bad, style=style)
+
+
+@pytest.mark.parametrize("style", ["tf", "optax", "opacus"])
+def test_per_example_clip_negative_device_clip_counts_as_zero(backend, style):
+    # a device value is not read (a host sync): negative counts as 0, as tf.clip_by_norm's
+    # maximum(clip_norm, 0); every example is then clipped to norm 0, never flipped
+    if backend.library == "numpy":
+        pytest.skip("a NumPy clip norm is checked on the host (test above)")
+    g = backend.asarray(np.ones((4, 3)), "float32")
+    clip = backend.asarray(np.array(-1.0), "float32")
+    (summed,), _ = tree.per_example_clip([g], clip, style=style)
+    (want,), _ = tree.per_example_clip([g], 0.0, style=style)
+    assert_array(summed, backend.to_numpy(want), backend=backend, dtype="float32", ulp=0)
+    assert not np.any(backend.to_numpy(summed) < 0)  # not flipped
+
+
 # ----------------------------------------------------------------------- memory
 @pytest.mark.parametrize("style", ["tf", "optax", "opacus"])
 def test_per_example_clip_makes_no_copy_of_the_gradients_numpy(style):

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
+from anyclip import _gradients
 from anyclip._compat import dtype_name, is_array, namespace
 from anyclip._kernels import kernels_for
 from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import dtype_kind, resolve_accumulate_dtype, widest_float
+from anyclip._sparse import is_sparse
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -52,25 +55,89 @@ def _flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     return flatten(tree)
 
 
-def _like(params: Any, grads: Any) -> Any:
-    """``params`` with each dict's keys in the order of the matching dict of ``grads``.
+def _is_namedtuple(node: Any) -> bool:
+    return isinstance(node, tuple) and hasattr(type(node), "_fields")
 
-    The leaves are paired in flattening order, which for a dict is its keys' order. JAX gives
-    the gradients of a dict of parameters as a dict with sorted keys (``jax.grad``,
-    ``jax.tree.map``), so a dict of parameters built in another order paired other leaves:
-    a ``ValueError`` where their shapes differ, a silently wrong clip where they agree
-    (``optax.adaptive_grad_clip`` pairs by key). Only the pairing changes; dicts with other
-    keys are left as they are (the leaf checks report them).
+
+def _describe(node: Any) -> str:
+    """A short description of one tree node, for the structure error."""
+    if node is None:
+        return "None"
+    if is_array(node) or is_sparse(node):
+        return f"an array of shape {tuple(node.shape)}"
+    if isinstance(node, dict):
+        keys = ", ".join(repr(k) for k in list(node)[:8]) + (", ..." if len(node) > 8 else "")
+        return f"a {type(node).__name__} with keys [{keys}]"
+    if _is_namedtuple(node):
+        return f"a {type(node).__name__} with fields {tuple(type(node)._fields)}"
+    if isinstance(node, (list, tuple)):
+        return f"a {type(node).__name__} of {len(node)}"
+    return f"a {type(node).__name__}"
+
+
+def _jax_level(node: Any) -> tuple[list[Any], Any] | None:
+    """A JAX pytree node's children and its one-level treedef (only when JAX is imported)."""
+    if "jax" not in sys.modules or isinstance(node, (dict, list, tuple)) or is_array(node):
+        return None
+    import jax
+
+    children, level = jax.tree_util.tree_flatten(node, is_leaf=lambda x: x is not node)
+    return None if jax.tree_util.treedef_is_leaf(level) else (children, level)
+
+
+def _paired(params: Any, grads: Any, path: str = "") -> Any:
+    """``params`` checked against the structure of ``grads``, each dict in ``grads``' key order.
+
+    The leaves are then paired in flattening order, which for a dict is its keys' order. JAX
+    gives the gradients of a dict of parameters as a dict with sorted keys (``jax.grad``,
+    ``jax.tree.map``), so a dict of parameters built in another order would pair other leaves;
+    dicts are paired by key, as ``optax.adaptive_grad_clip`` pairs them. Any other difference
+    (other keys, a dict facing a list, another length, another namedtuple or JAX node) is a
+    ``ValueError``, as optax's structure error: paired by position, it would clip a gradient
+    with another parameter's norm where the shapes agree. Lists and tuples face each other
+    (``torch.autograd.grad`` gives a tuple for a list of parameters), dicts of any mapping type
+    too (a ``state_dict``'s ``OrderedDict``), and a ``None`` gradient any leaf.
     """
-    if isinstance(grads, dict) and isinstance(params, dict):
-        if params.keys() != grads.keys():
-            return params
-        return {k: _like(params[k], grads[k]) for k in grads}
-    if type(grads) in (list, tuple) and type(params) in (list, tuple):
-        if len(params) != len(grads):
-            return params
-        return [_like(p, g) for p, g in zip(params, grads, strict=True)]
-    return params
+
+    def mismatch() -> ValueError:
+        where = f"grads{path}" if path else "the root"
+        msg = (
+            f"`params` must have the structure of `grads`: at {where}, `grads` has "
+            f"{_describe(grads)} and `params` {_describe(params)}; pass the parameters "
+            "the gradients are of, in the same structure"
+        )
+        return ValueError(msg)
+
+    if grads is None or is_array(grads) or is_sparse(grads):
+        if isinstance(params, (dict, list, tuple)) or _jax_level(params) is not None:
+            raise mismatch()
+        return params  # a leaf: the flattening and the leaf checks judge it
+    if isinstance(grads, dict):
+        if not isinstance(params, dict) or params.keys() != grads.keys():
+            raise mismatch()
+        return {k: _paired(params[k], grads[k], f"{path}[{k!r}]") for k in grads}
+    if isinstance(grads, (list, tuple)):
+        named = _is_namedtuple(grads) or _is_namedtuple(params)
+        if (
+            not isinstance(params, (list, tuple))
+            or len(params) != len(grads)
+            or (named and type(params) is not type(grads))
+        ):
+            raise mismatch()
+        return [
+            _paired(p, g, f"{path}[{i}]")
+            for i, (p, g) in enumerate(zip(params, grads, strict=True))
+        ]
+    g_level, p_level = _jax_level(grads), _jax_level(params)
+    if g_level is None or p_level is None or g_level[1] != p_level[1]:
+        raise mismatch()  # the flattening refuses a grads node that is no container
+    import jax
+
+    children = [
+        _paired(p, g, f"{path}.<{i}>")
+        for i, (p, g) in enumerate(zip(p_level[0], g_level[0], strict=True))
+    ]
+    return jax.tree_util.tree_unflatten(p_level[1], children)
 
 
 def _leaf_names(n: int, arg: str) -> list[str]:
@@ -104,8 +171,10 @@ def scalar_operand(
 ) -> Any:
     """``value`` (a real Python number or a 0-d real array) as a 0-d array of ``dtype``.
 
-    A Python number is checked on the host (``positive``: ``> 0``; ``nonnegative``: ``>= 0``);
-    an array is only cast (reading its value would sync the device).
+    A Python number or a NumPy array is checked on the host (``positive``: ``> 0``;
+    ``nonnegative``: ``>= 0``); another array is only cast (reading its value would sync the
+    device), and with ``nonnegative`` a negative value counts as 0 (``maximum(value, 0)``, as
+    ``tf.clip_by_norm`` clamps an array ``clip_norm``).
     """
     if isinstance(value, bool) or not (isinstance(value, numbers.Real) or is_array(value)):
         msg = f"`{name}` must be a real number or a 0-d array, got {type(value).__name__}"
@@ -123,9 +192,19 @@ def scalar_operand(
             f"{tuple(value.shape)}; pass one value for every leaf"
         )
         raise ValueError(msg)
+    np = sys.modules.get("numpy")
+    if (positive or nonnegative) and np is not None and isinstance(value, np.ndarray):
+        # a host value: checked as a number (np.array(-1.0) flipped gradients under optax)
+        scalar_operand(xp, value[()], dtype, like, name, positive=positive, nonnegative=nonnegative)
     if namespace(value) is not xp:
-        return constant(xp, value, dtype, like)
-    return xp.astype(value, dtype) if value.dtype != dtype else value
+        value = constant(xp, value, dtype, like)
+    elif value.dtype != dtype:
+        value = xp.astype(value, dtype)
+    if nonnegative:
+        # a device value is not read (a host sync): a negative one counts as 0, as
+        # tf.clip_by_norm's maximum(clip_norm, 0)
+        value = _gradients.maximum(xp, value, constant(xp, 0.0, dtype, like))
+    return value
 
 
 def _real_dtype(xp: Namespace, dtype: Any) -> Any:
@@ -216,6 +295,8 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
     ----------
     tree : nested structure of arrays
         Leaves of floating or complex dtypes, possibly different; ``None`` leaves are skipped.
+        Python floats inside lists, tuples and dicts are leaves too, as in optax: of the
+        arrays' widest dtype (float32 when there is no array).
     ord : {2, 1, inf, None, "inf", "infinity"}, optional
         The order of the norm (``None`` is 2), as in optax.
     squared : bool, optional
@@ -253,20 +334,57 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
     array(25., dtype=float32)
     """
     o = _norm_ord(ord)
-    leaves, _ = _flatten(tree)
-    arrays = [a for a in leaves if a is not None]
+    try:
+        leaves, _ = _flatten(tree)
+    except TypeError as err:  # a Python float leaf (or a bad leaf: the flattening's words)
+        try:
+            leaves = _leaves_with_floats(tree, frozenset())
+        except TypeError:
+            raise err from None
+    arrays = [a for a in leaves if a is not None and is_array(a)]
     xp = namespace(*arrays, names=_leaf_names(len(arrays), "tree"))
     _floating_leaves(xp, arrays, "tree", ("real", "complex"))
     acc = resolve_accumulate_dtype(xp, "widest", [_real_dtype(xp, a.dtype) for a in arrays])
-    return _core_tree_norm(xp, arrays, o, bool(squared), acc, arrays[0] if arrays else None)
+    like = arrays[0] if arrays else None
+    if len(arrays) != sum(v is not None for v in leaves):
+        # optax's Python float leaves (weakly typed: of the arrays' dtype, float32 alone)
+        dtype = acc if arrays else xp.float32
+        arrays = [
+            a if is_array(a) else constant(xp, a, dtype, like) for a in leaves if a is not None
+        ]
+    return _core_tree_norm(xp, arrays, o, bool(squared), acc, like)
+
+
+def _leaves_with_floats(node: Any, enclosing: frozenset[int]) -> list[Any]:
+    """The leaves of ``node``, Python floats (optax's scalar leaves) kept as leaves."""
+    if isinstance(node, float):
+        return [node]
+    if isinstance(node, (dict, list, tuple)):
+        if id(node) in enclosing:
+            return _flatten(node)[0]  # the flattening names the cycle
+        inner = enclosing | {id(node)}
+        items = node.values() if isinstance(node, dict) else node
+        return [leaf for item in items for leaf in _leaves_with_floats(item, inner)]
+    return _flatten(node)[0]
 
 
 # ------------------------------------------------------------------- block RMS
 def _core_block_rms(xp: Namespace, u: Any, threshold: Any) -> Any:
-    """``u / maximum(1, sqrt(mean(|u| ** 2)) / threshold)`` (optax's ``clip_by_block_rms``)."""
+    """``u / maximum(1, sqrt(mean(|u| ** 2)) / threshold)`` (optax's ``clip_by_block_rms``).
+
+    The mean is ``jnp.mean``'s: of a float16 or bfloat16 ``u``, summed and divided in
+    float32 and rounded once (a sum rounded to the half type, then divided, was one half
+    ulp off on about 10 % of leaves).
+    """
     sq = _core_abs_sq(xp, u)
-    size = constant(xp, float(math.prod(u.shape)), sq.dtype, sq)
-    rms = sqrt(xp, xp.sum(sq) / size)
+    if dtype_name(sq.dtype) in ("float16", "bfloat16"):
+        # jnp.mean of a 16-bit array sums and divides in float32, then rounds once
+        wide = xp.astype(sq, xp.float32)
+        size = constant(xp, float(math.prod(u.shape)), xp.float32, wide)
+        mean = xp.astype(xp.sum(wide) / size, sq.dtype)
+    else:
+        mean = xp.sum(sq) / constant(xp, float(math.prod(u.shape)), sq.dtype, sq)
+    rms = sqrt(xp, mean)
     denom = xp.maximum(constant(xp, 1.0, sq.dtype, sq), rms / threshold)
     return as_array(u / denom)
 
@@ -504,7 +622,10 @@ def adaptive_clip(
     params : nested structure of arrays
         The parameters, with the structure of ``grads`` and the same shape leaf by leaf (a
         ``None`` gradient may face any parameter). Dict leaves are paired by key, whatever
-        the order of the keys (as optax's; ``jax.grad`` gives a dict with sorted keys).
+        the order of the keys (as optax's; ``jax.grad`` gives a dict with sorted keys). A
+        list may face a tuple of the same length (``torch.autograd.grad`` gives a tuple) and
+        a dict any mapping with the same keys; any other difference is refused, as optax
+        refuses it.
     clipping : number or 0-d array, optional
         The largest ratio of gradient norm to parameter norm (optax ``clipping``, timm
         ``clip_factor``); a number must be ``> 0``.
@@ -533,7 +654,8 @@ def adaptive_clip(
     ValueError
         If ``clipping <= 0``, ``layout`` is unknown, ``layout="optax"`` meets a leaf of rank
         above 5 (pass ``axis=``), ``axis`` does not fit a leaf, a leaf of ``params`` has
-        another shape than its gradient, or ``params`` has another number of leaves.
+        another shape than its gradient, or ``params`` has another structure than ``grads``
+        (other dict keys, another length, a container facing a leaf).
     TypeError
         If a leaf is not of a real floating dtype, or ``group`` is not a group of the
         leaves' library.
@@ -559,7 +681,7 @@ def adaptive_clip(
         raise ValueError(msg)
     p_ord = _norm_type(norm_type)
     g_leaves, unflatten = _flatten(grads)
-    p_leaves, _ = _flatten(_like(params, grads))
+    p_leaves, _ = _flatten(_paired(params, grads))
     if len(g_leaves) != len(p_leaves):
         msg = (
             f"`params` must have the structure of `grads`: got {len(p_leaves)} leaves in "

@@ -202,28 +202,31 @@ def _clip_by_value(
     return _core.clip_by_value(xp, t, lo, hi, FLUSH_GENERIC if OPEN and flushing() else None)
 
 
-def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any) -> Any:
-    """``clip_norm`` as ``tf.clip_by_norm`` converts it (negative becomes 0)."""
+def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any, name: str = "clip_norm") -> Any:
+    """``clip_norm`` as ``tf.clip_by_norm`` converts it (negative becomes 0).
+
+    ``name``: the argument's name in the caller's errors (``embedding_lookup``'s ``max_norm``).
+    """
     if clip_norm is None:
-        msg = f"`clip_norm` must be a number or an array, got None{tf_words(TF_NONE)}"
+        msg = f"`{name}` must be a number or an array, got None{tf_words(TF_NONE)}"
         raise ValueError(msg)
     if isinstance(clip_norm, (bool, int, float)) or is_numpy_scalar(clip_norm):
         if clip_norm < 0:  # a Python comparison, as in TF; NaN passes through
             clip_norm = 0
-        return as_operand(clip_norm, xp, t, "clip_norm")
+        return as_operand(clip_norm, xp, t, name)
     if is_array(clip_norm):
         what = "a real dtype (TF's maximum(clip_norm, 0) refuses bool)"
-        require_kind(xp, clip_norm, "clip_norm", ("int", "real"), what, _tf_clip_norm_kind)
+        require_kind(xp, clip_norm, name, ("int", "real"), what, _tf_clip_norm_kind)
         if xp.isdtype(clip_norm.dtype, "unsigned integer"):
             # never negative, so TF's maximum(clip_norm, 0) is the identity (torch has none)
-            return as_operand(clip_norm, xp, t, "clip_norm", cast_arrays=True)
-        zero = as_operand(0, xp, clip_norm, "clip_norm")
+            return as_operand(clip_norm, xp, t, name, cast_arrays=True)
+        zero = as_operand(0, xp, clip_norm, name)
         clipped = _core.nonnegative(xp, clip_norm, zero)
-        return as_operand(clipped, xp, t, "clip_norm", cast_arrays=True)
+        return as_operand(clipped, xp, t, name, cast_arrays=True)
     if isinstance(clip_norm, (list, tuple)):
-        c = as_operand(clip_norm, xp, t, "clip_norm")
-        return _core.nonnegative(xp, c, as_operand(0, xp, t, "clip_norm"))
-    msg = f"`clip_norm` must be a number or an array, got {type(clip_norm).__name__}"
+        c = as_operand(clip_norm, xp, t, name)
+        return _core.nonnegative(xp, c, as_operand(0, xp, t, name))
+    msg = f"`{name}` must be a number or an array, got {type(clip_norm).__name__}"
     if isinstance(clip_norm, (str, complex)):  # TF compares it with 0 in Python
         words = f"'<' not supported between instances of '{type(clip_norm).__name__}' and 'int'"
         msg += tf_words(words)

@@ -173,7 +173,7 @@ def embedding_lookup(
         require_kind(xp, table, "params", ("real",), FLOATS, tf_attr)
     rows = _take_rows(xp, table, index, sparse)
     if max_norm is not None:
-        c = _clip_norm_operand(xp, max_norm, rows)
+        c = _clip_norm_operand(xp, max_norm, rows, "max_norm")
         axes = tuple(range(1, table.ndim))
         rows = _core.clip_by_norm(xp, kernels_for(xp, (rows,)), rows, c, axes)
     return cast(ArrayT, xp.reshape(rows, (*tuple(index.shape), *tuple(table.shape)[1:])))
@@ -306,7 +306,7 @@ def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> An
         out = xp.where(mask, rows, _fill(xp, rows) if out is None else out)
     assert out is not None  # n > 0 gives q > 0: some shard has rows
     if max_norm is not None:
-        c = _clip_norm_operand(xp, max_norm, out)
+        c = _clip_norm_operand(xp, max_norm, out, "max_norm")
         axes = tuple(range(1, out.ndim))
         out = _core.clip_by_norm(xp, kernels_for(xp, (out,)), out, c, axes)
     return xp.reshape(out, (*tuple(index.shape), *row))

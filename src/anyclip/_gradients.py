@@ -11,7 +11,8 @@ backends with autodiff (torch autograd, JAX). Every other backend gets the plain
   and route NaNs differently.
 * ``minimum(x, y)``: likewise, to ``x`` where ``x <= y``.
 * ``abs(x)``: TF's gradient is ``sign(x)``: 0 at 0 (JAX's is 1) and NaN at NaN (torch's is 0).
-* ``rsqrt(x)``: TF's gradient is ``-0.5 * dy * rsqrt(x) ** 3``, and exactly 0 where ``dy`` is 0
+* ``rsqrt(x)``: TF's gradient is ``-0.5 * (r * r) * (r * dy)`` with ``r = rsqrt(x)`` (in that
+  order, each product rounded in ``x``'s dtype), and exactly 0 where ``dy`` is 0
   (so ``rsqrt(0) = inf`` with no incoming gradient gives 0, not NaN). The chain rule through
   ``1 / sqrt(x)`` gives NaN there. On JAX this rule is reverse mode only (``custom_vjp``), so
   forward mode (``jax.jvp``) does not go through ``l2_normalize`` or ``clip_by_average_norm``.
@@ -74,9 +75,18 @@ def _rsqrt_rounded_once(xp: Any, x: Any) -> Any:
 
 
 def _tf_rsqrt_grad(mod: Any, r: Any, dy: Any) -> Any:
-    """TF's RsqrtGrad: ``-0.5 * dy * r**3``, and 0 wherever ``dy == 0``."""
+    """TF's RsqrtGrad, ``-0.5 * r**3 * dy`` in TF's order of operations; 0 where ``dy`` is 0.
+
+    Eigen's ``scalar_rsqrt_gradient_op`` (its packet path, the one TF takes on arrays; the
+    scalar path rounds the same products) is ``mul_no_nan(-0.5 * (r * r), mul_no_nan(r,
+    dy))``: ``r * dy`` and ``r * r`` are rounded apart and then multiplied, each step in
+    ``r``'s dtype (float16 and bfloat16 too). The order matters where l2_normalize's gradient
+    cancels: ``-0.5 * dy * (r * r * r)`` left ``-6.1e-05`` where TF's gradient of a
+    one-element float32 ``l2_normalize`` is exactly 0.
+    """
     zero = mod.zeros_like(dy)
-    return mod.where(dy == 0, zero, -0.5 * dy * (r * r * r))
+    r_dy = mod.where(dy == 0, zero, r * dy)
+    return mod.where(r_dy == 0, zero, (-0.5 * (r * r)) * r_dy)
 
 
 def _make_jax_functions() -> dict[str, Any]:
@@ -120,11 +130,7 @@ def _make_jax_functions() -> dict[str, Any]:
         return r, r
 
     def rsqrt_bwd(r: Any, dy: Any) -> Any:
-        if r.dtype in (jnp.float16, jnp.bfloat16):  # TF computes half types in float32
-            return (
-                _tf_rsqrt_grad(jnp, r.astype(jnp.float32), dy.astype(jnp.float32)).astype(r.dtype),
-            )
-        return (_tf_rsqrt_grad(jnp, r, dy),)
+        return (_tf_rsqrt_grad(jnp, r, dy),)  # in r's dtype, each product rounded (as TF)
 
     tf_rsqrt.defvjp(rsqrt_fwd, rsqrt_bwd)
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from anyclip._adaptive import scalar_operand
-from anyclip._compat import dtype_name, namespace
+from anyclip._compat import device, dtype_name, namespace
 from anyclip._core import global_scale
 from anyclip._kernels import (
     Kernels,
@@ -279,8 +279,21 @@ def _check_style(style: Any) -> str:
     return cast(str, style)
 
 
-def _batched(leaves: list[Any]) -> tuple[Namespace, list[Any]]:
-    """The namespace and the array leaves; refuse leaves without one shared batch axis."""
+def _default_float(xp: Namespace, like: Any) -> Any:
+    """The namespace's default real floating dtype (float32 on JAX without x64)."""
+    info = getattr(xp, "__array_namespace_info__", None)
+    if info is None:
+        return xp.float32
+    return info().default_dtypes(device=device(like))["real floating"]
+
+
+def _batched(leaves: list[Any], ints: bool = False) -> tuple[Namespace, list[Any]]:
+    """The namespace and the array leaves; refuse leaves without one shared batch axis.
+
+    ``ints``: integer leaves are taken, cast to the namespace's default floating dtype, as
+    ``optax.per_example_global_norm_clip`` takes them (its own test passes int32 gradients:
+    JAX's promotion gives float32 results).
+    """
     arrays = [a for a in leaves if a is not None]
     if not arrays:
         msg = (
@@ -289,6 +302,11 @@ def _batched(leaves: list[Any]) -> tuple[Namespace, list[Any]]:
         )
         raise ValueError(msg)
     xp = namespace(*arrays, names=[f"grads leaf {i}" for i in range(len(arrays))])
+    if ints:
+        arrays = [
+            xp.astype(a, _default_float(xp, a)) if dtype_kind(xp, a.dtype) == "int" else a
+            for a in arrays
+        ]
     for i, a in enumerate(arrays):
         if dtype_kind(xp, a.dtype) != "real":
             msg = (
@@ -362,9 +380,12 @@ def per_example_clip(
     ----------
     grads : nested structure of arrays
         Leaves of real floating dtypes, each with the examples along axis 0 (one batch size
-        for all leaves); ``None`` leaves are kept.
+        for all leaves); ``None`` leaves are kept. With ``style="optax"`` integer leaves
+        too, as optax takes them: cast to the namespace's default floating dtype (float32
+        on JAX without x64, float64 on NumPy), which the results then have.
     l2_norm_clip : number or 0-d array
-        The largest global norm of one example's gradients (``>= 0`` for a number).
+        The largest global norm of one example's gradients (``>= 0`` for a number or a
+        NumPy array; a negative device array is not read, and counts as 0).
     style : {"tf", "optax", "opacus"}, optional
         Whose clipping factor (see above).
     accumulate_dtype : dtype, str or "widest", optional
@@ -443,7 +464,7 @@ def per_example_clip(
     """
     s = _check_style(style)
     leaves, unflatten = _flatten(grads)
-    xp, arrays = _batched(leaves)
+    xp, arrays = _batched(leaves, ints=s == "optax")
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [a.dtype for a in arrays])
     c = scalar_operand(xp, l2_norm_clip, acc, arrays[0], "l2_norm_clip", nonnegative=True)
     sums, norms = _clip_and_sum(xp, arrays, c, acc, s, _reducer(xp, group))

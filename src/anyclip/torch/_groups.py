@@ -97,6 +97,11 @@ def _norms(
     for name, values in named.items():
         if values:
             cg._check_values(values, accumulate_dtype, f"groups[{name!r}]")
+    if p == 2.0 and group is None and not any(named.values()):
+        # no gradient anywhere: nothing names a library, so the shared core answered in
+        # NumPy; torch's get_total_norm([]) is torch.tensor(0.0), as an empty group's below
+        # (with `group`, the one all-reduce of all groups' sums below joins the others')
+        return {name: torch.tensor(0.0) for name in named}
     if p == 2.0:
         for values in named.values():
             for (device, _), grp in cg._by_device_and_dtype(values).items():

@@ -3,12 +3,14 @@
 References: ``zclip`` 1.0 (``tests/data/make_zclip.py``) and ``autoclip`` 0.2
 (``tests/data/make_autoclip.py``), run live in a subprocess when installed (and then checked
 against the committed file) or read from the committed ``.npz``; OLMo-core's
-``SkipStepOptimizer`` rule with ``optax.apply_if_finite``'s (``tests/data/make_skip_step.py``,
-restated there, run live: it needs torch only); ``optax.apply_if_finite`` itself and torch's
-and optax's optimizers live. Each rule runs on the same gradient sequences (spikes, a dip, inf
-and NaN) through ``anyclip.torch`` (eager and ``torch.compile(fullgraph=True)``: a graph break
-or a host read would fail) and ``anyclip.optax`` (eager and under ``jax.jit``), and a state
-saved mid-run gives the same next step.
+``SkipStepOptimizer`` (``tests/data/make_skip_step.py`` runs OLMo-core's own file, with
+``optax.apply_if_finite``'s rule for non-finite steps; committed, as OLMo-core cannot be
+installed here: run live when ``olmo_core`` is installed), including a sweep of every window
+length 2 to 256; ``optax.apply_if_finite`` itself and torch's and optax's optimizers live.
+Each rule runs on the same gradient sequences (spikes, a dip, inf and NaN) through
+``anyclip.torch`` (eager and ``torch.compile(fullgraph=True)``: a graph break or a host read
+would fail) and ``anyclip.optax`` (eager and under ``jax.jit``), and a state saved mid-run
+gives the same next step.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from anyclip_conformance import Backend
+from anyclip_conformance import Backend, assert_array
 
 DATA = Path(__file__).with_name("data")
 zgen = SimpleNamespace(**runpy.run_path(str(DATA / "make_zclip.py")))
@@ -67,7 +69,7 @@ def autoclip_ref(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.fixture(scope="module")
 def skip_ref(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return _reference("make_skip_step.py", "torch", "skip_step", tmp_path_factory)
+    return _reference("make_skip_step.py", "olmo_core", "skip_step", tmp_path_factory)
 
 
 def _split(row: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
@@ -498,27 +500,130 @@ def test_core_zclip_and_spike_rules_on_every_backend(backend, zclip_ref, skip_re
         np.asarray(means)[24:], zclip_ref["no-cap/mean"][24:].astype("float32"), "float32", "mean"
     )
 
-    seq, length, sigma, _, errors = sgen.CASES["nonfinite-give-up"]
-    g = skip_ref[f"{seq}/grads"].astype(np.float64)
-    norms = np.sqrt(np.sum(g * g, axis=1)).astype(np.float32)
-    hist = _history.init_history(xp, length, xp.float32, backend.device)
-    zero = backend.asarray(0, "int32")
-    counters = (zero, zero, zero)
-    applied = []
-    for n in norms:
-        d = _history.spike_step(
-            xp,
-            hist,
-            backend.asarray(n, "float32"),
-            *counters,
-            sigma_factor=sigma,
-            max_consecutive_errors=errors,
+    for case in ("nonfinite-give-up", "L2", "L16-s6"):  # OLMo-core's decisions, short windows
+        seq, length, sigma, _, errors = sgen.CASES[case]
+        g = skip_ref[f"{seq}/grads"].astype(np.float64)
+        norms = np.sqrt(np.sum(g * g, axis=1)).astype(np.float32)
+        hist = _history.init_history(xp, length, xp.float32, backend.device)
+        zero = backend.asarray(0, "int32")
+        counters = (zero, zero, zero)
+        applied = []
+        for n in norms:
+            d = _history.spike_step(
+                xp,
+                hist,
+                backend.asarray(n, "float32"),
+                *counters,
+                sigma_factor=sigma,
+                max_consecutive_errors=errors,
+            )
+            hist = _fresh(backend, d.norms)
+            counters = tuple(
+                backend.asarray(backend.to_numpy(c), "int32")
+                for c in (d.notfinite_count, d.total_notfinite, d.skipped)
+            )
+            applied.append(int(backend.to_numpy(d.apply)))
+        np.testing.assert_array_equal(applied, skip_ref[f"{case}/apply"], err_msg=case)
+        assert int(backend.to_numpy(counters[2])) == skip_ref[f"{case}/skipped"][-1]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch", "torch-cuda"], indirect=True)
+def test_spike_rule_decides_as_olmo_core_for_every_window_length(backend, skip_ref):
+    # OLMo-core's SkipStepOptimizer, run from its file on six finite norm sequences (spikes,
+    # dips, heavy tails, equal values) for every rolling_interval_length 2..256 (sigma 2, 3, 6
+    # in turn): the core's decision at every step is OLMo-core's (its warm-up of
+    # max(2, length // 2) values, one-sided test, NaN statistics of one value). Six sequences
+    # at once, as a batch of histories. NumPy and torch (the adapters' backends); every
+    # backend runs the core on the short-window cases in the test above.
+    from anyclip import _history
+
+    xp = backend.xp
+    norms = skip_ref["sweep/norms"]
+    k, n = norms.shape
+    expected = np.unpackbits(skip_ref["sweep/apply"], axis=-1)[..., :n].astype(bool)
+    zero = backend.asarray(np.zeros(k), "int32")
+    for i, length in enumerate(sgen.SWEEP_LENGTHS):
+        steps = sgen.sweep_steps(length)
+        h = _history.init_history(xp, length, xp.float32, backend.device, (k,))
+        counters = (zero, zero, zero)
+        got = []
+        for t in range(steps):
+            d = _history.spike_step(
+                xp,
+                h,
+                backend.asarray(norms[:, t], "float32"),
+                *counters,
+                sigma_factor=sgen.sweep_sigma(length),
+            )
+            h, counters = d.norms, (d.notfinite_count, d.total_notfinite, d.skipped)
+            got.append(d.apply)
+        want = expected[i, :, :steps]
+        assert_array(
+            xp.stack(got, axis=1), want, backend=backend, dtype="bool", what=f"length {length}"
         )
-        hist = _fresh(backend, d.norms)
-        counters = tuple(
-            backend.asarray(backend.to_numpy(c), "int32")
-            for c in (d.notfinite_count, d.total_notfinite, d.skipped)
+        assert_array(
+            counters[2], (~want).sum(axis=1), backend=backend, dtype="int32", what="skipped"
         )
-        applied.append(int(backend.to_numpy(d.apply)))
-    np.testing.assert_array_equal(applied, skip_ref["nonfinite-give-up/apply"])
-    assert int(backend.to_numpy(counters[2])) == skip_ref["nonfinite-give-up/skipped"][-1]
+
+
+_FIRST_STEP_OPTIMIZERS = {
+    "sgd-dampening": lambda torch, ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0.5),
+    "sgd-nesterov-wd": lambda torch, ps: torch.optim.SGD(
+        ps, lr=0.1, momentum=0.9, dampening=0.3, weight_decay=0.01, maximize=True
+    ),
+    "nadam": lambda torch, ps: torch.optim.NAdam(ps, lr=0.05),
+    "rprop": lambda torch, ps: torch.optim.Rprop(ps, lr=0.05),
+    "asgd": lambda torch, ps: torch.optim.ASGD(ps, lr=0.05, t0=3),
+    "adam": lambda torch, ps: torch.optim.Adam(ps, lr=0.05),
+    "adagrad": lambda torch, ps: torch.optim.Adagrad(ps, lr=0.05, initial_accumulator_value=0.1),
+}
+
+
+@torch_backends
+@pytest.mark.parametrize("name", list(_FIRST_STEP_OPTIMIZERS))
+def test_torch_skipped_first_step_leaves_state_as_never_created(backend, name):
+    # A step skipped where the optimizer creates its state (the first step of p, two steps
+    # in a row; the later first gradient of q) leaves the optimizer as the bare one that never
+    # took those steps: each later step, parameters and state bit for bit (torch's lazily
+    # created state: NAdam's mu_product 1, Rprop's step_size lr, ASGD's eta and mu, SGD's
+    # momentum buffer that starts as the first gradient).
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    dev = backend.device
+    rng = np.random.default_rng(5)
+    steps = 12
+    g_p = rng.standard_normal((steps, 3)).astype(np.float32)
+    g_q = rng.standard_normal((steps, 2)).astype(np.float32)
+    bad = {0, 1, 6}  # non-finite: skipped (p's first two steps, q's first step)
+    q_from = 6
+    for i in bad:
+        g_p[i, 1] = np.nan
+
+    def params() -> list:
+        return [
+            torch.nn.Parameter(torch.ones(3, device=dev)),
+            torch.nn.Parameter(torch.full((2,), 0.5, device=dev)),
+        ]
+
+    ours, theirs = params(), params()
+    make = _FIRST_STEP_OPTIMIZERS[name]
+    opt = at.skip_on_spike(make(torch, ours), 128)  # warm-up: only non-finite skips
+    plain = make(torch, theirs)
+    for i in range(steps):
+        for ps in (ours, theirs):
+            ps[0].grad = torch.tensor(g_p[i], device=dev)
+            ps[1].grad = torch.tensor(g_q[i], device=dev) if i >= q_from else None
+        opt.step()
+        if i not in bad:
+            plain.step()
+        for p, q in zip(ours, theirs, strict=True):
+            np.testing.assert_array_equal(
+                backend.to_numpy(p.detach()), backend.to_numpy(q.detach()), err_msg=f"step {i}"
+            )
+    assert int(backend.to_numpy(opt.skipped)) == len(bad)
+    for p, q in zip(ours, theirs, strict=True):
+        assert set(opt.optimizer.state[p]) == set(plain.state[q])
+        for k, v in plain.state[q].items():
+            mine = opt.optimizer.state[p][k]
+            assert mine.dtype == v.dtype and mine.device == v.device, k
+            np.testing.assert_array_equal(backend.to_numpy(mine), backend.to_numpy(v), err_msg=k)

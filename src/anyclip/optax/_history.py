@@ -277,8 +277,9 @@ def skip_on_spike(
     """Skip ``inner``'s update on a norm (or loss) spike or a non-finite norm.
 
     The rule of :func:`anyclip.torch.skip_on_spike`: OLMo-core's ``SkipStepOptimizer`` (more
-    than ``sigma_factor`` standard deviations from the mean of the previous
-    ``rolling_interval_length`` values, once ``max(20, rolling_interval_length // 2)`` are seen)
+    than ``sigma_factor`` unbiased standard deviations above the mean of the previous
+    ``rolling_interval_length`` values, once ``max(2, rolling_interval_length // 2)``, this one
+    included, are seen)
     and ``optax.apply_if_finite`` (a non-finite norm or loss; give up after
     ``max_consecutive_errors`` in a row). A skipped step returns zero updates and keeps
     ``inner``'s state (``lax.cond``, as ``apply_if_finite``). "Non-finite" is read from the
@@ -292,7 +293,7 @@ def skip_on_spike(
     rolling_interval_length : int, optional
         The window of past values (at least 2).
     sigma_factor : float, optional
-        How many standard deviations from the mean a value may lie.
+        How many standard deviations above the mean a value may lie.
     on_loss : bool, optional
         Also test the loss: ``update(..., loss=loss)``.
     max_consecutive_errors : int, optional

@@ -19,6 +19,7 @@ from anyclip._compat import namespace
 from anyclip._history import History, check_choice
 from anyclip._keywords import hints_keywords
 from anyclip._sparse import values_of
+from anyclip.torch import _optim_state
 from anyclip.torch._clip_grad import _join_group, _local, _mul_, _tensors, _total_norm
 
 __all__ = ["QuantileClip", "SkipOnSpike", "ZClip", "skip_on_spike"]
@@ -450,6 +451,8 @@ class SkipOnSpike:
         self.losses: History | None = None
         self.counters: dict[str, torch.Tensor] = {}
         self._buffers: list[torch.Tensor] = []
+        #: SGD parameters whose momentum buffer may be a placeholder (its first step skipped)
+        self._fresh: dict[torch.Tensor, torch.Tensor] = {}
         #: the last step's decision (a bool tensor: the step was taken), for logging
         self.last_step_applied: torch.Tensor | None = None
 
@@ -517,7 +520,9 @@ class SkipOnSpike:
         global norm of all gradients is computed here. ``loss``: this step's loss (needed with
         ``on_loss=True``, ignored otherwise). A skipped step leaves the parameters and every
         tensor of the optimizer's state as they were (selected with ``torch.where``; state the
-        step created is zeroed); it returns what the optimizer's ``step`` returned.
+        step created is left as never created: reset to torch's initial values, and SGD's
+        momentum buffer flagged so that its next taken step starts afresh); it returns what
+        the optimizer's ``step`` returned.
         """
         saved = self.before_step(loss=loss, grad_norm=grad_norm)
         out = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
@@ -574,7 +579,8 @@ class SkipOnSpike:
         """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`.
 
         One ``torch.where`` per tensor the step wrote (the decision moved once per device);
-        state the step created is zeroed with ``masked_fill_``.
+        state the step created is reset to the values torch creates it with
+        (:mod:`anyclip.torch._optim_state`).
         """
         skip, live, keys, buffers = saved
         conds: dict[torch.device, torch.Tensor] = {}
@@ -590,17 +596,58 @@ class SkipOnSpike:
             torch.where(cond(v), old, v, out=v)
         pos = len(live)
         state = self.optimizer.state
+        groups = {id(p): g for g in self.optimizer.param_groups for p in g["params"]}
         for p, ks in zip(live, keys, strict=True):
             st = state.get(p, {})
             for k in ks:
                 v = _local(st[k])
                 torch.where(cond(v), buffers[pos], v, out=v)
                 pos += 1
-            if len(st) != len(ks):  # state created by this step (Adam's first): zeroed
+            if len(st) != len(ks):  # state created by this step: as never created if skipped
+                group = groups[id(p)]
                 for k, t in st.items():
                     if k not in ks and isinstance(t, torch.Tensor):
                         v = _local(t)
-                        v.masked_fill_(cond(v), 0)
+                        _optim_state.reset(
+                            v, cond(v), _optim_state.initial_value(self.optimizer, group, k, p)
+                        )
+                if _optim_state.needs_fresh_step(self.optimizer, group):
+                    self._fresh[p] = cond(_local(p.detach())).clone()
+        self._fresh_steps(live, buffers[: len(live)], keys, cond, groups)
+
+    def _fresh_steps(
+        self,
+        live: list[torch.Tensor],
+        old: list[torch.Tensor],
+        keys: list[list[str]],
+        cond: Callable[[torch.Tensor], torch.Tensor],
+        groups: dict[int, dict[str, Any]],
+    ) -> None:
+        """Redo a taken step from a fresh start where SGD's momentum buffer was never created.
+
+        Where a parameter's first step was skipped its buffer is a placeholder; a taken step
+        there is recomputed with torch's functional SGD on the pre-step parameters (the
+        snapshot) and selected on the device. Runs at every step for SGD with momentum and
+        ``dampening != 0`` (the device flag cannot be read without a host sync).
+        """
+        by_group: dict[int, list[int]] = {}
+        for i, (p, ks) in enumerate(zip(live, keys, strict=True)):
+            if p in self._fresh and ks:  # flagged at an earlier step
+                by_group.setdefault(id(groups[id(p)]), []).append(i)
+        for idx in by_group.values():
+            group = groups[id(live[idx[0]])]
+            params = [old[i] for i in idx]  # the snapshot, free once the undo is done
+            grads = [_local(live[i].grad) for i in idx]
+            bufs = _optim_state.fresh_sgd_step(group, params, grads)
+            for i, fresh_p, buf in zip(idx, params, bufs, strict=True):
+                p = live[i]
+                v = _local(p.detach())
+                flag = self._fresh[p]
+                take = torch.logical_and(flag, torch.logical_not(cond(v)))
+                torch.where(take, fresh_p, v, out=v)
+                b = _local(self.optimizer.state[p]["momentum_buffer"])
+                torch.where(take, buf, b, out=b)
+                flag.copy_(torch.logical_and(flag, cond(v)))
 
     def state_dict(self) -> dict[str, Any]:
         """``{"optimizer": the optimizer's state_dict, "skip": the histories and counters}``."""
@@ -633,9 +680,10 @@ def skip_on_spike(
     """Wrap ``optimizer`` to skip a step on a norm (or loss) spike or a non-finite norm.
 
     The rule is OLMo-core's ``SkipStepOptimizer.get_step_factor`` (a step is skipped when its
-    value lies more than ``sigma_factor`` unbiased standard deviations from the mean of the
-    previous ``rolling_interval_length`` values, once ``max(20, rolling_interval_length // 2)``
-    values are seen; on the gradient norm, and on the loss with ``on_loss=True``) and
+    value exceeds the mean of the previous ``rolling_interval_length`` values by more than
+    ``sigma_factor`` unbiased standard deviations, once ``max(2, rolling_interval_length //
+    2)`` values, this one included, are seen; one-sided: a dip is taken; on the gradient norm,
+    and on the loss with ``on_loss=True``) and
     ``optax.apply_if_finite``'s (a step whose norm or loss is inf or NaN is skipped, unless
     more than ``max_consecutive_errors`` came in a row). Unlike OLMo-core, a non-finite value is
     not recorded (OLMo-core's window would then give NaN statistics and skip the next

@@ -627,3 +627,141 @@ def test_torch_skipped_first_step_leaves_state_as_never_created(backend, name):
             mine = opt.optimizer.state[p][k]
             assert mine.dtype == v.dtype and mine.device == v.device, k
             np.testing.assert_array_equal(backend.to_numpy(mine), backend.to_numpy(v), err_msg=k)
+
+
+@torch_backends
+def test_torch_skip_on_spike_is_an_optimizer_for_lr_schedulers(backend):
+    # LR schedulers, GradScaler.step, Lightning and accelerate check
+    # isinstance(opt, torch.optim.Optimizer): the wrapper passes, StepLR advances the wrapped
+    # optimizer's lr as with the bare one (no "scheduler before optimizer" warning: the suite
+    # turns warnings into errors), and state_dict, hooks and zero_grad still act on it.
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    dev = backend.device
+    p = torch.nn.Parameter(torch.ones(2, device=dev))
+    q = torch.nn.Parameter(torch.ones(2, device=dev))
+    opt = at.skip_on_spike(torch.optim.SGD([p], lr=1.0), 16)
+    bare = torch.optim.SGD([q], lr=1.0)
+    assert isinstance(opt, torch.optim.Optimizer)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    ref = torch.optim.lr_scheduler.StepLR(bare, step_size=2, gamma=0.5)
+    calls = []
+    handle = opt.register_step_post_hook(lambda o, args, kwargs: calls.append(o))
+    lrs, ref_lrs = [], []
+    for _ in range(5):
+        for t in (p, q):
+            t.grad = torch.full((2,), 0.1, device=dev)
+        opt.step()
+        bare.step()
+        sched.step()
+        ref.step()
+        lrs.append(opt.param_groups[0]["lr"])
+        ref_lrs.append(bare.param_groups[0]["lr"])
+    assert lrs == ref_lrs == [1.0, 0.5, 0.5, 0.25, 0.25]
+    assert sched.get_last_lr() == ref.get_last_lr()
+    np.testing.assert_array_equal(backend.to_numpy(p.detach()), backend.to_numpy(q.detach()))
+    assert calls == [opt.optimizer] * 5  # the hook runs around the wrapped optimizer's step
+    handle.remove()
+    opt.zero_grad()
+    assert p.grad is None
+    state = opt.state_dict()
+    assert set(state) == {"optimizer", "skip"}
+    opt2 = at.skip_on_spike(torch.optim.SGD([p], lr=1.0), 16)
+    opt2.load_state_dict(state)
+    assert opt2.param_groups[0]["lr"] == 0.25
+    sched2 = torch.optim.lr_scheduler.StepLR(opt2, step_size=2, gamma=0.5)
+    sched2.load_state_dict(sched.state_dict())
+    assert sched2.get_last_lr() == [0.25]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "name"),
+    [
+        ({"rolling_interval_length": "abc"}, TypeError, "rolling_interval_length"),
+        ({"rolling_interval_length": 1}, ValueError, "rolling_interval_length"),
+        ({"rolling_interval_length": 16.5}, TypeError, "rolling_interval_length"),
+        ({"sigma_factor": -1}, ValueError, "sigma_factor"),
+        ({"sigma_factor": "6"}, TypeError, "sigma_factor"),
+        ({"sigma_factor": float("nan")}, ValueError, "sigma_factor"),
+        ({"max_consecutive_errors": -1}, ValueError, "max_consecutive_errors"),
+        ({"max_consecutive_errors": 1.5}, TypeError, "max_consecutive_errors"),
+    ],
+)
+@pytest.mark.parametrize("adapter", ["torch", "optax"])
+def test_skip_on_spike_refuses_bad_arguments_by_name(adapter, kwargs, exc, name):
+    if adapter == "torch":
+        torch = pytest.importorskip("torch")
+        at = pytest.importorskip("anyclip.torch")
+        inner = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1)
+        make = at.skip_on_spike
+    else:
+        optax = pytest.importorskip("optax")
+        ao = pytest.importorskip("anyclip.optax")
+        inner = optax.sgd(0.1)
+        make = ao.skip_on_spike
+    with pytest.raises(exc, match=f"`{name}`"):
+        make(inner, **kwargs)
+
+
+def test_skip_on_spike_refuses_a_non_optimizer_by_name():
+    at = pytest.importorskip("anyclip.torch")
+    ao = pytest.importorskip("anyclip.optax")
+    with pytest.raises(TypeError, match="`inner` must be an optax GradientTransformation"):
+        ao.skip_on_spike("sgd")
+    with pytest.raises(TypeError, match="`optimizer` must be a torch.optim.Optimizer"):
+        at.skip_on_spike("sgd")
+
+
+def test_torch_skip_on_spike_step_refuses_bad_loss_and_grad_norm_by_name():
+    # a Python float grad_norm is refused (a host number copied to the device each step, the
+    # host sync the tensor path avoids); the message says how to pass it
+    torch = pytest.importorskip("torch")
+    at = pytest.importorskip("anyclip.torch")
+    p = torch.nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    opt = at.skip_on_spike(torch.optim.SGD([p], lr=0.1), on_loss=True)
+    with pytest.raises(TypeError, match="`grad_norm` must be a tensor.*torch.as_tensor"):
+        opt.step(loss=torch.tensor(1.0), grad_norm=1.0)
+    with pytest.raises(TypeError, match="`loss` must be a tensor"):
+        opt.step(loss="x")
+    opt.step(loss=2.0, grad_norm=torch.tensor(1.0))  # a number loss is taken
+    np.testing.assert_array_equal(p.detach().numpy(), np.full(2, 0.9, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "name"),
+    [
+        ({"alpha": "a"}, TypeError, "alpha"),
+        ({"z_thresh": None}, TypeError, "z_thresh"),
+        ({"max_grad_norm": "1"}, TypeError, "max_grad_norm"),
+        ({"eps": [1e-6]}, TypeError, "eps"),
+        ({"warmup_steps": 2.5}, TypeError, "warmup_steps"),
+        ({"warmup_steps": -1}, ValueError, "warmup_steps"),
+        ({"clip_factor": "x"}, TypeError, "clip_factor"),
+    ],
+)
+@pytest.mark.parametrize("adapter", ["torch", "optax"])
+def test_zclip_refuses_bad_numbers_by_name(adapter, kwargs, exc, name):
+    if adapter == "torch":
+        make = pytest.importorskip("anyclip.torch").ZClip
+    else:
+        make = pytest.importorskip("anyclip.optax").zclip
+    with pytest.raises(exc, match=f"`{name}`"):
+        make(**kwargs)
+
+
+def test_torch_load_state_dict_refuses_junk_by_name():
+    torch = pytest.importorskip("torch")
+    at = pytest.importorskip("anyclip.torch")
+    autoclip = pytest.importorskip("autoclip.torch")
+    with pytest.raises(TypeError, match="`state_dict` must be a mapping"):
+        at.ZClip().load_state_dict([1, 2, 3])
+    with pytest.raises(KeyError, match="`state_dict` must hold the keys.*lacks"):
+        at.ZClip().load_state_dict({"junk": 1})
+    p = torch.nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    theirs = autoclip.QuantileClip([p], quantile=0.5, history_length=4)
+    theirs.step()
+    ours = at.QuantileClip([p], quantile=0.5, history_length=4)
+    with pytest.raises(KeyError, match="`state_dict` must hold the keys.*autoclip's own"):
+        ours.load_state_dict(theirs.state_dict())

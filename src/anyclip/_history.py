@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+import numbers
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from anyclip._core import global_scale
@@ -58,6 +59,10 @@ __all__ = [
     "spike_step",
     "ZClipStep",
     "check_choice",
+    "check_spike_arguments",
+    "check_int",
+    "check_mapping",
+    "check_real",
     "window_quantile",
     "zclip_step",
 ]
@@ -76,6 +81,67 @@ def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
         msg = f"`{name}` must be one of {choices}, got {value!r}"
         raise ValueError(msg)
     return value.lower()
+
+
+def _kind_error(value: Any, name: str, kind: str, none: bool) -> TypeError:
+    also = " or None" if none else ""
+    return TypeError(f"`{name}` must be {kind}{also}, got {value!r} ({type(value).__name__})")
+
+
+def check_real(value: Any, name: str, *, minimum: float | None = None, none: bool = False) -> Any:
+    """``value`` as a Python float, else a ``TypeError``/``ValueError`` naming ``name``.
+
+    A real number (Python, NumPy; not ``bool`` nor a string), not NaN, at least ``minimum``;
+    ``None`` passes through where ``none``. The rules' numeric options, checked by the torch
+    and optax adapters alike.
+    """
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _kind_error(value, name, "a real number", none)
+    x = float(value)
+    if math.isnan(x) or (minimum is not None and x < minimum):
+        bound = "not NaN" if minimum is None else f">= {minimum}"
+        msg = f"`{name}` must be a number {bound}, got {value!r}"
+        raise ValueError(msg)
+    return x
+
+
+def check_int(value: Any, name: str, *, minimum: int, none: bool = False) -> Any:
+    """``value`` as a Python int of at least ``minimum`` (or ``None`` where ``none``)."""
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _kind_error(value, name, "an int", none)
+    if int(value) < minimum:
+        msg = f"`{name}` must be an int >= {minimum}, got {value!r}"
+        raise ValueError(msg)
+    return int(value)
+
+
+def check_mapping(value: Any, name: str, keys: tuple[str, ...], what: str) -> dict[str, Any]:
+    """``value`` as a dict holding ``keys``, else an error naming ``name`` and ``what`` fits."""
+    if not isinstance(value, Mapping):
+        msg = f"`{name}` must be a mapping ({what}), got {type(value).__name__}"
+        raise TypeError(msg)
+    missing = [k for k in keys if k not in value]
+    if missing:
+        msg = (
+            f"`{name}` must hold the keys {list(keys)} ({what}); it lacks {missing} "
+            f"(its keys: {list(value)})"
+        )
+        raise KeyError(msg)
+    return dict(value)
+
+
+def check_spike_arguments(
+    rolling_interval_length: Any, sigma_factor: Any, max_consecutive_errors: Any
+) -> tuple[int, float, int | None]:
+    """``skip_on_spike``'s numeric arguments, checked (both adapters)."""
+    length = check_int(rolling_interval_length, "rolling_interval_length", minimum=2)
+    sigma = check_real(sigma_factor, "sigma_factor", minimum=0.0)
+    errors = check_int(max_consecutive_errors, "max_consecutive_errors", minimum=0, none=True)
+    return length, sigma, errors
 
 
 class History(NamedTuple):

@@ -682,17 +682,27 @@ class _Skipper:
         skip: dict[str, Any] = {"norms": _history_state(self.norms)}
         skip["losses"] = _history_state(self.losses)
         skip.update({k: v.clone() for k, v in self.counters.items()})
+        # SGD's flags of a momentum buffer never created (by index in param_groups' order)
+        skip["fresh"] = {
+            i: self._fresh[p].clone() for i, p in enumerate(self._params()) if p in self._fresh
+        }
         return {"optimizer": self.optimizer.state_dict(), "skip": skip}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load what :meth:`state_dict` returned."""
+        what = "what skip_on_spike(...).state_dict() returned"
+        state_dict = check_mapping(state_dict, "state_dict", ("optimizer", "skip"), what)
         self.optimizer.load_state_dict(state_dict["optimizer"])
-        skip = dict(state_dict["skip"])
+        skip = check_mapping(state_dict["skip"], "state_dict['skip']", ("norms", "losses"), what)
         self.norms = _load_history(dict(skip["norms"]), self.norms, "norms")
         self.losses = _load_history(dict(skip["losses"]), self.losses, "losses")
         names = ("notfinite_count", "total_notfinite", "skipped")
         if all(k in skip for k in names):
             self.counters = {k: torch.as_tensor(skip[k]).clone() for k in names}
+        params = self._params()
+        self._fresh = {
+            params[int(i)]: torch.as_tensor(v).clone() for i, v in skip.get("fresh", {}).items()
+        }
 
 
 class SkipOnSpike(torch.optim.Optimizer):

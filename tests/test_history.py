@@ -15,6 +15,7 @@ gives the same next step.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import io
 import runpy
@@ -676,6 +677,10 @@ def test_torch_skip_on_spike_is_an_optimizer_for_lr_schedulers(backend):
     sched2 = torch.optim.lr_scheduler.StepLR(opt2, step_size=2, gamma=0.5)
     sched2.load_state_dict(sched.state_dict())
     assert sched2.get_last_lr() == [0.25]
+    twin = copy.deepcopy(opt)  # as trainers copy optimizers
+    assert isinstance(twin, at.SkipOnSpike)
+    assert twin.optimizer is not opt.optimizer
+    assert twin.param_groups[0]["lr"] == 0.25
 
 
 @pytest.mark.parametrize(

@@ -470,7 +470,11 @@ class _Skipper:
         self.last_step_applied: torch.Tensor | None = None
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["optimizer"], name)
+        try:
+            optimizer = self.__dict__["optimizer"]
+        except KeyError:  # while copying or unpickling
+            raise AttributeError(name) from None
+        return getattr(optimizer, name)
 
     @property
     def skipped(self) -> torch.Tensor:

@@ -3,16 +3,19 @@
 References: ``zclip`` 1.0 (``tests/data/make_zclip.py``) and ``autoclip`` 0.2
 (``tests/data/make_autoclip.py``), run live in a subprocess when installed (and then checked
 against the committed file) or read from the committed ``.npz``; OLMo-core's
-``SkipStepOptimizer`` rule with ``optax.apply_if_finite``'s (``tests/data/make_skip_step.py``,
-restated there, run live: it needs torch only); ``optax.apply_if_finite`` itself and torch's
-and optax's optimizers live. Each rule runs on the same gradient sequences (spikes, a dip, inf
-and NaN) through ``anyclip.torch`` (eager and ``torch.compile(fullgraph=True)``: a graph break
-or a host read would fail) and ``anyclip.optax`` (eager and under ``jax.jit``), and a state
-saved mid-run gives the same next step.
+``SkipStepOptimizer`` (``tests/data/make_skip_step.py`` runs OLMo-core's own file, with
+``optax.apply_if_finite``'s rule for non-finite steps; committed, as OLMo-core cannot be
+installed here: run live when ``olmo_core`` is installed), including a sweep of every window
+length 2 to 256; ``optax.apply_if_finite`` itself and torch's and optax's optimizers live.
+Each rule runs on the same gradient sequences (spikes, a dip, inf and NaN) through
+``anyclip.torch`` (eager and ``torch.compile(fullgraph=True)``: a graph break or a host read
+would fail) and ``anyclip.optax`` (eager and under ``jax.jit``), and a state saved mid-run
+gives the same next step.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import io
 import runpy
@@ -25,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from anyclip_conformance import Backend
+from anyclip_conformance import Backend, assert_array
 
 DATA = Path(__file__).with_name("data")
 zgen = SimpleNamespace(**runpy.run_path(str(DATA / "make_zclip.py")))
@@ -67,7 +70,7 @@ def autoclip_ref(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.fixture(scope="module")
 def skip_ref(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return _reference("make_skip_step.py", "torch", "skip_step", tmp_path_factory)
+    return _reference("make_skip_step.py", "olmo_core", "skip_step", tmp_path_factory)
 
 
 def _split(row: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
@@ -498,27 +501,276 @@ def test_core_zclip_and_spike_rules_on_every_backend(backend, zclip_ref, skip_re
         np.asarray(means)[24:], zclip_ref["no-cap/mean"][24:].astype("float32"), "float32", "mean"
     )
 
-    seq, length, sigma, _, errors = sgen.CASES["nonfinite-give-up"]
-    g = skip_ref[f"{seq}/grads"].astype(np.float64)
-    norms = np.sqrt(np.sum(g * g, axis=1)).astype(np.float32)
-    hist = _history.init_history(xp, length, xp.float32, backend.device)
-    zero = backend.asarray(0, "int32")
-    counters = (zero, zero, zero)
-    applied = []
-    for n in norms:
-        d = _history.spike_step(
-            xp,
-            hist,
-            backend.asarray(n, "float32"),
-            *counters,
-            sigma_factor=sigma,
-            max_consecutive_errors=errors,
+    for case in ("nonfinite-give-up", "L2", "L16-s6"):  # OLMo-core's decisions, short windows
+        seq, length, sigma, _, errors = sgen.CASES[case]
+        g = skip_ref[f"{seq}/grads"].astype(np.float64)
+        norms = np.sqrt(np.sum(g * g, axis=1)).astype(np.float32)
+        hist = _history.init_history(xp, length, xp.float32, backend.device)
+        zero = backend.asarray(0, "int32")
+        counters = (zero, zero, zero)
+        applied = []
+        for n in norms:
+            d = _history.spike_step(
+                xp,
+                hist,
+                backend.asarray(n, "float32"),
+                *counters,
+                sigma_factor=sigma,
+                max_consecutive_errors=errors,
+            )
+            hist = _fresh(backend, d.norms)
+            counters = tuple(
+                backend.asarray(backend.to_numpy(c), "int32")
+                for c in (d.notfinite_count, d.total_notfinite, d.skipped)
+            )
+            applied.append(int(backend.to_numpy(d.apply)))
+        np.testing.assert_array_equal(applied, skip_ref[f"{case}/apply"], err_msg=case)
+        assert int(backend.to_numpy(counters[2])) == skip_ref[f"{case}/skipped"][-1]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch", "torch-cuda"], indirect=True)
+def test_spike_rule_decides_as_olmo_core_for_every_window_length(backend, skip_ref):
+    # OLMo-core's SkipStepOptimizer, run from its file on six finite norm sequences (spikes,
+    # dips, heavy tails, equal values) for every rolling_interval_length 2..256 (sigma 2, 3, 6
+    # in turn): the core's decision at every step is OLMo-core's (its warm-up of
+    # max(2, length // 2) values, one-sided test, NaN statistics of one value). Six sequences
+    # at once, as a batch of histories. NumPy and torch (the adapters' backends); every
+    # backend runs the core on the short-window cases in the test above.
+    from anyclip import _history
+
+    xp = backend.xp
+    norms = skip_ref["sweep/norms"]
+    k, n = norms.shape
+    expected = np.unpackbits(skip_ref["sweep/apply"], axis=-1)[..., :n].astype(bool)
+    zero = backend.asarray(np.zeros(k), "int32")
+    for i, length in enumerate(sgen.SWEEP_LENGTHS):
+        steps = sgen.sweep_steps(length)
+        h = _history.init_history(xp, length, xp.float32, backend.device, (k,))
+        counters = (zero, zero, zero)
+        got = []
+        for t in range(steps):
+            d = _history.spike_step(
+                xp,
+                h,
+                backend.asarray(norms[:, t], "float32"),
+                *counters,
+                sigma_factor=sgen.sweep_sigma(length),
+            )
+            h, counters = d.norms, (d.notfinite_count, d.total_notfinite, d.skipped)
+            got.append(d.apply)
+        want = expected[i, :, :steps]
+        assert_array(
+            xp.stack(got, axis=1), want, backend=backend, dtype="bool", what=f"length {length}"
         )
-        hist = _fresh(backend, d.norms)
-        counters = tuple(
-            backend.asarray(backend.to_numpy(c), "int32")
-            for c in (d.notfinite_count, d.total_notfinite, d.skipped)
+        assert_array(
+            counters[2], (~want).sum(axis=1), backend=backend, dtype="int32", what="skipped"
         )
-        applied.append(int(backend.to_numpy(d.apply)))
-    np.testing.assert_array_equal(applied, skip_ref["nonfinite-give-up/apply"])
-    assert int(backend.to_numpy(counters[2])) == skip_ref["nonfinite-give-up/skipped"][-1]
+
+
+_FIRST_STEP_OPTIMIZERS = {
+    "sgd-dampening": lambda torch, ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0.5),
+    "sgd-nesterov-wd": lambda torch, ps: torch.optim.SGD(
+        ps, lr=0.1, momentum=0.9, dampening=0.3, weight_decay=0.01, maximize=True
+    ),
+    "nadam": lambda torch, ps: torch.optim.NAdam(ps, lr=0.05),
+    "rprop": lambda torch, ps: torch.optim.Rprop(ps, lr=0.05),
+    "asgd": lambda torch, ps: torch.optim.ASGD(ps, lr=0.05, t0=3),
+    "adam": lambda torch, ps: torch.optim.Adam(ps, lr=0.05),
+    "adagrad": lambda torch, ps: torch.optim.Adagrad(ps, lr=0.05, initial_accumulator_value=0.1),
+}
+
+
+@torch_backends
+@pytest.mark.parametrize("name", list(_FIRST_STEP_OPTIMIZERS))
+def test_torch_skipped_first_step_leaves_state_as_never_created(backend, name):
+    # A step skipped where the optimizer creates its state (the first step of p, two steps
+    # in a row; the later first gradient of q) leaves the optimizer as the bare one that never
+    # took those steps: each later step, parameters and state bit for bit (torch's lazily
+    # created state: NAdam's mu_product 1, Rprop's step_size lr, ASGD's eta and mu, SGD's
+    # momentum buffer that starts as the first gradient).
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    dev = backend.device
+    rng = np.random.default_rng(5)
+    steps = 12
+    g_p = rng.standard_normal((steps, 3)).astype(np.float32)
+    g_q = rng.standard_normal((steps, 2)).astype(np.float32)
+    bad = {0, 1, 6}  # non-finite: skipped (p's first two steps, q's first step)
+    q_from = 6
+    for i in bad:
+        g_p[i, 1] = np.nan
+
+    def params() -> list:
+        return [
+            torch.nn.Parameter(torch.ones(3, device=dev)),
+            torch.nn.Parameter(torch.full((2,), 0.5, device=dev)),
+        ]
+
+    ours, theirs = params(), params()
+    make = _FIRST_STEP_OPTIMIZERS[name]
+    opt = at.skip_on_spike(make(torch, ours), 128)  # warm-up: only non-finite skips
+    plain = make(torch, theirs)
+    for i in range(steps):
+        for ps in (ours, theirs):
+            ps[0].grad = torch.tensor(g_p[i], device=dev)
+            ps[1].grad = torch.tensor(g_q[i], device=dev) if i >= q_from else None
+        opt.step()
+        if i not in bad:
+            plain.step()
+        for p, q in zip(ours, theirs, strict=True):
+            np.testing.assert_array_equal(
+                backend.to_numpy(p.detach()), backend.to_numpy(q.detach()), err_msg=f"step {i}"
+            )
+        if i == 1:  # a checkpoint after the skipped first steps carries the never-created state
+            restored = at.skip_on_spike(make(torch, ours), 128)
+            restored.load_state_dict(_torch_save_load(torch, opt.state_dict()))
+            opt = restored
+    assert int(backend.to_numpy(opt.skipped)) == len(bad)
+    for p, q in zip(ours, theirs, strict=True):
+        assert set(opt.optimizer.state[p]) == set(plain.state[q])
+        for k, v in plain.state[q].items():
+            mine = opt.optimizer.state[p][k]
+            assert mine.dtype == v.dtype and mine.device == v.device, k
+            np.testing.assert_array_equal(backend.to_numpy(mine), backend.to_numpy(v), err_msg=k)
+
+
+@torch_backends
+def test_torch_skip_on_spike_is_an_optimizer_for_lr_schedulers(backend):
+    # LR schedulers, GradScaler.step, Lightning and accelerate check
+    # isinstance(opt, torch.optim.Optimizer): the wrapper passes, StepLR advances the wrapped
+    # optimizer's lr as with the bare one (no "scheduler before optimizer" warning: the suite
+    # turns warnings into errors), and state_dict, hooks and zero_grad still act on it.
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    dev = backend.device
+    p = torch.nn.Parameter(torch.ones(2, device=dev))
+    q = torch.nn.Parameter(torch.ones(2, device=dev))
+    opt = at.skip_on_spike(torch.optim.SGD([p], lr=1.0), 16)
+    bare = torch.optim.SGD([q], lr=1.0)
+    assert isinstance(opt, torch.optim.Optimizer)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    ref = torch.optim.lr_scheduler.StepLR(bare, step_size=2, gamma=0.5)
+    calls = []
+    handle = opt.register_step_post_hook(lambda o, args, kwargs: calls.append(o))
+    lrs, ref_lrs = [], []
+    for _ in range(5):
+        for t in (p, q):
+            t.grad = torch.full((2,), 0.1, device=dev)
+        opt.step()
+        bare.step()
+        sched.step()
+        ref.step()
+        lrs.append(opt.param_groups[0]["lr"])
+        ref_lrs.append(bare.param_groups[0]["lr"])
+    assert lrs == ref_lrs == [1.0, 0.5, 0.5, 0.25, 0.25]
+    assert sched.get_last_lr() == ref.get_last_lr()
+    np.testing.assert_array_equal(backend.to_numpy(p.detach()), backend.to_numpy(q.detach()))
+    assert calls == [opt.optimizer] * 5  # the hook runs around the wrapped optimizer's step
+    handle.remove()
+    opt.zero_grad()
+    assert p.grad is None
+    state = opt.state_dict()
+    assert set(state) == {"optimizer", "skip"}
+    opt2 = at.skip_on_spike(torch.optim.SGD([p], lr=1.0), 16)
+    opt2.load_state_dict(state)
+    assert opt2.param_groups[0]["lr"] == 0.25
+    sched2 = torch.optim.lr_scheduler.StepLR(opt2, step_size=2, gamma=0.5)
+    sched2.load_state_dict(sched.state_dict())
+    assert sched2.get_last_lr() == [0.25]
+    twin = copy.deepcopy(opt)  # as trainers copy optimizers
+    assert isinstance(twin, at.SkipOnSpike)
+    assert twin.optimizer is not opt.optimizer
+    assert twin.param_groups[0]["lr"] == 0.25
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "name"),
+    [
+        ({"rolling_interval_length": "abc"}, TypeError, "rolling_interval_length"),
+        ({"rolling_interval_length": 1}, ValueError, "rolling_interval_length"),
+        ({"rolling_interval_length": 16.5}, TypeError, "rolling_interval_length"),
+        ({"sigma_factor": -1}, ValueError, "sigma_factor"),
+        ({"sigma_factor": "6"}, TypeError, "sigma_factor"),
+        ({"sigma_factor": float("nan")}, ValueError, "sigma_factor"),
+        ({"max_consecutive_errors": -1}, ValueError, "max_consecutive_errors"),
+        ({"max_consecutive_errors": 1.5}, TypeError, "max_consecutive_errors"),
+    ],
+)
+@pytest.mark.parametrize("adapter", ["torch", "optax"])
+def test_skip_on_spike_refuses_bad_arguments_by_name(adapter, kwargs, exc, name):
+    if adapter == "torch":
+        torch = pytest.importorskip("torch")
+        at = pytest.importorskip("anyclip.torch")
+        inner = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1)
+        make = at.skip_on_spike
+    else:
+        optax = pytest.importorskip("optax")
+        ao = pytest.importorskip("anyclip.optax")
+        inner = optax.sgd(0.1)
+        make = ao.skip_on_spike
+    with pytest.raises(exc, match=f"`{name}`"):
+        make(inner, **kwargs)
+
+
+def test_skip_on_spike_refuses_a_non_optimizer_by_name():
+    at = pytest.importorskip("anyclip.torch")
+    ao = pytest.importorskip("anyclip.optax")
+    with pytest.raises(TypeError, match="`inner` must be an optax GradientTransformation"):
+        ao.skip_on_spike("sgd")
+    with pytest.raises(TypeError, match=r"`optimizer` must be a torch\.optim\.Optimizer"):
+        at.skip_on_spike("sgd")
+
+
+def test_torch_skip_on_spike_step_refuses_bad_loss_and_grad_norm_by_name():
+    # a Python float grad_norm is refused (a host number copied to the device each step, the
+    # host sync the tensor path avoids); the message says how to pass it
+    torch = pytest.importorskip("torch")
+    at = pytest.importorskip("anyclip.torch")
+    p = torch.nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    opt = at.skip_on_spike(torch.optim.SGD([p], lr=0.1), on_loss=True)
+    with pytest.raises(TypeError, match=r"`grad_norm` must be a tensor.*torch\.as_tensor"):
+        opt.step(loss=torch.tensor(1.0), grad_norm=1.0)
+    with pytest.raises(TypeError, match="`loss` must be a tensor"):
+        opt.step(loss="x")
+    opt.step(loss=2.0, grad_norm=torch.tensor(1.0))  # a number loss is taken
+    np.testing.assert_array_equal(p.detach().numpy(), np.full(2, 0.9, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "name"),
+    [
+        ({"alpha": "a"}, TypeError, "alpha"),
+        ({"z_thresh": None}, TypeError, "z_thresh"),
+        ({"max_grad_norm": "1"}, TypeError, "max_grad_norm"),
+        ({"eps": [1e-6]}, TypeError, "eps"),
+        ({"warmup_steps": 2.5}, TypeError, "warmup_steps"),
+        ({"warmup_steps": -1}, ValueError, "warmup_steps"),
+        ({"clip_factor": "x"}, TypeError, "clip_factor"),
+    ],
+)
+@pytest.mark.parametrize("adapter", ["torch", "optax"])
+def test_zclip_refuses_bad_numbers_by_name(adapter, kwargs, exc, name):
+    if adapter == "torch":
+        make = pytest.importorskip("anyclip.torch").ZClip
+    else:
+        make = pytest.importorskip("anyclip.optax").zclip
+    with pytest.raises(exc, match=f"`{name}`"):
+        make(**kwargs)
+
+
+def test_torch_load_state_dict_refuses_junk_by_name():
+    torch = pytest.importorskip("torch")
+    at = pytest.importorskip("anyclip.torch")
+    autoclip = pytest.importorskip("autoclip.torch")
+    with pytest.raises(TypeError, match="`state_dict` must be a mapping"):
+        at.ZClip().load_state_dict([1, 2, 3])
+    with pytest.raises(KeyError, match=r"`state_dict` must hold the keys.*lacks"):
+        at.ZClip().load_state_dict({"junk": 1})
+    p = torch.nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    theirs = autoclip.QuantileClip([p], quantile=0.5, history_length=4)
+    theirs.step()
+    ours = at.QuantileClip([p], quantile=0.5, history_length=4)
+    with pytest.raises(KeyError, match=r"`state_dict` must hold the keys.*autoclip's own"):
+        ours.load_state_dict(theirs.state_dict())

@@ -16,18 +16,19 @@ The three rules and their references:
 - :func:`quantile_step`: ``autoclip`` 0.2's ``QuantileClip`` (the threshold is
   ``torch.quantile`` of the recorded norms, linear interpolation, NaN if any is NaN; torch's
   ``clip_grad_norm_`` factor);
-- :func:`spike_step`: OLMo-core's ``SkipStepOptimizer.get_step_factor`` (skip when the value is
-  more than ``sigma_factor`` unbiased standard deviations away from the mean of the previous
-  ``rolling_interval_length`` values, once ``max(20, length // 2)`` values are seen) together
-  with ``optax.apply_if_finite`` (skip a non-finite step, give up after
-  ``max_consecutive_errors``).
+- :func:`spike_step`: OLMo-core's ``SkipStepOptimizer.get_step_factor`` (skip when the value
+  exceeds the mean of the previous ``rolling_interval_length`` values by more than
+  ``sigma_factor`` unbiased standard deviations, once ``max(2, length // 2)`` values, this one
+  included, are seen) together with ``optax.apply_if_finite`` (skip a non-finite step, give up
+  after ``max_consecutive_errors``).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+import numbers
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from anyclip._core import global_scale
@@ -58,6 +59,10 @@ __all__ = [
     "spike_step",
     "ZClipStep",
     "check_choice",
+    "check_spike_arguments",
+    "check_int",
+    "check_mapping",
+    "check_real",
     "window_quantile",
     "zclip_step",
 ]
@@ -76,6 +81,67 @@ def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
         msg = f"`{name}` must be one of {choices}, got {value!r}"
         raise ValueError(msg)
     return value.lower()
+
+
+def _kind_error(value: Any, name: str, kind: str, none: bool) -> TypeError:
+    also = " or None" if none else ""
+    return TypeError(f"`{name}` must be {kind}{also}, got {value!r} ({type(value).__name__})")
+
+
+def check_real(value: Any, name: str, *, minimum: float | None = None, none: bool = False) -> Any:
+    """``value`` as a Python float, else a ``TypeError``/``ValueError`` naming ``name``.
+
+    A real number (Python, NumPy; not ``bool`` nor a string), not NaN, at least ``minimum``;
+    ``None`` passes through where ``none``. The rules' numeric options, checked by the torch
+    and optax adapters alike.
+    """
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _kind_error(value, name, "a real number", none)
+    x = float(value)
+    if math.isnan(x) or (minimum is not None and x < minimum):
+        bound = "not NaN" if minimum is None else f">= {minimum}"
+        msg = f"`{name}` must be a number {bound}, got {value!r}"
+        raise ValueError(msg)
+    return x
+
+
+def check_int(value: Any, name: str, *, minimum: int, none: bool = False) -> Any:
+    """``value`` as a Python int of at least ``minimum`` (or ``None`` where ``none``)."""
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _kind_error(value, name, "an int", none)
+    if int(value) < minimum:
+        msg = f"`{name}` must be an int >= {minimum}, got {value!r}"
+        raise ValueError(msg)
+    return int(value)
+
+
+def check_mapping(value: Any, name: str, keys: tuple[str, ...], what: str) -> dict[str, Any]:
+    """``value`` as a dict holding ``keys``, else an error naming ``name`` and ``what`` fits."""
+    if not isinstance(value, Mapping):
+        msg = f"`{name}` must be a mapping ({what}), got {type(value).__name__}"
+        raise TypeError(msg)
+    missing = [k for k in keys if k not in value]
+    if missing:
+        msg = (
+            f"`{name}` must hold the keys {list(keys)} ({what}); it lacks {missing} "
+            f"(its keys: {list(value)})"
+        )
+        raise KeyError(msg)
+    return dict(value)
+
+
+def check_spike_arguments(
+    rolling_interval_length: Any, sigma_factor: Any, max_consecutive_errors: Any
+) -> tuple[int, float, int | None]:
+    """``skip_on_spike``'s numeric arguments, checked (both adapters)."""
+    length = check_int(rolling_interval_length, "rolling_interval_length", minimum=2)
+    sigma = check_real(sigma_factor, "sigma_factor", minimum=0.0)
+    errors = check_int(max_consecutive_errors, "max_consecutive_errors", minimum=0, none=True)
+    return length, sigma, errors
 
 
 class History(NamedTuple):
@@ -334,15 +400,18 @@ class SpikeDecision(NamedTuple):
 
 
 def _sigma_ok(xp: Namespace, h: History, x: Any, sigma: float) -> Any:
-    """OLMo-core's test: ``|x - mean| / std <= sigma`` over the window (``std_mean``, unbiased)."""
+    """OLMo-core's test, one-sided: ``x - mean <= sigma * std`` (``std_mean`` of the window).
+
+    The standard deviation is the unbiased one (NaN for one value, which refuses the step, as
+    ``torch.std_mean`` of one value does in OLMo-core); a value below the mean always passes.
+    """
     n, valid = _filled(xp, h)
     nf = xp.astype(n, h.window.dtype)
     zero = _c(xp, 0.0, h.window)
     mean = xp.sum(xp.where(valid, h.window, zero), axis=-1) / nf
     dev = xp.where(valid, h.window - mean[..., None], zero)
     std = xp.sqrt(xp.sum(dev * dev, axis=-1) / (nf - _c(xp, 1.0, nf)))
-    z = xp.abs(x - mean) / std
-    return z <= _c(xp, sigma, z)
+    return (x - mean) <= _c(xp, sigma, std) * std
 
 
 @_quiet
@@ -363,10 +432,12 @@ def spike_step(
 
     A step whose ``norm`` (or ``loss``) is inf or NaN is not taken, unless more than
     ``max_consecutive_errors`` such steps came in a row (optax's rule; ``None``: never), and is
-    not recorded. A finite step is recorded; while fewer than ``max(20, length // 2)`` values
-    (this one included) are recorded it is taken, after that only if its norm (and loss) lie
-    within ``sigma_factor`` unbiased standard deviations of the mean of the previous ``length``
-    values (OLMo-core's ``get_step_factor``: ``<=``, so a NaN z-score refuses the step).
+    not recorded. A finite step is recorded; while fewer than ``max(2, length // 2)`` values
+    (this one included) are recorded it is taken, after that only if its norm (and loss) exceed
+    the mean of the previous ``length`` values by at most ``sigma_factor`` of their unbiased
+    standard deviation: OLMo-core's ``get_step_factor``, ``value - mean <= sigma_factor *
+    std``, one-sided (a value below the mean passes) and ``<=``, so NaN statistics (one
+    previous value: the second step when ``length < 6``) refuse the step.
     """
     x = xp.astype(norm, norms.window.dtype)
     finite = xp.isfinite(x)
@@ -376,7 +447,7 @@ def spike_step(
     length = norms.window.shape[-1]
     # OLMo-core keeps at most length + 1 values (this one included) and tests that number
     seen = xp.minimum(norms.count, _c(xp, length, norms.count)) + _c(xp, 1, norms.count)
-    warm = seen < _c(xp, max(20, length // 2), norms.count)
+    warm = seen < _c(xp, max(2, length // 2), norms.count)
     ok = _sigma_ok(xp, norms, x, sigma_factor)
     new_losses = None
     if losses is not None:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from anyclip import _clip, _history, tree
-from anyclip._history import History, check_choice
+from anyclip._history import History, check_choice, check_int, check_real
 from anyclip._keywords import hints_keywords
 from anyclip.optax._tf_clip import _norm_dtype
 
@@ -109,10 +109,15 @@ skip_update_on_spike
     if m == "zscore":
         option = check_choice(clip_option, "clip_option", ("mean", "adaptive_scaling"))
     f = check_choice(formula, "formula", ("zclip", "tf"))
-    cap = None if max_grad_norm is None else float(max_grad_norm)
+    cap = check_real(max_grad_norm, "max_grad_norm", none=True)
+    a = check_real(alpha, "alpha")
+    zt = check_real(z_thresh, "z_thresh")
+    e = check_real(eps, "eps")
+    cf = check_real(clip_factor, "clip_factor")
+    warm = check_int(warmup_steps, "warmup_steps", minimum=0)
 
     def init_fn(params: Any) -> ZClipState:
-        return ZClipState(_history.init_history(jnp, int(warmup_steps), _state_dtype(params)))
+        return ZClipState(_history.init_history(jnp, warm, _state_dtype(params)))
 
     def update_fn(updates: Any, state: ZClipState, params: Any = None) -> tuple[Any, ZClipState]:
         del params
@@ -121,14 +126,14 @@ skip_update_on_spike
             jnp,
             state.history,
             norm,
-            alpha=float(alpha),
-            z_thresh=float(z_thresh),
+            alpha=a,
+            z_thresh=zt,
             max_grad_norm=cap,
-            eps=float(eps),
-            warmup_steps=int(warmup_steps),
+            eps=e,
+            warmup_steps=warm,
             mode=m,
             clip_option=option,
-            clip_factor=float(clip_factor),
+            clip_factor=cf,
             skip_update_on_spike=bool(skip_update_on_spike),
             formula=f,
         )
@@ -277,8 +282,9 @@ def skip_on_spike(
     """Skip ``inner``'s update on a norm (or loss) spike or a non-finite norm.
 
     The rule of :func:`anyclip.torch.skip_on_spike`: OLMo-core's ``SkipStepOptimizer`` (more
-    than ``sigma_factor`` standard deviations from the mean of the previous
-    ``rolling_interval_length`` values, once ``max(20, rolling_interval_length // 2)`` are seen)
+    than ``sigma_factor`` unbiased standard deviations above the mean of the previous
+    ``rolling_interval_length`` values, once ``max(2, rolling_interval_length // 2)``, this one
+    included, are seen)
     and ``optax.apply_if_finite`` (a non-finite norm or loss; give up after
     ``max_consecutive_errors`` in a row). A skipped step returns zero updates and keeps
     ``inner``'s state (``lax.cond``, as ``apply_if_finite``). "Non-finite" is read from the
@@ -292,7 +298,7 @@ def skip_on_spike(
     rolling_interval_length : int, optional
         The window of past values (at least 2).
     sigma_factor : float, optional
-        How many standard deviations from the mean a value may lie.
+        How many standard deviations above the mean a value may lie.
     on_loss : bool, optional
         Also test the loss: ``update(..., loss=loss)``.
     max_consecutive_errors : int, optional
@@ -320,13 +326,15 @@ def skip_on_spike(
     >>> u, state.skipped
     (Array([0., 0.], dtype=float32), Array(1, dtype=int32))
     """
-    if int(rolling_interval_length) < 2:
+    length, sigma, errors = _history.check_spike_arguments(
+        rolling_interval_length, sigma_factor, max_consecutive_errors
+    )
+    if not (callable(getattr(inner, "init", None)) and callable(getattr(inner, "update", None))):
         msg = (
-            "`rolling_interval_length` must be at least 2 (a standard deviation needs two "
-            f"values), got {rolling_interval_length!r}"
+            "`inner` must be an optax GradientTransformation (with `init` and `update`), got "
+            f"{type(inner).__name__}; pass e.g. optax.sgd(0.1)"
         )
-        raise ValueError(msg)
-    length = int(rolling_interval_length)
+        raise TypeError(msg)
     inner = optax.with_extra_args_support(inner)
 
     def init_fn(params: Any) -> SkipOnSpikeState:
@@ -357,10 +365,10 @@ def skip_on_spike(
             state.notfinite_count,
             state.total_notfinite,
             state.skipped,
-            sigma_factor=float(sigma_factor),
+            sigma_factor=sigma,
             losses=state.losses,
             loss=None if loss is None else jnp.asarray(loss),
-            max_consecutive_errors=max_consecutive_errors,
+            max_consecutive_errors=errors,
         )
 
         def do_update(_: Any) -> tuple[Any, Any]:

@@ -9,6 +9,7 @@ them compiles with ``torch.compile(fullgraph=True)``.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -16,9 +17,10 @@ import torch
 
 from anyclip import _clip, _history
 from anyclip._compat import namespace
-from anyclip._history import History, check_choice
+from anyclip._history import History, check_choice, check_int, check_mapping, check_real
 from anyclip._keywords import hints_keywords
 from anyclip._sparse import values_of
+from anyclip.torch import _optim_state
 from anyclip.torch._clip_grad import _join_group, _local, _mul_, _tensors, _total_norm
 
 __all__ = ["QuantileClip", "SkipOnSpike", "ZClip", "skip_on_spike"]
@@ -167,18 +169,18 @@ skip_update_on_spike
         group: Any = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        self.alpha = float(alpha)
-        self.z_thresh = float(z_thresh)
-        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
-        self.eps = float(eps)
-        self.warmup_steps = int(warmup_steps)
+        self.alpha = check_real(alpha, "alpha")
+        self.z_thresh = check_real(z_thresh, "z_thresh")
+        self.max_grad_norm = check_real(max_grad_norm, "max_grad_norm", none=True)
+        self.eps = check_real(eps, "eps")
+        self.warmup_steps = check_int(warmup_steps, "warmup_steps", minimum=0)
         self.mode = check_choice(mode, "mode", ("zscore", "percentile"))
         self.clip_option: str | None = None
         if self.mode == "zscore":
             self.clip_option = check_choice(
                 clip_option, "clip_option", ("mean", "adaptive_scaling")
             )
-        self.clip_factor = float(clip_factor)
+        self.clip_factor = check_real(clip_factor, "clip_factor")
         self.skip_update_on_spike = bool(skip_update_on_spike)
         self.formula = check_choice(formula, "formula", ("zclip", "tf"))
         self.group = group
@@ -235,7 +237,9 @@ skip_update_on_spike
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load what :meth:`state_dict` returned (into the existing tensors, if any)."""
-        self._history = _load_history(dict(state_dict), self._history, "history")
+        what = "what ZClip.state_dict() returned"
+        state = check_mapping(state_dict, "state_dict", _FIELDS if state_dict else (), what)
+        self._history = _load_history(state, self._history, "history")
 
 
 def _on_device(flags: list[bool], device: torch.device) -> torch.Tensor:
@@ -414,6 +418,11 @@ class QuantileClip:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load what :meth:`state_dict` returned."""
+        what = (
+            "what anyclip's QuantileClip.state_dict() returned; autoclip's own, with 'state' "
+            "and 'param_groups', holds a growing history per parameter and is not loadable"
+        )
+        state_dict = check_mapping(state_dict, "state_dict", ("groups", "global"), what)
         groups = list(state_dict["groups"])
         if len(groups) != len(self.param_groups):
             msg = (
@@ -429,43 +438,54 @@ class QuantileClip:
         )
 
 
-class SkipOnSpike:
-    """An optimizer that skips a step on a spike or a non-finite norm, with no host sync.
+class _Skipper:
+    """The state and the two halves of :class:`SkipOnSpike`'s step (a plain object).
 
-    Made by :func:`skip_on_spike`; forwards every other attribute (``param_groups``,
-    ``zero_grad``, ...) to the wrapped optimizer.
+    Kept apart from the ``torch.optim.Optimizer`` subclass because torch 2.13's dynamo traces
+    an Optimizer as an ``OptimizerVariable``, which drops attribute writes made in a compiled
+    ``before_step`` (and intercepts every attribute whose name is a substring of
+    ``"_init_group"``, such as ``group``).
     """
 
     def __init__(
         self,
-        optimizer: torch.optim.Optimizer,
+        optimizer: Any,
         rolling_interval_length: int,
         sigma_factor: float,
         on_loss: bool,
         max_consecutive_errors: int | None,
         group: Any,
     ) -> None:
-        if int(rolling_interval_length) < 2:
+        length, sigma, errors = _history.check_spike_arguments(
+            rolling_interval_length, sigma_factor, max_consecutive_errors
+        )
+        if not isinstance(optimizer, torch.optim.Optimizer):
             msg = (
-                "`rolling_interval_length` must be at least 2 (a standard deviation needs two "
-                f"values), got {rolling_interval_length!r}"
+                f"`optimizer` must be a torch.optim.Optimizer, got {type(optimizer).__name__}; "
+                "pass e.g. torch.optim.AdamW(model.parameters())"
             )
-            raise ValueError(msg)
+            raise TypeError(msg)
         self.optimizer = optimizer
-        self.rolling_interval_length = int(rolling_interval_length)
-        self.sigma_factor = float(sigma_factor)
+        self.rolling_interval_length = length
+        self.sigma_factor = sigma
         self.on_loss = bool(on_loss)
-        self.max_consecutive_errors = max_consecutive_errors
+        self.max_consecutive_errors = errors
         self.group = group
         self.norms: History | None = None
         self.losses: History | None = None
         self.counters: dict[str, torch.Tensor] = {}
         self._buffers: list[torch.Tensor] = []
+        #: SGD parameters whose momentum buffer may be a placeholder (its first step skipped)
+        self._fresh: dict[torch.Tensor, torch.Tensor] = {}
         #: the last step's decision (a bool tensor: the step was taken), for logging
         self.last_step_applied: torch.Tensor | None = None
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["optimizer"], name)
+        try:
+            optimizer = self.__dict__["optimizer"]
+        except KeyError:  # while copying or unpickling
+            raise AttributeError(name) from None
+        return getattr(optimizer, name)
 
     @property
     def skipped(self) -> torch.Tensor:
@@ -493,8 +513,16 @@ class SkipOnSpike:
             if loss is None:
                 msg = "`loss` is needed at every step with on_loss=True; pass step(loss=loss)"
                 raise TypeError(msg)
-            if type(loss) in (float, int):  # filled on the device: no host-to-device copy
-                loss = torch.full((), loss, device=norm.device)
+            if not isinstance(loss, torch.Tensor) and (
+                isinstance(loss, bool) or not isinstance(loss, numbers.Real)
+            ):
+                msg = (
+                    "`loss` must be a tensor (this step's loss) or a real number, got "
+                    f"{type(loss).__name__}"
+                )
+                raise TypeError(msg)
+            if not isinstance(loss, torch.Tensor):  # filled on the device: no host copy
+                loss = torch.full((), getattr(loss, "item", lambda: loss)(), device=norm.device)
             loss = torch.as_tensor(loss, device=norm.device).detach()
         d = _history.spike_step(
             xp,
@@ -530,7 +558,9 @@ class SkipOnSpike:
         global norm of all gradients is computed here. ``loss``: this step's loss (needed with
         ``on_loss=True``, ignored otherwise). A skipped step leaves the parameters and every
         tensor of the optimizer's state as they were (selected with ``torch.where``; state the
-        step created is zeroed); it returns what the optimizer's ``step`` returned.
+        step created is left as never created: reset to torch's initial values, and SGD's
+        momentum buffer flagged so that its next taken step starts afresh); it returns what
+        the optimizer's ``step`` returned.
         """
         saved = self.before_step(loss=loss, grad_norm=grad_norm)
         out = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
@@ -538,7 +568,7 @@ class SkipOnSpike:
         return out
 
     @torch.no_grad()
-    def before_step(self, *, loss: Any = None, grad_norm: torch.Tensor | None = None) -> Any:
+    def before_step(self, *, loss: Any = None, grad_norm: Any = None) -> Any:
         """Decide and snapshot: the first half of :meth:`step`.
 
         Returns what :meth:`after_step` needs. Both halves compile with
@@ -546,6 +576,13 @@ class SkipOnSpike:
         deliberate graph break (``torch._dynamo.graph_break()``, not a host sync).
         """
         params = self._params()
+        if grad_norm is not None and not isinstance(grad_norm, torch.Tensor):
+            msg = (
+                "`grad_norm` must be a tensor (the norm clip_grad_norm_ returned), got "
+                f"{type(grad_norm).__name__}; a host number would be copied to the device at "
+                "every step: pass torch.as_tensor(value, device=...) or leave it out"
+            )
+            raise TypeError(msg)
         if grad_norm is None:
             grad_norm = _norm(_grads(params), params, self.group)
         apply = self._decide(_local(grad_norm), loss)
@@ -587,7 +624,8 @@ class SkipOnSpike:
         """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`.
 
         One ``torch.where`` per tensor the step wrote (the decision moved once per device);
-        state the step created is zeroed with ``masked_fill_``.
+        state the step created is reset to the values torch creates it with
+        (:mod:`anyclip.torch._optim_state`).
         """
         skip, live, keys, buffers = saved
         conds: dict[torch.device, torch.Tensor] = {}
@@ -603,34 +641,218 @@ class SkipOnSpike:
             torch.where(cond(v), old, v, out=v)
         pos = len(live)
         state = self.optimizer.state
+        groups = {id(p): g for g in self.optimizer.param_groups for p in g["params"]}
         for p, ks in zip(live, keys, strict=True):
             st = state.get(p, {})
             for k in ks:
                 v = _local(st[k])
                 torch.where(cond(v), buffers[pos], v, out=v)
                 pos += 1
-            if len(st) != len(ks):  # state created by this step (Adam's first): zeroed
+            if len(st) != len(ks):  # state created by this step: as never created if skipped
+                group = groups[id(p)]
                 for k, t in st.items():
                     if k not in ks and isinstance(t, torch.Tensor):
                         v = _local(t)
-                        v.masked_fill_(cond(v), 0)
+                        _optim_state.reset(
+                            v, cond(v), _optim_state.initial_value(self.optimizer, group, k, p)
+                        )
+                if _optim_state.needs_fresh_step(self.optimizer, group):
+                    self._fresh[p] = cond(_local(p.detach())).clone()
+        self._fresh_steps(live, buffers[: len(live)], keys, cond, groups)
+
+    def _fresh_steps(
+        self,
+        live: list[torch.Tensor],
+        old: list[torch.Tensor],
+        keys: list[list[str]],
+        cond: Callable[[torch.Tensor], torch.Tensor],
+        groups: dict[int, dict[str, Any]],
+    ) -> None:
+        """Redo a taken step from a fresh start where SGD's momentum buffer was never created.
+
+        Where a parameter's first step was skipped its buffer is a placeholder; a taken step
+        there is recomputed with torch's functional SGD on the pre-step parameters (the
+        snapshot) and selected on the device. Runs at every step for SGD with momentum and
+        ``dampening != 0`` (the device flag cannot be read without a host sync).
+        """
+        by_group: dict[int, list[int]] = {}
+        for i, (p, ks) in enumerate(zip(live, keys, strict=True)):
+            if p in self._fresh and ks:  # flagged at an earlier step
+                by_group.setdefault(id(groups[id(p)]), []).append(i)
+        for idx in by_group.values():
+            group = groups[id(live[idx[0]])]
+            params = [old[i] for i in idx]  # the snapshot, free once the undo is done
+            grads = [_local(live[i].grad) for i in idx]
+            bufs = _optim_state.fresh_sgd_step(group, params, grads)
+            for i, fresh_p, buf in zip(idx, params, bufs, strict=True):
+                p = live[i]
+                v = _local(p.detach())
+                flag = self._fresh[p]
+                take = torch.logical_and(flag, torch.logical_not(cond(v)))
+                torch.where(take, fresh_p, v, out=v)
+                b = _local(self.optimizer.state[p]["momentum_buffer"])
+                torch.where(take, buf, b, out=b)
+                flag.copy_(torch.logical_and(flag, cond(v)))
 
     def state_dict(self) -> dict[str, Any]:
         """``{"optimizer": the optimizer's state_dict, "skip": the histories and counters}``."""
         skip: dict[str, Any] = {"norms": _history_state(self.norms)}
         skip["losses"] = _history_state(self.losses)
         skip.update({k: v.clone() for k, v in self.counters.items()})
+        # SGD's flags of a momentum buffer never created (by index in param_groups' order)
+        skip["fresh"] = {
+            i: self._fresh[p].clone() for i, p in enumerate(self._params()) if p in self._fresh
+        }
         return {"optimizer": self.optimizer.state_dict(), "skip": skip}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load what :meth:`state_dict` returned."""
+        what = "what skip_on_spike(...).state_dict() returned"
+        state_dict = check_mapping(state_dict, "state_dict", ("optimizer", "skip"), what)
         self.optimizer.load_state_dict(state_dict["optimizer"])
-        skip = dict(state_dict["skip"])
+        skip = check_mapping(state_dict["skip"], "state_dict['skip']", ("norms", "losses"), what)
         self.norms = _load_history(dict(skip["norms"]), self.norms, "norms")
         self.losses = _load_history(dict(skip["losses"]), self.losses, "losses")
         names = ("notfinite_count", "total_notfinite", "skipped")
         if all(k in skip for k in names):
             self.counters = {k: torch.as_tensor(skip[k]).clone() for k in names}
+        params = self._params()
+        self._fresh = {
+            params[int(i)]: torch.as_tensor(v).clone() for i, v in skip.get("fresh", {}).items()
+        }
+
+
+class SkipOnSpike(torch.optim.Optimizer):
+    """An optimizer that skips a step on a spike or a non-finite norm, with no host sync.
+
+    Made by :func:`skip_on_spike`. A ``torch.optim.Optimizer`` (so LR schedulers,
+    ``GradScaler.step``, Lightning and accelerate take it) with no state of its own there:
+    ``param_groups``, ``state``, ``defaults``, ``zero_grad``, ``add_param_group`` and the hook
+    registrations are the wrapped optimizer's (its hooks run around its own step, inside this
+    one's); every other attribute is the skip rule's (``skipped``, ``last_step_applied``,
+    ``optimizer``, ...) or else the wrapped optimizer's.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        rolling_interval_length: int,
+        sigma_factor: float,
+        on_loss: bool,
+        max_consecutive_errors: int | None,
+        group: Any,
+    ) -> None:  # torch.optim.Optimizer.__init__ is not called: the state is the wrapped one's
+        self._skipper = _Skipper(
+            optimizer,
+            rolling_interval_length,
+            sigma_factor,
+            on_loss,
+            max_consecutive_errors,
+            group,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            skipper = self.__dict__["_skipper"]
+        except KeyError:  # while unpickling
+            raise AttributeError(name) from None
+        return getattr(skipper, name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        s = self._skipper
+        return (
+            f"SkipOnSpike({s.optimizer!r}, rolling_interval_length="
+            f"{s.rolling_interval_length}, sigma_factor={s.sigma_factor})"
+        )
+
+    @property
+    def skipped(self) -> torch.Tensor:
+        """How many steps were skipped so far (an int32 tensor on the device: no host sync)."""
+        return self._skipper.skipped
+
+    def step(
+        self,
+        closure: Callable[[], Any] | None = None,
+        *,
+        loss: Any = None,
+        grad_norm: torch.Tensor | None = None,
+    ) -> Any:
+        """Take the wrapped optimizer's step unless the norm (or loss) spikes or is not finite.
+
+        ``grad_norm``: the global gradient norm, if already computed (e.g. the value
+        :func:`anyclip.torch.clip_grad_norm_` returned: its pre-clip norm); otherwise anyclip's
+        global norm of all gradients is computed here. ``loss``: this step's loss (needed with
+        ``on_loss=True``, ignored otherwise). A skipped step leaves the parameters and every
+        tensor of the optimizer's state as they were (selected with ``torch.where``; state the
+        step created is left as never created: reset to torch's initial values, and SGD's
+        momentum buffer flagged so that its next taken step starts afresh); it returns what
+        the optimizer's ``step`` returned.
+        """
+        return self._skipper.step(closure, loss=loss, grad_norm=grad_norm)
+
+    def before_step(self, *, loss: Any = None, grad_norm: torch.Tensor | None = None) -> Any:
+        """Decide and snapshot: the first half of :meth:`step`.
+
+        Returns what :meth:`after_step` needs. Both halves compile with
+        ``torch.compile(fullgraph=True)``; torch's own ``Optimizer.step`` between them holds a
+        deliberate graph break (``torch._dynamo.graph_break()``, not a host sync).
+        """
+        return self._skipper.before_step(loss=loss, grad_norm=grad_norm)
+
+    def after_step(self, saved: Any) -> None:
+        """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`.
+
+        One ``torch.where`` per tensor the step wrote (the decision moved once per device);
+        state the step created is reset to the values torch creates it with.
+        """
+        self._skipper.after_step(saved)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"optimizer": the optimizer's state_dict, "skip": the histories and counters}``."""
+        return self._skipper.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load what :meth:`state_dict` returned."""
+        self._skipper.load_state_dict(state_dict)
+
+    # torch.optim.Optimizer's own methods, which would act on this wrapper's (absent) state
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """The wrapped optimizer's ``zero_grad``."""
+        self.optimizer.zero_grad(set_to_none)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """The wrapped optimizer's ``add_param_group``."""
+        self.optimizer.add_param_group(param_group)
+
+    def register_step_pre_hook(self, hook: Any) -> Any:
+        """The wrapped optimizer's ``register_step_pre_hook``."""
+        return self.optimizer.register_step_pre_hook(hook)
+
+    def register_step_post_hook(self, hook: Any) -> Any:
+        """The wrapped optimizer's ``register_step_post_hook``."""
+        return self.optimizer.register_step_post_hook(hook)
+
+    def register_state_dict_pre_hook(self, hook: Any, prepend: bool = False) -> Any:
+        """The wrapped optimizer's ``register_state_dict_pre_hook``."""
+        return self.optimizer.register_state_dict_pre_hook(hook, prepend)
+
+    def register_state_dict_post_hook(self, hook: Any, prepend: bool = False) -> Any:
+        """The wrapped optimizer's ``register_state_dict_post_hook``."""
+        return self.optimizer.register_state_dict_post_hook(hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook: Any, prepend: bool = False) -> Any:
+        """The wrapped optimizer's ``register_load_state_dict_pre_hook``."""
+        return self.optimizer.register_load_state_dict_pre_hook(hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook: Any, prepend: bool = False) -> Any:
+        """The wrapped optimizer's ``register_load_state_dict_post_hook``."""
+        return self.optimizer.register_load_state_dict_post_hook(hook, prepend)
 
 
 @hints_keywords
@@ -646,9 +868,10 @@ def skip_on_spike(
     """Wrap ``optimizer`` to skip a step on a norm (or loss) spike or a non-finite norm.
 
     The rule is OLMo-core's ``SkipStepOptimizer.get_step_factor`` (a step is skipped when its
-    value lies more than ``sigma_factor`` unbiased standard deviations from the mean of the
-    previous ``rolling_interval_length`` values, once ``max(20, rolling_interval_length // 2)``
-    values are seen; on the gradient norm, and on the loss with ``on_loss=True``) and
+    value exceeds the mean of the previous ``rolling_interval_length`` values by more than
+    ``sigma_factor`` unbiased standard deviations, once ``max(2, rolling_interval_length //
+    2)`` values, this one included, are seen; one-sided: a dip is taken; on the gradient norm,
+    and on the loss with ``on_loss=True``) and
     ``optax.apply_if_finite``'s (a step whose norm or loss is inf or NaN is skipped, unless
     more than ``max_consecutive_errors`` came in a row). Unlike OLMo-core, a non-finite value is
     not recorded (OLMo-core's window would then give NaN statistics and skip the next

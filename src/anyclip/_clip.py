@@ -14,7 +14,6 @@ from typing import Any, cast, overload
 
 from anyclip import _core
 from anyclip._compat import (
-    comparable_dtype,
     dtype_name,
     is_array,
     is_numpy_scalar,
@@ -193,12 +192,6 @@ def _clip_by_value(
     check_broadcastable(tuple(hi.shape), tuple(t.shape), "clip_value_max", "t")
     lo = as_operand(clip_value_min, xp, t, "clip_value_min", tf=tf_expected)
     check_broadcastable(tuple(lo.shape), tuple(t.shape), "clip_value_min", "t")
-    widened = comparable_dtype(xp, t.dtype)
-    if widened is not None:  # a backend without min/max for this dtype: exact in a wider one
-        out = _core.clip_by_value(
-            xp, xp.astype(t, widened), xp.astype(lo, widened), xp.astype(hi, widened)
-        )
-        return xp.astype(out, t.dtype)
     return _core.clip_by_value(xp, t, lo, hi, FLUSH_GENERIC if OPEN and flushing() else None)
 
 

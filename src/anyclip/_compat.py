@@ -23,7 +23,6 @@ T = TypeVar("T")
 
 __all__ = [
     "all_arrays",
-    "comparable_dtype",
     "default_namespace",
     "device",
     "dtype_name",
@@ -210,24 +209,6 @@ def library(xp: Namespace) -> str:
     name = parts[0] if parts[0] in ("numpy", "torch", "jax", "cupy", "dask") else key
     _LIBRARY_OF_NAMESPACE[key] = name
     return name
-
-
-def comparable_dtype(xp: Namespace, dtype: Any) -> Any:
-    """A wider dtype to compare ``dtype`` in, where the backend cannot; None where it can.
-
-    torch implements no comparison, minimum or maximum for uint16, uint32 or uint64: the first
-    two are compared exactly in int64; uint64 has no wider type and is refused.
-    """
-    if library(xp) != "torch":
-        return None
-    import torch
-
-    if dtype in (torch.uint16, torch.uint32):
-        return torch.int64
-    if dtype == torch.uint64:
-        msg = "`t` has dtype uint64, which torch cannot compare (no minimum/maximum for it)"
-        raise TypeError(msg)
-    return None
 
 
 def is_weak_scalar(value: Any) -> bool:

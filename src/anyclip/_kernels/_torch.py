@@ -461,12 +461,25 @@ class TorchKernels(Kernels):
             if scale.ndim == 0 and not recorded and _fast_ok(group, one_dtype=True):
                 results = torch._foreach_mul(group, s)
             else:
-                results = [v * s for v in group]
+                results = _products(group, s)
             if len(where) == len(t_list):
                 return list(results)
             for i, r in zip(where, results, strict=True):
                 out[i] = r
         return out
+
+
+def _products(group: Sequence[Any], s: Any) -> list[Any]:
+    """``[v * s for v in group]`` (one dtype, one device; ``s`` of that dtype).
+
+    uint16, uint32 and uint64 through :func:`anyclip._torch_unsigned.multiply`, exact where
+    torch has no ``mul`` kernel for them (CUDA).
+    """
+    from anyclip import _torch_unsigned
+
+    if group[0].dtype in _torch_unsigned.BAREBONES:
+        return [_torch_unsigned.multiply(v, s) for v in group]
+    return [v * s for v in group]
 
 
 def _scale_dtensors(

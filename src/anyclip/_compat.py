@@ -23,6 +23,7 @@ T = TypeVar("T")
 
 __all__ = [
     "all_arrays",
+    "data_device",
     "default_namespace",
     "device",
     "dtype_name",
@@ -190,6 +191,27 @@ def device(x: Any) -> Any:
         if lib == "numpy":
             return "cpu"
     return array_api_compat.device(x)
+
+
+def data_device(*values: Any) -> Any:
+    """The device that host data (Python numbers and lists) given beside ``values`` goes to.
+
+    The first array's device on torch, CuPy and array-api-strict, whose operations refuse
+    arrays on two devices (a list ``t`` made on the CPU beside a bound on ``cuda:0``); None
+    (the namespace's default) when none of ``values`` is an array, on NumPy and Dask (one
+    device) and on JAX (uncommitted arrays follow the computation, under ``jit`` too), and
+    beside a torch ``meta`` tensor: it has no values, so data stays where it is and is refused
+    beside it (:func:`anyclip._policy.check_meta`). Read once per call, from the arguments.
+    """
+    for v in values:
+        xp = _namespace_of(v)
+        if xp is None:
+            continue
+        if library(xp) not in ("torch", "cupy", "array_api_strict"):
+            return None
+        dev = device(v)
+        return None if getattr(dev, "type", None) == "meta" else dev
+    return None
 
 
 #: Library name of each namespace met so far, by the namespace's ``__name__``.

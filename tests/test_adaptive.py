@@ -546,8 +546,8 @@ def test_torch_adaptive_clip_grad_errors(backend):
     from anyclip.torch import adaptive_clip_grad_
 
     torch = backend.module
-    p = torch.nn.Parameter(torch.ones(2, 3))
-    p.grad = torch.ones(2, 3)
+    p = torch.nn.Parameter(torch.ones(2, 3, device=backend.device))
+    p.grad = torch.ones(2, 3, device=backend.device)
     for bad in (0.0, -1.0):
         with pytest.raises(ValueError, match=r"`clip_factor` must be > 0"):
             adaptive_clip_grad_([p], clip_factor=bad)

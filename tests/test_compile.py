@@ -236,15 +236,19 @@ def _assert_close_grads(backend: Backend, compiled: Any, eager: Any) -> None:
         )
 
 
-def _loss(fn: Callable[..., Any], xp: Any) -> Callable[..., Any]:
-    """``sum(output * weights)`` over every float output (the docs/tf-reference.md §9 loss)."""
+def _loss(fn: Callable[..., Any], xp: Any, device: Any = None) -> Callable[..., Any]:
+    """``sum(output * weights)`` over every float output (the docs/tf-reference.md §9 loss).
+
+    The weights are made on ``device`` (the backend's: torch's default device is the CPU).
+    """
 
     def loss(*args: Any) -> Any:
         total = 0.0
         for leaf in _leaves(fn(*args)):
             if leaf is None:
                 continue
-            w = xp.reshape(xp.arange(1, math.prod(leaf.shape) + 1, dtype=leaf.dtype), leaf.shape)
+            n = math.prod(leaf.shape)
+            w = xp.reshape(xp.arange(1, n + 1, dtype=leaf.dtype, device=device), leaf.shape)
             total = total + xp.sum(leaf * w)
         return total
 
@@ -400,7 +404,7 @@ def test_torch_compile_grad(backend, case_id):
     torch = backend.module
     torch._dynamo.reset()
     case = CASES[case_id]
-    loss = _loss(case.fn, backend.xp)
+    loss = _loss(case.fn, backend.xp, backend.device)
     args = _inputs(backend, case, requires_grad=True)
     (eager,) = torch.autograd.grad(loss(*args), [args[0]])
     compiled_fn = torch.compile(loss, fullgraph=True, backend="aot_eager")

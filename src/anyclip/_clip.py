@@ -14,7 +14,6 @@ from typing import Any, cast, overload
 
 from anyclip import _core
 from anyclip._compat import (
-    comparable_dtype,
     dtype_name,
     is_array,
     is_numpy_scalar,
@@ -186,19 +185,13 @@ def _clip_by_value(
     clip_value_min = dense_operand(clip_value_min, "clip_value_min")
     clip_value_max = dense_operand(clip_value_max, "clip_value_max")
     xp = namespace(t, clip_value_min, clip_value_max, names=_BOUNDS)
-    t = as_input(t, xp, "t")
+    t = as_input(t, xp, "t", beside=(clip_value_min, clip_value_max))
     require_kind(xp, t, "t", ("int", "real"), "a real dtype (floating or integer)", tf_attr)
     # In TF's order: minimum(t, clip_value_max) first, then maximum(.., clip_value_min).
     hi = as_operand(clip_value_max, xp, t, "clip_value_max", tf=tf_expected)
     check_broadcastable(tuple(hi.shape), tuple(t.shape), "clip_value_max", "t")
     lo = as_operand(clip_value_min, xp, t, "clip_value_min", tf=tf_expected)
     check_broadcastable(tuple(lo.shape), tuple(t.shape), "clip_value_min", "t")
-    widened = comparable_dtype(xp, t.dtype)
-    if widened is not None:  # a backend without min/max for this dtype: exact in a wider one
-        out = _core.clip_by_value(
-            xp, xp.astype(t, widened), xp.astype(lo, widened), xp.astype(hi, widened)
-        )
-        return xp.astype(out, t.dtype)
     return _core.clip_by_value(xp, t, lo, hi, FLUSH_GENERIC if OPEN and flushing() else None)
 
 
@@ -347,7 +340,7 @@ def _clip_by_norm(
     """:func:`clip_by_norm` with ``kernels`` (``None``: :func:`kernels_for` chooses)."""
     clip_norm = dense_operand(clip_norm, "clip_norm")
     xp = namespace(t, clip_norm, names=("t", "clip_norm"))
-    t = as_input(t, xp, "t")
+    t = as_input(t, xp, "t", beside=(clip_norm,))
     require_kind(xp, t, "t", ("real",), FLOATS, tf_attr)
     ax = normalize_axes(axes, t.ndim, "axes")
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [t.dtype], single="clip_by_norm")
@@ -684,7 +677,8 @@ def _clip_global(
     groups = check_group(xp, group)
     bools: list[int] = []
     if use_norm is None:
-        values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
+        mixed_ok = accumulate_dtype is not None
+        values = floating_list(xp, items, mixed_ok=mixed_ok, beside=(clip_norm,))
         use_norm, k = _global_norm_of(kernels, xp, values, accumulate_dtype, groups)
     elif not is_array(use_norm):
         kind = type(use_norm).__name__
@@ -695,7 +689,7 @@ def _clip_global(
         )
         raise TypeError(msg)
     else:
-        values, bools = real_list(xp, items)
+        values, bools = real_list(xp, items, beside=(use_norm, clip_norm))
         use_norm = native_order(use_norm)
         for i, v in enumerate(values):
             if v is not None:
@@ -814,7 +808,7 @@ def _clip_by_average_norm(
     """:func:`clip_by_average_norm` (its formula has no kernel step)."""
     clip_norm = dense_operand(clip_norm, "clip_norm")
     xp = namespace(t, clip_norm, names=("t", "clip_norm"))
-    t = as_input(t, xp, "t")
+    t = as_input(t, xp, "t", beside=(clip_norm,))
     kind = dtype_kind(xp, t.dtype)
     if kind != "real" or t.dtype != xp.float32:
         msg = (

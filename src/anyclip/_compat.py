@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 __all__ = [
     "all_arrays",
-    "comparable_dtype",
+    "data_device",
     "default_namespace",
     "device",
     "dtype_name",
@@ -193,6 +193,27 @@ def device(x: Any) -> Any:
     return array_api_compat.device(x)
 
 
+def data_device(*values: Any) -> Any:
+    """The device that host data (Python numbers and lists) given beside ``values`` goes to.
+
+    The first array's device on torch, CuPy and array-api-strict, whose operations refuse
+    arrays on two devices (a list ``t`` made on the CPU beside a bound on ``cuda:0``); None
+    (the namespace's default) when none of ``values`` is an array, on NumPy and Dask (one
+    device) and on JAX (uncommitted arrays follow the computation, under ``jit`` too), and
+    beside a torch ``meta`` tensor: it has no values, so data stays where it is and is refused
+    beside it (:func:`anyclip._policy.check_meta`). Read once per call, from the arguments.
+    """
+    for v in values:
+        xp = _namespace_of(v)
+        if xp is None:
+            continue
+        if library(xp) not in ("torch", "cupy", "array_api_strict"):
+            return None
+        dev = device(v)
+        return None if getattr(dev, "type", None) == "meta" else dev
+    return None
+
+
 #: Library name of each namespace met so far, by the namespace's ``__name__``.
 _LIBRARY_OF_NAMESPACE: dict[str, str] = {}
 
@@ -210,24 +231,6 @@ def library(xp: Namespace) -> str:
     name = parts[0] if parts[0] in ("numpy", "torch", "jax", "cupy", "dask") else key
     _LIBRARY_OF_NAMESPACE[key] = name
     return name
-
-
-def comparable_dtype(xp: Namespace, dtype: Any) -> Any:
-    """A wider dtype to compare ``dtype`` in, where the backend cannot; None where it can.
-
-    torch implements no comparison, minimum or maximum for uint16, uint32 or uint64: the first
-    two are compared exactly in int64; uint64 has no wider type and is refused.
-    """
-    if library(xp) != "torch":
-        return None
-    import torch
-
-    if dtype in (torch.uint16, torch.uint32):
-        return torch.int64
-    if dtype == torch.uint64:
-        msg = "`t` has dtype uint64, which torch cannot compare (no minimum/maximum for it)"
-        raise TypeError(msg)
-    return None
 
 
 def is_weak_scalar(value: Any) -> bool:

@@ -106,6 +106,10 @@ def legacy_non_neg(xp: Namespace, w: Any, zero: Any) -> Any:
     """``w * cast(w >= 0, w.dtype)``: tf.keras 2's ``NonNeg``.
 
     Differs from :func:`non_neg` where the product shows it: a negative ``w`` gives ``-0.0``
-    and ``-inf`` gives NaN (``-inf * 0``).
+    and ``-inf`` gives NaN (``-inf * 0``). An unsigned ``w`` is never negative: its product is
+    ``w`` itself, returned as a copy (torch has no ``>=`` for uint16, uint32 and uint64, nor a
+    CUDA ``*``).
     """
+    if xp.isdtype(w.dtype, "unsigned integer"):
+        return xp.asarray(w, copy=True)
     return w * xp.astype(w >= zero, w.dtype)

@@ -22,6 +22,7 @@ from anyclip._clip import _clip_norm_operand
 from anyclip._compat import dtype_name, is_array, library, namespace
 from anyclip._kernels import kernels_for
 from anyclip._keywords import hints_keywords
+from anyclip._numerics import constant
 from anyclip._policy import (
     FLOATS,
     as_input,
@@ -164,8 +165,8 @@ def embedding_lookup(
             return cast(ArrayT, _partitioned(params, ids, max_norm, sparse))
         params = params[0]  # TF: one shard is the table
     xp = namespace(params, ids, names=("params", "ids"))
-    table = as_input(params, xp, "params")
-    index = _ids(xp, ids)
+    table = as_input(params, xp, "params", beside=(ids,))
+    index = _ids(xp, ids, table)
     if table.ndim == 0:
         msg = "`params` must have at least one axis (its rows are params[i]), got a 0-d array"
         raise ValueError(msg)
@@ -188,7 +189,8 @@ def _stacked(params: tuple[Any, ...], ids: Any) -> Any:
     """
     names = [f"params[{i}]" for i in range(len(params))]
     xp = namespace(*params, ids, names=(*names, "ids"))
-    items = [as_input(p, xp, n) for p, n in zip(params, names, strict=True)]
+    home = (*params, ids)
+    items = [as_input(p, xp, n, beside=home) for p, n in zip(params, names, strict=True)]
     first = items[0]
     for i, t in enumerate(items):
         if t.dtype != first.dtype:
@@ -216,9 +218,12 @@ def _dims(t: Any) -> str:
     return "[" + ",".join(str(int(d)) for d in t.shape) + "]"
 
 
-def _ids(xp: Namespace, ids: Any) -> Any:
-    """``ids`` as an array of ``xp``; refuses a dtype TF's gather does not take."""
-    index = as_input(ids, xp, "ids")
+def _ids(xp: Namespace, ids: Any, table: Any) -> Any:
+    """``ids`` as an array of ``xp``, Python data on ``table``'s device.
+
+    Refuses a dtype TF's gather does not take.
+    """
+    index = as_input(ids, xp, "ids", beside=(table,))
     if dtype_name(index.dtype) not in _ID_DTYPES:
         allowed = ", ".join(_ID_DTYPES)
         words = f"Value for attr 'Tindices' of {tf_type(index.dtype)} is not in the list of "
@@ -247,8 +252,9 @@ def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> An
     """
     names = [f"params[{i}]" for i in range(len(params))]
     xp = namespace(*params, ids, names=(*names, "ids"))
-    shards = [as_input(p, xp, n) for p, n in zip(params, names, strict=True)]
-    index = _ids(xp, ids)
+    home = (*params, ids)
+    shards = [as_input(p, xp, n, beside=home) for p, n in zip(params, names, strict=True)]
+    index = _ids(xp, ids, shards[0])
     first = shards[0]
     for i, t in enumerate(shards):
         if t.ndim == 0:
@@ -286,9 +292,10 @@ def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> An
             f"{tf_words('Integer division by zero')}"
         )
         raise ValueError(msg)
-    one = xp.asarray(1, dtype=flat.dtype)
-    q_ = xp.asarray(max(q, 1), dtype=flat.dtype)
-    r_ = xp.asarray(r, dtype=flat.dtype)
+    # 0-d constants on the ids' device (cached there: no host data sent per call)
+    one = constant(xp, 1, flat.dtype, flat)
+    q_ = constant(xp, max(q, 1), flat.dtype, flat)
+    r_ = constant(xp, r, flat.dtype, flat)
     shard = xp.maximum(flat // (q_ + one), (flat - r_) // q_)
     local = xp.where(shard < r_, flat % (q_ + one), (flat - r_) % q_)
     lib = library(xp)
@@ -299,8 +306,8 @@ def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> An
     for s, t in enumerate(shards):
         if sizes[s] == 0 or n == 0:
             continue
-        size = xp.asarray(sizes[s], dtype=flat.dtype)
-        ok = (shard == xp.asarray(s, dtype=flat.dtype)) & (local < size)
+        size = constant(xp, sizes[s], flat.dtype, flat)
+        ok = (shard == constant(xp, s, flat.dtype, flat)) & (local < size)
         rows = _take_rows(xp, t, xp.where(ok, local, xp.zeros_like(local)), sparse)
         mask = xp.reshape(ok, (n,) + (1,) * len(row))
         out = xp.where(mask, rows, _fill(xp, rows) if out is None else out)
@@ -341,8 +348,8 @@ def _check_shards(
         )
         raise IndexError(msg)
     for s, size in enumerate(sizes):
-        mine = shard == xp.asarray(s, dtype=shard.dtype)
-        over = mine & (local >= xp.asarray(size, dtype=local.dtype))
+        mine = shard == constant(xp, s, shard.dtype, shard)
+        over = mine & (local >= constant(xp, size, local.dtype, local))
         if not bool(xp.any(over)):
             continue
         pos = int(xp.argmax(xp.astype(over, xp.int8)))

@@ -152,6 +152,10 @@ def _select(xp: Namespace, x: Any, y: Any, take_max: bool) -> Any:
             return _torch_function("select").apply(*_same_shape(xp, x, y), take_max)
         import torch
 
+        from anyclip import _torch_unsigned
+
+        if x.dtype in _torch_unsigned.BAREBONES:  # uint16/32/64: no minimum/maximum kernels
+            return _torch_unsigned.select(x, y, take_max)
         return torch.maximum(x, y) if take_max else torch.minimum(x, y)
     if lib == "jax":
         return _jax_functions()["maximum" if take_max else "minimum"](*_same_shape(xp, x, y))

@@ -134,7 +134,7 @@ def global_norms(
     like = present[0] if present else None
     parts = []
     for items in lists:
-        values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
+        values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None, beside=flat)
         arrays = [v for v in values if v is not None]
         acc = resolve_accumulate_dtype(xp, accumulate_dtype, [v.dtype for v in arrays])
         upcast = acc is not None and any(v.dtype != acc for v in arrays)

@@ -486,7 +486,7 @@ def _l2_normalize(
         axis = dim
     epsilon = dense_operand(epsilon, "epsilon")
     xp = namespace(x, epsilon, names=("x", "epsilon"))
-    x = as_input(x, xp, "x")
+    x = as_input(x, xp, "x", beside=(epsilon,))
     kind = require_kind(
         xp, x, "x", ("real", "complex"), "a floating or complex dtype", _tf_l2_words(epsilon)
     )

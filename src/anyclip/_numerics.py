@@ -294,28 +294,30 @@ def tf_cast(xp: Namespace, x: Any, dtype: Any) -> Any:
     if wide == 32:  # int8, int16, int32, uint8, uint16: int32's low bits
         i32 = xp.where(valid, xp.astype(safe, xp.int32), constant(xp, -(2**31), xp.int32, x))
         return i32 if bits == 32 else xp.astype(i32, dtype)
-    if bits == 32:  # uint32: the low 32 bits of int64; -2**63 has none set
-        return _low_32_bits(xp, safe, valid)
+    if bits == 32:  # uint32: the low 32 bits of int64; -2**63 (not valid) has none set
+        return _low_32_bits(xp, safe)
     i64 = xp.where(valid, xp.astype(safe, xp.int64), constant(xp, -(2**63), xp.int64, x))
     if signed:
         return i64
-    out = xp.astype(i64, dtype)  # uint64: int64's bits, and [2**63, 2**64) converted exactly
+    # uint64: int64's bits, and [2**63, 2**64) converted exactly. Every select is made in
+    # int64 and the result cast once (torch has no `where` for uint64 on CUDA): t - 2**64 is
+    # exact there (Sterbenz: t is within a factor 2 of 2**64) and has t's low 64 bits.
     big = xp.logical_and(t >= limit, t < limit * 2)
-    return xp.where(big, xp.astype(xp.where(big, t, xp.zeros_like(t)), dtype), out)
+    wrapped = xp.astype(xp.where(big, t - limit * 2, xp.zeros_like(t)), xp.int64)
+    return xp.astype(xp.where(big, wrapped, i64), dtype)
 
 
-def _low_32_bits(xp: Namespace, t: Any, valid: Any) -> Any:
-    """The low 32 bits of the integer-valued float ``t`` (0 where not ``valid``), as uint32.
+def _low_32_bits(xp: Namespace, t: Any) -> Any:
+    """The low 32 bits of the integer-valued float ``t`` (0 where ``t`` is 0), as uint32.
 
-    Through int64 where the namespace has it; JAX without x64 has not, so there ``|t|`` is
-    split at 2**32 in floating point (exact: both parts are representable) and negated in
-    uint32, which wraps.
+    Through int64 where the namespace has it, cast once (no select in uint32, for which torch
+    has no CUDA ``where``); JAX without x64 has no int64, so there ``|t|`` is split at 2**32
+    in floating point (exact: both parts are representable) and negated in uint32, which
+    wraps.
     """
     if "int64" in xp.__array_namespace_info__().dtypes(kind="signed integer"):
-        u = xp.astype(xp.astype(t, xp.int64), xp.uint32)
-    else:
-        a = xp.abs(t)
-        two32 = constant(xp, 2.0**32, t.dtype, t)
-        low = xp.astype(a - xp.floor(a / two32) * two32, xp.uint32)
-        u = xp.where(t < constant(xp, 0.0, t.dtype, t), xp.zeros_like(low) - low, low)
-    return xp.where(valid, u, xp.zeros_like(u))
+        return xp.astype(xp.astype(t, xp.int64), xp.uint32)
+    a = xp.abs(t)
+    two32 = constant(xp, 2.0**32, t.dtype, t)
+    low = xp.astype(a - xp.floor(a / two32) * two32, xp.uint32)
+    return xp.where(t < constant(xp, 0.0, t.dtype, t), xp.zeros_like(low) - low, low)

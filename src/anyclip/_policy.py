@@ -44,6 +44,7 @@ from typing import Any, overload
 
 from anyclip._compat import (
     all_arrays,
+    data_device,
     dtype_name,
     is_array,
     is_numpy_scalar,
@@ -281,17 +282,23 @@ def native_order(value: Any) -> Any:
     return value
 
 
-def as_input(value: Any, xp: Namespace, name: str) -> Any:
-    """The main input as an array of ``xp`` (Python data is converted as TF does)."""
+def as_input(value: Any, xp: Namespace, name: str, *, beside: Sequence[Any] = ()) -> Any:
+    """The main input as an array of ``xp`` (Python data is converted as TF does).
+
+    Python data and NumPy values go to the device of the first array among ``beside`` (the
+    call's other arguments; :func:`~anyclip._compat.data_device`), as TF places them with the
+    op: a list ``t`` beside a bound on a GPU is made on that GPU.
+    """
     if is_array(value):
         return native_order(value)
+    dev = data_device(*beside)
     if value is None:
         msg = f"`{name}` must be an array, got None{tf_words(TF_NONE)}"
         raise ValueError(msg)
     if is_numpy_scalar(value):
         import numpy as np
 
-        return xp.asarray(np.asarray(value))
+        return xp.asarray(np.asarray(value), device=dev)
     module = type(value).__module__
     if module.startswith("numpy.ma"):
         msg = (
@@ -303,14 +310,14 @@ def as_input(value: Any, xp: Namespace, name: str) -> Any:
     if module.startswith("numpy") and type(value).__name__ == "matrix":
         import numpy as np
 
-        return xp.asarray(np.asarray(value))  # as TF converts it: a plain 2-D array
+        return xp.asarray(np.asarray(value), device=dev)  # as TF converts it: a plain 2-D array
     try:
         kind = _python_kind(value)
     except TypeError as exc:
         msg = f"`{name}`: {exc}"
         raise TypeError(msg) from None
     dtype = {"bool": xp.bool, "int": xp.int32, "float": xp.float32, "complex": xp.complex128}[kind]
-    return xp.asarray(value, dtype=dtype)
+    return xp.asarray(value, dtype=dtype, device=dev)
 
 
 # ----------------------------------------------------------- other arguments
@@ -808,8 +815,14 @@ def as_list(t_list: Any) -> list[Any]:
     return list(t_list)
 
 
-def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -> list[Any]:
-    """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype."""
+def floating_list(
+    xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False, beside: Sequence[Any] = ()
+) -> list[Any]:
+    """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype.
+
+    Python data goes to the device of the first array among the entries and ``beside`` (the
+    call's other arguments), as :func:`as_input` places it.
+    """
     present = [v for v in t_list if v is not None]
     if all_arrays(present):  # the common case: one check per distinct type and dtype
         dtypes = {v.dtype for v in present}
@@ -821,11 +834,12 @@ def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -
                 return list(t_list)
     out: list[Any] = []
     first = None
+    home = _first_array(present, beside)
     for i, v in enumerate(t_list):
         if v is None:
             out.append(None)
             continue
-        v = as_input(v, xp, f"t_list[{i}]")
+        v = as_input(v, xp, f"t_list[{i}]", beside=home)
         require_kind(xp, v, f"t_list[{i}]", ("real",), FLOATS, tf_attr)  # TF's L2Loss
         if first is None:
             first = v
@@ -841,25 +855,38 @@ def floating_list(xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False) -
     return out
 
 
-def real_list(xp: Namespace, t_list: list[Any]) -> tuple[list[Any], list[int]]:
+def real_list(
+    xp: Namespace, t_list: list[Any], *, beside: Sequence[Any] = ()
+) -> tuple[list[Any], list[int]]:
     """Entries converted to arrays of a real or bool dtype, and the positions of the bool ones.
 
     For ``clip_by_global_norm`` with ``use_norm`` (no norm to compute): TF scales integers by
     a truncated factor, and a bool array by the factor cast to bool (its ``*`` on bools is a
-    logical and), measured in TF 2.21.
+    logical and), measured in TF 2.21. Python data goes to the device of the first array
+    among the entries and ``beside``, as in :func:`floating_list`.
     """
     out: list[Any] = []
     bools: list[int] = []
+    home = _first_array(t_list, beside)
     for i, v in enumerate(t_list):
         if v is None:
             out.append(None)
             continue
-        v = as_input(v, xp, f"t_list[{i}]")
+        v = as_input(v, xp, f"t_list[{i}]", beside=home)
         kind = require_kind(xp, v, f"t_list[{i}]", ("int", "real", "bool"), "a real or bool dtype")
         if kind == "bool":
             bools.append(i)
         out.append(v)
     return out, bools
+
+
+def _first_array(*groups: Sequence[Any]) -> tuple[Any, ...]:
+    """The first array of ``groups``, as a 1-tuple (empty: none), looked for once per call."""
+    for group in groups:
+        for v in group:
+            if is_array(v):
+                return (v,)
+    return ()
 
 
 # --------------------------------------------------------------- nonfinite

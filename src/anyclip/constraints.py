@@ -58,7 +58,7 @@ _WEIGHT = "a real dtype (floating, or integer: Keras computes those in float32)"
 def _weight(w: Any, names: tuple[str, ...], *bounds: Any) -> tuple[Namespace, Any]:
     """``w`` as a floating array of its namespace (integers become float32, as Keras's)."""
     xp = namespace(w, *bounds, names=names)
-    w = as_input(w, xp, "w")
+    w = as_input(w, xp, "w", beside=bounds)
     kind = require_kind(xp, w, "w", ("int", "real"), _WEIGHT)
     if kind == "int":  # Keras's sqrt casts integers to floatx (float32), then w to its dtype
         w = xp.astype(w, xp.float32)

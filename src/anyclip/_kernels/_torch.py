@@ -556,7 +556,7 @@ class TorchKernels(Kernels):
             if scale.ndim == 0 and not recorded and _foreach_scale_ok(group):
                 results = torch._foreach_mul(group, s)
             else:
-                results = [v * s for v in group]
+                results = _products(group, s)
             if len(where) == len(t_list):
                 return list(results)
             for i, r in zip(where, results, strict=True):
@@ -571,6 +571,19 @@ def _foreach_scale_ok(group: Sequence[Any]) -> bool:
     rounded once, as the per-array loop), under :func:`_fast_ok`'s other conditions.
     """
     return _fast_ok(group, one_dtype=True, dtypes=_FAST + _HALF)
+
+
+def _products(group: Sequence[Any], s: Any) -> list[Any]:
+    """``[v * s for v in group]`` (one dtype, one device; ``s`` of that dtype).
+
+    uint16, uint32 and uint64 through :func:`anyclip._torch_unsigned.multiply`, exact where
+    torch has no ``mul`` kernel for them (CUDA).
+    """
+    from anyclip import _torch_unsigned
+
+    if group[0].dtype in _torch_unsigned.BAREBONES:
+        return [_torch_unsigned.multiply(v, s) for v in group]
+    return [v * s for v in group]
 
 
 def _scale_dtensors(

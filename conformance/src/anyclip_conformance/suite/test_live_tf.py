@@ -167,9 +167,7 @@ def calls(draw: Any, function: str, backend: Any) -> Case:
     if function == "clip_by_average_norm":
         dtype = "float32"
     elif function == "clip_by_value":
-        # torch cannot compare uint64 (a declared deviation, xfails/torch.txt)
-        ints = [d for d in INTS if not (d == "uint64" and backend.library == "torch")]
-        dtype = draw(st.sampled_from(_dtypes(backend) + ints))
+        dtype = draw(st.sampled_from(_dtypes(backend) + INTS))
     elif function in ("norm", "normalize", "l2_normalize") and draw(st.integers(0, 4)) == 0:
         dtype = draw(st.sampled_from(COMPLEX))
     else:

@@ -1,8 +1,8 @@
 """OLMo-core's skip-step rule with ``optax.apply_if_finite``'s: the reference decisions of
 ``test_history.py``'s skip-on-spike tests.
 
-Usage: ``python tests/data/make_skip_step.py [OUT.npz]`` (default: ``skip_step.npz`` next to
-this script). Needs torch only.
+Usage: ``python tests/data/make_skip_step.py [OUT.npz] [DEVICE]`` (default: ``skip_step.npz``
+next to this script, the statistics on ``cpu``). Needs torch only.
 
 OLMo-core's package is heavy, so the rule of ``SkipStepOptimizer.get_step_factor``
 (``src/olmo_core/optim/skip_step_optimizer.py`` of allenai/OLMo-core, read at commit
@@ -73,15 +73,20 @@ def sequences() -> dict[str, np.ndarray]:
     }
 
 
-def olmo_rule(losses: list[float], norms: list[float], length: int, sigma: float) -> bool:
-    """OLMo-core's decision (restated): take the step? ``losses`` and ``norms`` end with it."""
+def olmo_rule(
+    losses: list[float], norms: list[float], length: int, sigma: float, device: str = "cpu"
+) -> bool:
+    """OLMo-core's decision (restated): take the step? ``losses`` and ``norms`` end with it.
+
+    The statistics (``torch.std_mean``) run on ``device``.
+    """
     import torch
 
     if len(losses) < max(20, length // 2):
         return True
     ok = True
     for values in (losses, norms):
-        series = torch.tensor(values, dtype=torch.float32)
+        series = torch.tensor(values, dtype=torch.float32, device=device)
         std, mean = torch.std_mean(series[:-1])
         z = (series[-1] - mean).abs().div(std)
         ok = ok and bool(z <= sigma)
@@ -95,6 +100,7 @@ def decisions(
     sigma: float,
     on_loss: bool,
     max_consecutive_errors: int | None,
+    device: str = "cpu",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per step: taken (0/1) and the running count of skipped steps."""
     kept_losses: list[float] = []
@@ -108,7 +114,7 @@ def decisions(
             consecutive = 0
             kept_norms = [*kept_norms, norm][-(length + 1) :]
             kept_losses = [*kept_losses, loss_value][-(length + 1) :]
-            take = olmo_rule(kept_losses, kept_norms, length, sigma)
+            take = olmo_rule(kept_losses, kept_norms, length, sigma, device)
         else:  # optax.apply_if_finite
             consecutive += 1
             take = max_consecutive_errors is not None and consecutive > max_consecutive_errors
@@ -118,15 +124,17 @@ def decisions(
     return np.asarray(apply_out, np.int32), np.asarray(skipped_out, np.int32)
 
 
-def main(out: Path) -> None:
-    """Write the sequences and every case's decisions to ``out``."""
+def main(out: Path, device: str = "cpu") -> None:
+    """Write the sequences and every case's decisions to ``out`` (statistics on ``device``)."""
     import torch
 
     arrays = sequences()
     for case, (seq, length, sigma, on_loss, errors) in CASES.items():
         g = arrays[f"{seq}/grads"].astype(np.float64)
         norms = np.sqrt(np.sum(g * g, axis=1)).astype(np.float32)
-        apply, skipped = decisions(norms, arrays[f"{seq}/loss"], length, sigma, on_loss, errors)
+        apply, skipped = decisions(
+            norms, arrays[f"{seq}/loss"], length, sigma, on_loss, errors, device
+        )
         arrays[f"{case}/apply"] = apply
         arrays[f"{case}/skipped"] = skipped
     provenance = {
@@ -136,6 +144,7 @@ def main(out: Path) -> None:
         "torch": torch.__version__,
         "numpy": np.__version__,
         "seed": SEED,
+        "device": device,
         "cases": {k: list(v) for k, v in CASES.items()},
     }
     arrays["provenance"] = np.asarray(json.dumps(provenance, sort_keys=True))
@@ -143,4 +152,7 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("skip_step.npz"))
+    main(
+        Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("skip_step.npz"),
+        sys.argv[2] if len(sys.argv) > 2 else "cpu",
+    )

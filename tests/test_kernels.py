@@ -82,6 +82,7 @@ def test_torch_list_over_two_devices(backend, requires_grad):
     on_gpu = [backend.asarray(h, "float32") for h in host[:2]]
     on_cpu = [torch.asarray(h.copy()) for h in host[2:]]
     mixed = [on_gpu[0], on_cpu[0], on_gpu[1], on_cpu[1]]
+    mixed_host = [host[0], host[2], host[1], host[3]]  # the values of `mixed`, in its order
     if requires_grad:
         mixed = [t.detach().requires_grad_(True) for t in mixed]
     total = sum(np.sum(h.astype(np.float64) ** 2) for h in host)
@@ -91,7 +92,7 @@ def test_torch_list_over_two_devices(backend, requires_grad):
     clipped, used = anyclip.clip_by_global_norm(mixed, 1.0)
     assert_array(used, np.float32(math.sqrt(total)), backend=backend, dtype="float32", ulp=4)
     factor = min(1 / math.sqrt(total), 1.0)
-    for got, src, h in zip(clipped, mixed, host, strict=True):
+    for got, src, h in zip(clipped, mixed, mixed_host, strict=True):
         assert got.device == src.device
         np.testing.assert_allclose(got.detach().cpu().numpy(), h * factor, rtol=1e-5)
     if requires_grad:

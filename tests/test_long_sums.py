@@ -11,10 +11,20 @@ tree (:func:`test_dask_chunks`: chunked otherwise, and in two dimensions); the r
 
 The budget, 2 ULP, covers TF's own spread: from about 100,000 elements TF's multi-threaded
 sum moves by up to 2 ULP with the machine's thread count.
+
+On a GPU (torch-cuda, jax-gpu) float64 sums are the device's own reductions (torch's
+``vector_norm`` rows, XLA:GPU's tree), not TF's CPU order, which the CPU kernels reproduce on
+the host: TF's own GPU kernels do not give TF-CPU's bits either. Those trees land near the
+exact sum, so the budget there is TF's own distance from the exact norm, plus the 2 ULP,
+plus :data:`DEVICE_SLACK` for the route's own roundings (:func:`budget`). Measured on an H200
+(torch 2.11): torch-cuda was 4 ULP from TF at ``1.7/1000``, exactly TF's distance from the
+exact norm there.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import runpy
 from pathlib import Path
 from types import SimpleNamespace
@@ -48,6 +58,48 @@ DASK_CHUNKS = {
     "2-D": (4, (1, 1250)),
 }
 
+#: Backends whose float64 sums are the device's own reduction, not TF's (CPU) order.
+DEVICE_ORDER = frozenset({"torch-cuda", "jax-gpu"})
+
+#: The device route's own roundings beyond the exact value: torch's sums of rows of ``ROW``
+#: elements take each row's ``vector_norm``, square it and sum again (each norm rounded
+#: twice). Measured with that route forced on the CPU (torch 2.13, ``_tf_order`` off): at
+#: most 3 ULP beyond TF's distance from the exact norm on these inputs.
+DEVICE_SLACK = 3
+
+
+@functools.cache
+def _exact(key: str) -> dict[str, np.ndarray]:
+    """The exactly rounded values of ``key``'s reference quantities (``math.fsum`` of squares)."""
+    x = gen.inputs()[key]
+    norm = math.sqrt(math.fsum(v * v for v in x.tolist()))
+    third = x[: x.size // 3].tolist()
+    out = {
+        "norm": np.float64(norm),
+        "global_norm": np.float64(norm),
+        "global_norm2": np.float64(math.sqrt(math.fsum(v * v for v in x.tolist() + third))),
+    }
+    if x.size <= gen.CLIP_MAX:
+        out["clip_by_norm"] = x * gen.CLIP_NORM / norm if norm > gen.CLIP_NORM else x
+    return out
+
+
+def _ulps(a: np.ndarray, b: np.ndarray) -> int:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return int(np.max(np.abs(a.view(np.int64) - b.view(np.int64))))
+
+
+def budget(name: str, key: str, quantity: str, ulp: int = ULP) -> int:
+    """``ulp``; on :data:`DEVICE_ORDER` backends plus TF's distance from the exact value.
+
+    On those the sum is not in TF's order: it may be as far from TF as the exact value is
+    (10 to 20 ULP for the longest inputs), and :data:`DEVICE_SLACK` beyond that.
+    """
+    if name not in DEVICE_ORDER:
+        return ulp
+    return ulp + DEVICE_SLACK + _ulps(REF[f"{key}/{quantity}"], _exact(key)[quantity])
+
+
 #: Under ``jax.jit`` XLA:CPU contracts some squares with their additions into fused
 #: multiply-adds (one rounding where TF has two): 1 ULP from TF at most on these inputs.
 ULP_JIT = 2
@@ -64,22 +116,35 @@ def test_reference_shows_the_problem():
 
 def test_norm(backend, make, check):
     for key, x in gen.inputs().items():
-        check(anyclip.norm(make(x, "float64")), REF[f"{key}/norm"], "float64", ULP, what=key)
+        ulp = budget(backend.name, key, "norm")
+        check(anyclip.norm(make(x, "float64")), REF[f"{key}/norm"], "float64", ulp, what=key)
 
 
 def test_global_norm(backend, make, check):
     for key, x in gen.inputs().items():
         t = make(x, "float64")
-        check(anyclip.global_norm([t]), REF[f"{key}/global_norm"], "float64", ULP, what=key)
+        ulp = budget(backend.name, key, "global_norm")
+        check(anyclip.global_norm([t]), REF[f"{key}/global_norm"], "float64", ulp, what=key)
         two = [t, make(x[: x.size // 3], "float64")]
-        check(anyclip.global_norm(two), REF[f"{key}/global_norm2"], "float64", ULP, what=key)
+        ulp = budget(backend.name, key, "global_norm2")
+        check(anyclip.global_norm(two), REF[f"{key}/global_norm2"], "float64", ulp, what=key)
 
 
 def test_clip_by_norm(backend, make, check):
     for key, x in gen.inputs().items():
         if x.size <= gen.CLIP_MAX:
             out = anyclip.clip_by_norm(make(x, "float64"), gen.CLIP_NORM)
-            check(out, REF[f"{key}/clip_by_norm"], "float64", ULP, what=key)
+            ulp = budget(backend.name, key, "clip_by_norm")
+            check(out, REF[f"{key}/clip_by_norm"], "float64", ulp, what=key)
+
+
+def test_device_budget_is_tfs_distance_from_the_exact_norm():
+    # on the CPU backends the budget is 2 ULP; on a GPU it grows by TF's own error, which
+    # these inputs make large (the point of the data): up to 19 ULP, never the other way
+    assert budget("torch", "3.1/100000", "norm") == ULP
+    gaps = [budget("torch-cuda", key, "norm") - ULP for key in gen.inputs()]
+    assert max(gaps) >= 10
+    assert budget("torch-cuda", "1.7/1000", "norm") == ULP + DEVICE_SLACK + 4
 
 
 @pytest.mark.parametrize("layout", DASK_CHUNKS)
@@ -117,9 +182,11 @@ def test_under_jit(backend, make, check):
     pair = backend.jit(lambda a, b: anyclip.global_norm([a, b]))
     for key, x in gen.inputs().items():
         t = make(x, "float64")
-        check(norm(t), REF[f"{key}/norm"], "float64", ULP_JIT, what=key)
+        ulp = budget(backend.name, key, "norm", ULP_JIT)
+        check(norm(t), REF[f"{key}/norm"], "float64", ulp, what=key)
         two = pair(t, make(x[: x.size // 3], "float64"))
-        check(two, REF[f"{key}/global_norm2"], "float64", ULP_JIT, what=key)
+        ulp = budget(backend.name, key, "global_norm2", ULP_JIT)
+        check(two, REF[f"{key}/global_norm2"], "float64", ulp, what=key)
 
 
 def test_global_norm_with_empty_arrays(backend, make, check):

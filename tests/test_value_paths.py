@@ -12,9 +12,10 @@ function and writes ``tests/data/value_paths.json`` (TF's version recorded in it
   2-norm and ``accumulate_dtype`` crashed. Every backend runs the same cases on arrays of
   known shape; on dask the input (and any operand as long as it) loses its chunk sizes.
 * ``subnormal``: float32/float64 inputs and intermediate results below the smallest normal
-  number, which TF's CPU kernels flush to zero (FTZ/DAZ). JAX flushes too; NumPy, torch,
-  array-api-strict and dask keep IEEE subnormals by default (a declared deviation: the cases
-  where that changes the result are strict xfails there) and give TF's values inside
+  number, which TF's CPU kernels flush to zero (FTZ/DAZ). JAX on the CPU flushes too, CuPy
+  in float32; NumPy, torch (CPU and CUDA), array-api-strict, dask, JAX on a GPU and CuPy in
+  float64 keep IEEE subnormals by default (a declared deviation: the cases where that changes
+  the result are strict xfails there, :data:`KEEPS_IEEE`) and give TF's values inside
   ``anyclip.flush_subnormals()``, every case run both ways.
 """
 
@@ -279,6 +280,23 @@ ROUNDING_GAP = frozenset(
 )
 
 
+#: The dtypes in which a backend's arithmetic keeps IEEE subnormals by default (the others:
+#: float32 and float64). XLA:CPU flushes (jax); CuPy compiles its kernels with ``-ftz=true``,
+#: which flushes float32 only (NVIDIA GPUs have no flush-to-zero for float64): run 1 on an
+#: H200, CuPy 14.2, passed the 17 float32 cases declared here for backends that keep them.
+#: torch's CUDA kernels (built without ``-ftz``) keep both, as XLA:GPU does
+#: (``--xla_gpu_ftz=false`` by default).
+KEEPS_IEEE: dict[str, frozenset[str]] = {
+    "jax": frozenset(),
+    "cupy": frozenset({"float64"}),
+}
+
+
+def _keeps_ieee(backend: Backend, case_id: str) -> bool:
+    dtype = case_id.split("/")[1]
+    return dtype in KEEPS_IEEE.get(backend.name, frozenset({"float32", "float64"}))
+
+
 @pytest.mark.parametrize("flushed", [False, True], ids=["default", "flush_subnormals"])
 @pytest.mark.parametrize("case_id", _ids("subnormal/"))
 def test_subnormals_flush_as_in_tf(
@@ -289,10 +307,11 @@ def test_subnormals_flush_as_in_tf(
     check: Any,
     request: pytest.FixtureRequest,
 ):
-    if case_id in KEEPS_SUBNORMALS and backend.library != "jax" and not flushed:
+    keeps = _keeps_ieee(backend, case_id)
+    if case_id in KEEPS_SUBNORMALS and keeps and not flushed:
         reason = f"{backend.name} keeps IEEE subnormals where TF flushes them (declared)"
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-    if case_id in ROUNDING_GAP and backend.library != "jax":
+    if case_id in ROUNDING_GAP and keeps:
         reason = "the product rounds up to the smallest normal number first (IEEE)"
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     case = CASES[case_id]
@@ -300,6 +319,33 @@ def test_subnormals_flush_as_in_tf(
     with anyclip.flush_subnormals(flushed):
         out = _call(case, make, unknown=False)
     check(out, want, case["tf"]["dtype"], ulp=ULP.get(case["fn"], 0), what=case_id)
+
+
+@pytest.mark.parametrize("backend", ["jax"], indirect=True)
+@pytest.mark.parametrize("case_id", sorted(KEEPS_SUBNORMALS))
+def test_jax_off_the_cpu_is_flushed_by_anyclip(
+    case_id: str, backend: Backend, make: Any, check: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """XLA:GPU keeps IEEE subnormals: off the CPU ``flush_subnormals`` flushes JAX arrays.
+
+    Here on the CPU with the arrays taken for GPU arrays: the flushing kernels serve the
+    call (``FLUSH_JAX``, ``flush`` active) and give TF's values (XLA:CPU flushes as well, so
+    this holds the route's code to TF's data; on a GPU the same route does the flushing).
+    """
+    from anyclip import _kernels, _subnormals
+
+    case = CASES[case_id]
+    x = make(np.zeros(2), case["x"]["dtype"])
+    with anyclip.flush_subnormals():  # on the CPU: XLA flushes, anyclip does not
+        assert _kernels.kernels_for(backend.xp, [x]) is _kernels.JAX
+        assert _subnormals._flush_info(backend.xp, x) is None
+    monkeypatch.setattr(_kernels, "xla_flushes", lambda a: False)
+    monkeypatch.setattr(_subnormals, "xla_flushes", lambda a: False)
+    with anyclip.flush_subnormals():  # "on a GPU": anyclip flushes
+        assert _kernels.kernels_for(backend.xp, [x]) is _kernels.FLUSH_JAX
+        assert _subnormals._flush_info(backend.xp, x) is not None
+        out = _call(case, make, unknown=False)
+    check(out, gen.decode(case["tf"]), case["tf"]["dtype"], ulp=ULP.get(case["fn"], 0))
 
 
 #: Under ``jax.jit`` XLA turns ``(t * c) / c`` into ``t * (c / c)`` (it rewrites a division

@@ -557,10 +557,12 @@ def clip_by_global_norm(
         Not in TF. What a non-finite global norm does. ``"tf"`` (default): every output is NaN.
         ``"torch"``: what ``torch.nn.utils.clip_grad_norm_`` gives, the bare factor
         ``c * minimum(1 / norm, 1 / c)``: 0 for an inf norm (finite entries become 0, infinite
-        ones NaN), NaN for a NaN norm. ``"skip"``: the arrays are returned unchanged; the
-        returned norm, inf or NaN, is the report (``isfinite(norm)`` tells, with no host
-        sync). ``"raise"``: raise ``FloatingPointError``; this reads the norm on the host
-        (a device sync; not usable under ``jax.jit``).
+        ones NaN), NaN for a NaN norm. ``"skip"``: the arrays are returned unchanged
+        (multiplied by exactly 1; on a CUDA GPU a NaN entry comes back as the GPU's
+        canonical NaN, with other bits); the returned norm, inf or NaN, is the report
+        (``isfinite(norm)`` tells, with no host sync). ``"raise"``: raise
+        ``FloatingPointError``; this reads the norm on the host (a device sync; not usable
+        under ``jax.jit``).
     group : ProcessGroup, DeviceMesh, sequence of them, axis name or tuple of names, optional
         Not in TF. As in :func:`global_norm`: the processes whose arrays form the global norm
         with these (one all-reduce of a scalar). Unused with ``use_norm``.

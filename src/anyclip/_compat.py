@@ -36,6 +36,7 @@ __all__ = [
     "memo_by_dtype",
     "namespace",
     "to_device",
+    "xla_flushes",
 ]
 
 
@@ -340,3 +341,20 @@ def may_be_sharded(a: Any) -> bool:
         return _auto_devices(mesh) > 1 or _auto_devices(context) > 1
     sharding = getattr(a, "sharding", None)
     return sharding is not None and not sharding.is_fully_replicated
+
+
+def xla_flushes(a: Any) -> bool:
+    """Whether XLA flushes subnormals in arithmetic on the JAX array ``a``: on the CPU only.
+
+    XLA:CPU runs with flush-to-zero and denormals-are-zero (as TF's CPU kernels); XLA:GPU
+    generates code without them (``--xla_gpu_ftz=false`` by default) and keeps IEEE
+    subnormals. A traced array runs on JAX's default backend.
+    """
+    import jax
+
+    if isinstance(a, jax.core.Tracer):
+        return bool(jax.default_backend() == "cpu")
+    devices = getattr(a, "devices", None)
+    if devices is None:
+        return bool(jax.default_backend() == "cpu")
+    return all(d.platform == "cpu" for d in devices())

@@ -5,7 +5,8 @@ flush-to-zero and denormals-are-zero set for float32 and float64: a subnormal in
 0 and a subnormal result becomes 0. NumPy, torch, array-api-strict and dask keep IEEE
 subnormals, so where one appears anyclip's result can keep a rounding residue (``1e-45``)
 where TF gives 0. Inside ``with anyclip.flush_subnormals():`` anyclip flushes at TF's op
-boundaries, on every backend but JAX (XLA:CPU flushes by itself); outside it, it does not,
+boundaries, on every backend but JAX on the CPU (XLA:CPU flushes by itself; XLA:GPU keeps
+IEEE subnormals, and is flushed as the others); outside it, it does not,
 because flushing costs a pass over the data per step (docs/tf-behaviour.md, the FTZ row).
 
 The setting is a :class:`contextvars.ContextVar`, read when a call chooses its kernels
@@ -23,7 +24,7 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any
 
-from anyclip._compat import dtype_name, library, memo_by_dtype
+from anyclip._compat import dtype_name, library, memo_by_dtype, xla_flushes
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
@@ -82,8 +83,11 @@ class flush_subnormals:
     -----
     * float32 and float64 are flushed; float16, bfloat16 and complex dtypes are not (TF
       computes half precision in float32 and rounds each step, which this does not follow).
-    * JAX needs nothing: XLA:CPU flushes by itself, eagerly and under ``jax.jit``; the block
-      changes nothing there.
+    * JAX on the CPU needs nothing: XLA:CPU flushes by itself, eagerly and under ``jax.jit``;
+      the block changes nothing there. XLA:GPU keeps IEEE subnormals (``--xla_gpu_ftz``
+      is off by default): on a GPU the block flushes as on the other backends. torch's CUDA
+      kernels keep them too; CuPy's compile with ``-ftz=true`` and flush float32 (not
+      float64: NVIDIA GPUs have no flush-to-zero for float64).
     * Flushing costs extra passes over the data: measured at 2.8x to 30x the time of a call
       on the benchmark workloads (docs/tf-behaviour.md, the FTZ row).
     * The setting is a :mod:`contextvars` variable, so threads and asyncio tasks each have
@@ -149,17 +153,22 @@ _FLUSH_LIMITS: dict[str, tuple[float, float, float]] = {}
 _FLUSH_INFO: dict[tuple[str, Any], tuple[float, float, float] | None] = {}
 
 
-def _flush_info(xp: Namespace, dtype: Any) -> tuple[float, float, float] | None:
-    """:func:`flush_limits` of ``dtype`` where anyclip flushes it, else None (one lookup).
+def _flush_info(xp: Namespace, x: Any) -> tuple[float, float, float] | None:
+    """:func:`flush_limits` of ``x``'s dtype where anyclip flushes it, else None.
 
-    float32 and float64 on every library but JAX (XLA:CPU flushes by itself).
+    float32 and float64 on every library; on JAX only off the CPU (XLA:CPU flushes by
+    itself, XLA:GPU does not: :func:`anyclip._compat.xla_flushes`). One lookup, plus the
+    device's platform on JAX.
     """
-    return memo_by_dtype(_FLUSH_INFO, xp, dtype, _compute_flush_info)
+    info = memo_by_dtype(_FLUSH_INFO, xp, x.dtype, _compute_flush_info)
+    if info is not None and library(xp) == "jax" and xla_flushes(x):
+        return None
+    return info
 
 
 def _compute_flush_info(xp: Namespace, dtype: Any) -> tuple[float, float, float] | None:
     name = dtype_name(dtype)
-    if library(xp) == "jax" or name not in _FLUSHED:
+    if name not in _FLUSHED:
         return None
     return flush_limits(name)
 
@@ -205,7 +214,7 @@ def flush(xp: Namespace, x: Any, also: Any = None, *, owned: bool = False) -> An
     infinite, as TF's ``0 * inf``). ``owned``: ``x`` is a temporary of the caller's, which
     NumPy may overwrite. The identity for dtypes and libraries anyclip does not flush.
     """
-    info = _flush_info(xp, x.dtype)
+    info = _flush_info(xp, x)
     if info is None:
         return x
     tiny = info[0]
@@ -226,7 +235,7 @@ def flush_squares(xp: Namespace, x: Any, *, halved: bool = False) -> Any:
     is normal, so the partial sums are too. The identity for dtypes and libraries anyclip
     does not flush.
     """
-    limits = _flush_info(xp, x.dtype)
+    limits = _flush_info(xp, x)
     if limits is None:
         return x
     return x * xp.astype(_kept(xp, x, limits[2] if halved else limits[1]), x.dtype)

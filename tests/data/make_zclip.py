@@ -1,9 +1,10 @@
 """zclip 1.0's ``ZClip``, run live: the reference of ``test_history.py``'s ZClip tests.
 
-Usage: ``python tests/data/make_zclip.py [OUT.npz]`` (default: ``zclip.npz`` next to this
-script). Needs ``zclip`` (``pip install --no-deps zclip``: its module imports torch only) and
-torch; the tests run it in a subprocess when zclip is installed and read the committed file
-otherwise.
+Usage: ``python tests/data/make_zclip.py [OUT.npz] [DEVICE]`` (default: ``zclip.npz`` next to
+this script, on ``cpu``). Needs ``zclip`` (``pip install --no-deps zclip``: its module imports
+torch only) and torch; the tests run it in a subprocess when zclip is installed, on the device
+of the backend under test (``cuda`` for torch-cuda, jax-gpu and CuPy where torch has CUDA), and
+read the committed file (made on the CPU) otherwise.
 
 Two parameters (shapes ``SHAPES``) get, at each of ``STEPS`` steps, the gradients of a
 sequence (``sequences()``: seeded normal noise with spikes, and one with an inf and a NaN), and
@@ -70,30 +71,32 @@ def _split(row: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-def run_zclip(grads: np.ndarray, dtype: str, kwargs: dict[str, object]) -> dict[str, np.ndarray]:
-    """Run ``zclip.ZClip(**kwargs).step`` on ``grads``, one row a step."""
+def run_zclip(
+    grads: np.ndarray, dtype: str, kwargs: dict[str, object], device: str = "cpu"
+) -> dict[str, np.ndarray]:
+    """Run ``zclip.ZClip(**kwargs).step`` on ``grads``, one row a step, on ``device``."""
     import torch
     from zclip import ZClip
 
     dt = getattr(torch, dtype)
     model = torch.nn.Module()
-    params = [torch.nn.Parameter(torch.zeros(s, dtype=dt)) for s in SHAPES]
+    params = [torch.nn.Parameter(torch.zeros(s, dtype=dt, device=device)) for s in SHAPES]
     for i, p in enumerate(params):
         model.register_parameter(f"p{i}", p)
     zc = ZClip(**kwargs)
     out: dict[str, list[object]] = {"norm": [], "grads": [], "mean": [], "var": []}
     for row in grads:
         for p, g in zip(params, _split(row), strict=True):
-            p.grad = torch.tensor(g, dtype=dt)
+            p.grad = torch.tensor(g, dtype=dt, device=device)
         out["norm"].append(zc.step(model))
-        out["grads"].append(np.concatenate([p.grad.double().numpy().ravel() for p in params]))
+        out["grads"].append(np.concatenate([p.grad.double().cpu().numpy().ravel() for p in params]))
         out["mean"].append(np.nan if zc.mean is None else zc.mean)
         out["var"].append(np.nan if zc.var is None else zc.var)
     return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
 
 
-def main(out: Path) -> None:
-    """Write the sequences and every case's results to ``out``."""
+def main(out: Path, device: str = "cpu") -> None:
+    """Write the sequences and every case's results to ``out`` (zclip run on ``device``)."""
     import importlib.metadata as md
 
     import torch
@@ -102,13 +105,14 @@ def main(out: Path) -> None:
     arrays: dict[str, np.ndarray] = {f"input-{k}/grads": v for k, v in seqs.items()}
     for case, (seq, dtype, kwargs) in CASES.items():
         grads = seqs[seq].astype(dtype)
-        for k, v in run_zclip(grads, dtype, kwargs).items():
+        for k, v in run_zclip(grads, dtype, kwargs, device).items():
             arrays[f"{case}/{k}"] = v
     provenance = {
         "zclip": md.version("zclip"),
         "torch": torch.__version__,
         "numpy": np.__version__,
         "seed": SEED,
+        "device": device,
         "call": "zclip.ZClip(**kwargs).step(model) after setting p.grad, per step",
         "cases": {k: [s, d, kw] for k, (s, d, kw) in CASES.items()},
     }
@@ -117,4 +121,7 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("zclip.npz"))
+    main(
+        Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("zclip.npz"),
+        sys.argv[2] if len(sys.argv) > 2 else "cpu",
+    )

@@ -15,9 +15,9 @@ list) to it. Which kernels serve a call depends on the library and the dtype onl
   for the matrix 2-norm);
 * everything else: :data:`GENERIC`, the array-API implementation of every step.
 
-Inside :class:`anyclip.flush_subnormals`, each of these (but JAX's: XLA:CPU flushes by
-itself) comes wrapped in :class:`~anyclip._kernels._flush.FlushKernels`, which flush
-subnormals to zero as TF's CPU kernels do.
+Inside :class:`anyclip.flush_subnormals`, each of these comes wrapped in
+:class:`~anyclip._kernels._flush.FlushKernels`, which flush subnormals to zero as TF's CPU
+kernels do; JAX's only off the CPU (XLA:CPU flushes by itself, XLA:GPU keeps IEEE subnormals).
 
 Tests run the generic code on every backend by binding :data:`GENERIC` explicitly
 (``anyclip._api.bind(GENERIC)``); there is no global switch. The plain-call fast paths
@@ -32,7 +32,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from anyclip._compat import library, memo_by_dtype
+from anyclip._compat import library, memo_by_dtype, xla_flushes
 from anyclip._kernels._base import Kernels
 from anyclip._kernels._dask import DaskKernels
 from anyclip._kernels._flush import FlushKernels
@@ -56,6 +56,7 @@ from anyclip._typing import Namespace
 __all__ = [
     "DASK",
     "FLUSH_GENERIC",
+    "FLUSH_JAX",
     "GENERIC",
     "JAX",
     "NUMPY",
@@ -87,6 +88,9 @@ _FLUSHING = {
     for k in (GENERIC, NUMPY, TORCH, DASK)
 }
 
+#: JAX's kernels flushing, for arrays off the CPU (XLA:GPU keeps IEEE subnormals).
+FLUSH_JAX = FlushKernels(JAX)
+
 #: The kernels of each (namespace name, dtype) met so far: string keys, which torch.compile
 #: can hash, and one dict lookup per call; inside ``flush_subnormals``, from the other dict.
 _CHOSEN: dict[tuple[str, Any], Kernels] = {}
@@ -117,13 +121,16 @@ def kernels_for(xp: Namespace, arrays: Sequence[Any], dtype: Any = None) -> Kern
     if dtype is None:
         dtype = arrays[0].dtype
     if OPEN and flushing():
-        return memo_by_dtype(_CHOSEN_FLUSHING, xp, dtype, _choose_flushing)
+        k = memo_by_dtype(_CHOSEN_FLUSHING, xp, dtype, _choose_flushing)
+        if k is JAX and not xla_flushes(arrays[0]):  # XLA:GPU keeps IEEE subnormals
+            return FLUSH_JAX
+        return k
     return memo_by_dtype(_CHOSEN, xp, dtype, _choose)
 
 
 def _choose_flushing(xp: Namespace, dtype: Any) -> Kernels:
     k = _choose(xp, dtype)
-    return _FLUSHING.get(k.name, k)  # JAX's own: XLA:CPU flushes
+    return _FLUSHING.get(k.name, k)  # JAX's own on the CPU: XLA:CPU flushes
 
 
 def rounded_apart(xp: Namespace, x: Any) -> Any:

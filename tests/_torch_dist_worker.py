@@ -1,7 +1,8 @@
 """One rank of the torch.distributed checks of ``tests/test_distributed_torch.py``.
 
-Run as ``python tests/_torch_dist_worker.py OUT`` with ``RANK``, ``WORLD_SIZE``,
-``MASTER_ADDR=127.0.0.1`` and ``MASTER_PORT`` set; gloo on CPU. Every scenario runs on every
+Run as ``python tests/_torch_dist_worker.py OUT`` with ``RANK``, ``WORLD_SIZE`` and
+``ANYCLIP_DIST_INIT`` (the rendezvous, ``file://`` and a file that does not exist yet) set;
+gloo on CPU. Every scenario runs on every
 rank; rank 0 writes ``{scenario: "ok" or the failure}`` as JSON to ``OUT``. The expected
 values are the exact norms of the full (unsharded) data, computed in float64 by NumPy on
 every rank from the same seeded data; never anyclip's own single-process output.
@@ -927,8 +928,15 @@ def main() -> None:
     out_path = sys.argv[1]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
+    # the ranks meet through the file named by ANYCLIP_DIST_INIT (no TCP port to collide with
+    # another test's); a collective that waits longer than the timeout (generous: 4 ranks share
+    # two cores with the rest of the suite) fails the world instead of hanging it
     dist.init_process_group(
-        "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60)
+        "gloo",
+        init_method=os.environ["ANYCLIP_DIST_INIT"],
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=300),
     )
     results: dict[str, str] = {}
     for name, fn in SCENARIOS.items():

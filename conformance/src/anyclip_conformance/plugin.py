@@ -81,6 +81,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "conformance(variant): runs the catalogue case `case_id` in `variant` (eager, jit, "
         "grad or a route); its xfails/<backend>.txt entry is a strict xfail",
         "live_tf: compares with a live TensorFlow (needs --live-tf)",
+        # pytest-xdist's own marker, registered here too so that --strict-markers accepts it in
+        # a run without xdist installed
+        "xdist_group(name): under pytest-xdist's --dist loadgroup, one worker runs every test "
+        "of the group (modules whose module-scoped fixtures are expensive, or that must not run "
+        "beside each other)",
     ):
         config.addinivalue_line("markers", line)
     for option in ("--anyclip-backends", "--anyclip-sample"):
@@ -184,7 +189,8 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     """Every :data:`RELEASE_JAX_EVERY` tests on JAX, drop the compiled programs if they hold much.
 
     "Much": the process's resident memory is above :data:`RELEASE_JAX_ABOVE` (where it cannot
-    be read, every time).
+    be read, every time). Counted and measured per process: each pytest-xdist worker looks at
+    its own tests and its own memory.
     """
     name = _item_backend(item)
     if name not in BACKEND_IDS or BackendId(name).library != "jax":

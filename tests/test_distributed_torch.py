@@ -69,6 +69,7 @@ def run_world(world: int, out: Path) -> tuple[dict[str, str], str]:
         **os.environ,
         # a file that does not exist yet, in this world's own folder (see the module docstring)
         "ANYCLIP_DIST_INIT": (out.parent / "rendezvous").as_uri(),
+        "ANYCLIP_DIST_TIMEOUT": str(TIMEOUT),  # how long a collective may wait
         "WORLD_SIZE": str(world),
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join(

@@ -24,9 +24,10 @@ and the docs' examples that import that framework and no other run and print wha
 ``# ->`` comments say.
 
 Measured on two shared cores with the wheels in a local package index: the torch-only venv
-builds in 27 to 51 s, its script runs in 3 to 5 s and its 28 docs examples in about 60 s; the
-JAX-only venv builds in 21 to 26 s, its script runs in 2 to 3 s and its 14 docs examples in
-about 15 s. The whole file takes 130 to 160 s.
+builds in 27 to 51 s, its script runs in 3 to 5 s; the JAX-only venv builds in 21 to 26 s, its
+script runs in 2 to 3 s. The docs' examples run in one interpreter per install
+(:data:`BLOCK_RUNNER`): torch-only's 28 in 7.5 s (87 s with one interpreter each, on a loaded
+machine).
 Where a venv cannot be built (no package index, no wheel) its tests are a visible SKIP, and a
 failure under ``CI=true``.
 """

@@ -12,6 +12,7 @@ to the report.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -181,6 +182,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = xfail_reason(case_id, name, mark.kwargs.get("xfails", variant))
         if reason is not None:
             item.add_marker(pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError))
+    _xdist_groups(config, items)
+
+
+def _xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker under ``--dist loadgroup``: each grouped item's id ends ``@group``.
+
+    That suffix is how xdist's scheduler (in the controller) keeps a group on one worker; its
+    worker writes it into ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is
+    ``item._id``, a ``NodeId``): without this, ``xdist_group`` is silently ignored and a
+    module's module-scoped fixture runs in every worker (both gloo worlds twice, measured).
+    Where xdist's own suffix took effect (pytest before 9.2), nothing changes.
+    """
+    if not getattr(config.option, "loadgroup", False) or not hasattr(config, "workerinput"):
+        return
+    for item in items:
+        names = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if not names or item.nodeid.endswith(suffix):
+            continue
+        node_id = getattr(item, "_id", None)
+        if dataclasses.is_dataclass(node_id) and getattr(node_id, "names", ()):
+            # pytest >= 9.2: the parameters and the suffix go into the last name, so that the
+            # id reads the same however it is rebuilt (a report's id is rebuilt from the parts)
+            last = node_id.names[-1]
+            if node_id.params is not None:
+                last += f"[{node_id.params}]"
+            names = (*node_id.names[:-1], last + suffix)
+            item._id = dataclasses.replace(node_id, names=names, params=None)
+        else:
+            item._nodeid = item.nodeid + suffix
 
 
 _JAX_TESTS = [0]

@@ -15,9 +15,10 @@ of a scalar (or of a value and its NaN flag) per global norm (per group), and on
 ``(batch,)`` vector per leaf for the per-layer clipping. The expected values are the exact
 norms of the full data in float64, within ``ULP_DIST`` float32 ULP.
 
-The ranks meet through a file in the world's temporary folder (``init_method="file://..."``),
-not a TCP port: a port picked free here could be taken, before rank 0 listens on it, by
-another world or gloo connection of a second pytest-xdist worker. Both worlds run in one
+The ranks meet at a TCPStore on a port the OS gives rank 0 when it listens, which it writes to
+a file in the world's temporary folder for the others: a port picked free here beforehand could
+be taken, before rank 0 listens on it, by a world or gloo connection of a second pytest-xdist
+worker. Both worlds run in one
 worker (an xdist group): each is started once and serves its 14 tests.
 """
 
@@ -68,7 +69,7 @@ def run_world(world: int, out: Path) -> tuple[dict[str, str], str]:
     env = {
         **os.environ,
         # a file that does not exist yet, in this world's own folder (see the module docstring)
-        "ANYCLIP_DIST_INIT": (out.parent / "rendezvous").as_uri(),
+        "ANYCLIP_DIST_PORT": str(out.parent / "port"),  # see the module docstring
         "ANYCLIP_DIST_TIMEOUT": str(TIMEOUT),  # how long a collective may wait
         "WORLD_SIZE": str(world),
         "OMP_NUM_THREADS": "1",

@@ -955,7 +955,7 @@ def main() -> None:
     # A collective may wait as long as the whole world may run (the test's TIMEOUT, which then
     # kills the ranks): on a loaded machine 4 ranks share two cores with the rest of the suite
     # (60 s, then 300 s, were too short under a load of 10 on two cores).
-    timeout = datetime.timedelta(seconds=int(os.environ.get("ANYCLIP_DIST_TIMEOUT", "900")))
+    timeout = datetime.timedelta(seconds=int(os.environ.get("ANYCLIP_DIST_TIMEOUT", "600")))
     dist.init_process_group(
         "gloo", store=_store(rank, world, timeout), rank=rank, world_size=world, timeout=timeout
     )

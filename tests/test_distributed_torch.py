@@ -61,7 +61,7 @@ SCENARIOS = (
 #: training runs of ``fsdp2_history`` take about 40 s of it on 4 ranks on an idle machine).
 #: Generous for a loaded machine, and bounded: a hung world fails its tests, with the ranks'
 #: logs, after this long.
-TIMEOUT = 900
+TIMEOUT = 600
 
 
 def run_world(world: int, out: Path) -> tuple[dict[str, str], str]:

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -90,7 +89,11 @@ def rank_main(out_path: str) -> None:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # the ranks meet through a file (ANYCLIP_DIST_INIT): no TCP port that another process
+    # (a second test worker's ranks) could take between picking it and listening on it
+    dist.init_process_group(
+        "gloo", init_method=os.environ["ANYCLIP_DIST_INIT"], rank=rank, world_size=world
+    )
     torch.manual_seed(0)
     model = torch.nn.Sequential(*(torch.nn.Linear(i, o) for i, o in LAYERS))
     for layer in model:
@@ -135,14 +138,10 @@ def rank_main(out_path: str) -> None:
 
 
 def run_torch(world: int, tmp: Path) -> dict[str, Any]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     out = tmp / f"torch{world}.json"
     env = {
         **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
+        "ANYCLIP_DIST_INIT": (tmp / f"torch{world}.rendezvous").as_uri(),
         "WORLD_SIZE": str(world),
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": str(ROOT / "src"),

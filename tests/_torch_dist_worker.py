@@ -1,7 +1,8 @@
 """One rank of the torch.distributed checks of ``tests/test_distributed_torch.py``.
 
-Run as ``python tests/_torch_dist_worker.py OUT`` with ``RANK``, ``WORLD_SIZE``,
-``MASTER_ADDR=127.0.0.1`` and ``MASTER_PORT`` set; gloo on CPU. Every scenario runs on every
+Run as ``python tests/_torch_dist_worker.py OUT`` with ``RANK``, ``WORLD_SIZE`` and
+``ANYCLIP_DIST_PORT`` (a file, not there yet, where rank 0 writes its store's port) set; gloo on
+CPU. Every scenario runs on every
 rank; rank 0 writes ``{scenario: "ok" or the failure}`` as JSON to ``OUT``. The expected
 values are the exact norms of the full (unsharded) data, computed in float64 by NumPy on
 every rank from the same seeded data; never anyclip's own single-process output.
@@ -14,8 +15,10 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -923,12 +926,38 @@ SCENARIOS: dict[str, Callable[[int, int], None]] = {
 }
 
 
+def _store(rank: int, world: int, timeout: datetime.timedelta) -> Any:
+    """The ranks' TCPStore, on a port the OS gives rank 0 (no port picked free beforehand, which
+    another test worker's world could take first): rank 0 writes it to ``ANYCLIP_DIST_PORT``
+    (a file, renamed into place whole), the others read it there."""
+    path = Path(os.environ["ANYCLIP_DIST_PORT"])
+    if rank == 0:
+        store = dist.TCPStore(
+            "127.0.0.1", 0, world, is_master=True, timeout=timeout, wait_for_workers=False
+        )
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(str(store.port), encoding="ascii")
+        partial.replace(path)
+        return store
+    deadline = time.monotonic() + timeout.total_seconds()
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank 0 wrote no port to {path} in {timeout}")
+        time.sleep(0.05)
+    port = int(path.read_text(encoding="ascii"))
+    return dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timeout)
+
+
 def main() -> None:
     out_path = sys.argv[1]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
+    # A collective may wait as long as the whole world may run (the test's TIMEOUT, which then
+    # kills the ranks): on a loaded machine 4 ranks share two cores with the rest of the suite
+    # (60 s, then 300 s, were too short under a load of 10 on two cores).
+    timeout = datetime.timedelta(seconds=int(os.environ.get("ANYCLIP_DIST_TIMEOUT", "600")))
     dist.init_process_group(
-        "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60)
+        "gloo", store=_store(rank, world, timeout), rank=rank, world_size=world, timeout=timeout
     )
     results: dict[str, str] = {}
     for name, fn in SCENARIOS.items():

@@ -23,6 +23,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+#: One pytest-xdist worker runs this module: TF's script (module-scoped ``tf_reference``) runs once.
+pytestmark = pytest.mark.xdist_group("adam-epsilon")
+
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_adam_epsilon.py"
 gen = SimpleNamespace(**runpy.run_path(str(SCRIPT)))

@@ -137,7 +137,8 @@ def _enable_jax_cache(tmp_path, env, code) -> list[str]:
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XDG_"))} | env
+    outer = ("JAX_", "XDG_", "PYTEST_XDIST_")  # this run's settings (and xdist worker) left out
+    env = {k: v for k, v in os.environ.items() if not k.startswith(outer)} | env
     script = "from anyclip_conformance import jax_cache\n" + code
     done = subprocess.run(
         [sys.executable, "-c", script],
@@ -166,6 +167,19 @@ def test_jax_cache_folder_and_settings(tmp_path) -> None:
     # JAX imported first: its configuration is set too
     code = "import jax; jax_cache.enable(); print(jax.config.jax_compilation_cache_dir)"
     assert _enable_jax_cache(tmp_path, home, code) == [str(tmp_path / "anyclip" / "jax")]
+    # a pytest-xdist worker gets a folder of its own (inherited by what it starts), also inside
+    # a folder set in the environment, and a second call keeps it
+    worker = {"PYTEST_XDIST_WORKER": "gw1"}
+    code = "import os; print(jax_cache.enable(), jax_cache.enable(), os.environ[" + (
+        "'JAX_COMPILATION_CACHE_DIR'])"
+    )
+    mine_dir = str(tmp_path / "anyclip" / "jax" / "gw1")
+    assert _enable_jax_cache(tmp_path, home | worker, code) == [mine_dir] * 3
+    theirs = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "mine")}
+    assert (
+        _enable_jax_cache(tmp_path, home | worker | theirs, code)
+        == [str(tmp_path / "mine" / "gw1")] * 3
+    )
 
 
 def test_unknown_backend_is_an_error_listing_the_valid_names(capsys) -> None:

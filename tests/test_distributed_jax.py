@@ -21,6 +21,10 @@ import pytest
 pytest.importorskip("jax")
 pytest.importorskip("optax")
 
+#: One pytest-xdist worker runs this module: the sharding worker (module-scoped ``results``)
+#: runs once.
+pytestmark = pytest.mark.xdist_group("distributed-jax")
+
 WORKER = Path(__file__).with_name("_jax_sharding_worker.py")
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = (

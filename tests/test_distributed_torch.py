@@ -14,13 +14,18 @@ Inside the ranks, ``CommDebugMode`` counts the collectives: no gather, at most o
 of a scalar (or of a value and its NaN flag) per global norm (per group), and one of a
 ``(batch,)`` vector per leaf for the per-layer clipping. The expected values are the exact
 norms of the full data in float64, within ``ULP_DIST`` float32 ULP.
+
+The ranks meet at a TCPStore on a port the OS gives rank 0 when it listens, which it writes to
+a file in the world's temporary folder for the others: a port picked free here beforehand could
+be taken, before rank 0 listens on it, by a world or gloo connection of a second pytest-xdist
+worker. Both worlds run in one
+worker (an xdist group): each is started once and serves its 14 tests.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +36,8 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+pytestmark = pytest.mark.xdist_group("distributed-torch")
 
 WORKER = Path(__file__).with_name("_torch_dist_worker.py")
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,23 +58,19 @@ SCENARIOS = (
     "layer_rules",
 )
 #: Seconds a world may run (starting torch in 4 processes on 2 cores included; the FSDP2
-#: training runs of ``fsdp2_history`` take about 40 s of it on 4 ranks).
-TIMEOUT = 240
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: training runs of ``fsdp2_history`` take about 40 s of it on 4 ranks on an idle machine).
+#: Generous for a loaded machine, and bounded: a hung world fails its tests, with the ranks'
+#: logs, after this long.
+TIMEOUT = 600
 
 
 def run_world(world: int, out: Path) -> tuple[dict[str, str], str]:
     """Start ``world`` ranks, wait (bounded), reap them; the results and their stderr."""
-    port = free_port()
     env = {
         **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
+        # a file that does not exist yet, in this world's own folder (see the module docstring)
+        "ANYCLIP_DIST_PORT": str(out.parent / "port"),  # see the module docstring
+        "ANYCLIP_DIST_TIMEOUT": str(TIMEOUT),  # how long a collective may wait
         "WORLD_SIZE": str(world),
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join(

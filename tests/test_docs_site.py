@@ -31,6 +31,10 @@ import pytest
 
 import anyclip
 
+#: One pytest-xdist worker runs this module: the site is built and served once (module-scoped
+#: fixtures).
+pytestmark = pytest.mark.xdist_group("docs-site")
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 

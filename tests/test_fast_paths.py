@@ -162,21 +162,43 @@ def test_long_sums_stay_accurate(backend, long_arrays):
     assert_array(n, _exact_norm(long_arrays[:1]), backend=backend, dtype="float32", ulp=ULP_L2)
 
 
-def _many_small(rng):
-    """3,000 small float32 arrays: runs of one shape (joined by ``cat`` on torch), then mixed
-    ranks and 0-d arrays (which ``cat`` refuses: joined by ``_flatten_dense_tensors``)."""
-    same = [rng.standard_normal(256).astype(np.float32) for _ in range(1500)]
-    square = [rng.standard_normal((16, 16)).astype(np.float32) for _ in range(1000)]
+#: How many small arrays, of each kind, :func:`_many_small` makes.
+MANY_SAME, MANY_SQUARE, MANY_MIXED = 1500, 1000, 500
+
+#: Dask gets a thirtieth of them (99 arrays: 50 of one shape, 33 square, 16 mixed; about
+#: 21,000 elements): the 3,000 took 88 s on two cores, nearly all of it dask building and
+#: running graphs of thousands of tasks (building them grows faster than the count: 83 arrays
+#: 0.3 s, 250 arrays 3.2 s), which tests no more of anyclip's path. The 99 still take every
+#: step the 3,000 take: all arrays small (below ``BLOCK``), so the sums of squares join them
+#: into one group (as the 3,000, fewer than ``JOIN`` elements too), a run of one shape, the
+#: mixed ranks with 0-d and empty arrays among them (16: every shape of the cycle), the global
+#: norm within ULP_GLOBAL of the exact one, the flattened arrays giving the same norm, and one
+#: factor scaling every array (the first and last of the run, the first square, the last).
+DASK_FRACTION = 30
+
+
+def _many_small(rng, fraction=1):
+    """3,000 small float32 arrays (a ``fraction`` of them): runs of one shape (joined by ``cat``
+    on torch), then mixed ranks and 0-d arrays (which ``cat`` refuses: joined by
+    ``_flatten_dense_tensors``)."""
+    same = [rng.standard_normal(256).astype(np.float32) for _ in range(MANY_SAME // fraction)]
+    square = [
+        rng.standard_normal((16, 16)).astype(np.float32) for _ in range(MANY_SQUARE // fraction)
+    ]
     shapes = [(), (7,), (3, 5), (2, 3, 4), (1,), (0,), (9, 1)]
-    mixed = [rng.standard_normal(shapes[i % len(shapes)]).astype(np.float32) for i in range(500)]
+    mixed = [
+        rng.standard_normal(shapes[i % len(shapes)]).astype(np.float32)
+        for i in range(MANY_MIXED // fraction)
+    ]
     return same + square + mixed
 
 
 def test_many_small_arrays_norm_and_scale(backend):
     """Thousands of small arrays, joined in groups for the sums: the global norm within a few
     ULP of the exact one, the same for the arrays flattened (how they are joined does not
-    change it), and every array scaled by one factor."""
-    host = _many_small(np.random.default_rng(11))
+    change it), and every array scaled by one factor. (Dask: 99 arrays, see DASK_FRACTION.)"""
+    fraction = DASK_FRACTION if backend.library == "dask" else 1
+    host = _many_small(np.random.default_rng(11), fraction)
     xs = [backend.asarray(a, "float32") for a in host]
     flat = [backend.asarray(a.reshape(-1), "float32") for a in host]
     exact = _exact_norm(host)
@@ -187,7 +209,9 @@ def test_many_small_arrays_norm_and_scale(backend):
     assert_array(norm, backend.to_numpy(gn), backend=backend, dtype="float32")
     # TF's factor, 1 * minimum(1 / norm, 1 / 1), in float32, times each array
     factor = np.float32(1.0) * np.minimum(np.float32(1.0) / backend.to_numpy(gn), np.float32(1.0))
-    for i in (0, 1499, 1500, 2999):
+    same = MANY_SAME // fraction
+    # the first and last of the run of one shape, the first square one, the last (mixed) one
+    for i in (0, same - 1, same, len(host) - 1):
         assert_array(clipped[i], host[i] * factor, backend=backend, dtype="float32")
 
 

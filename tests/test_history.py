@@ -30,6 +30,10 @@ import pytest
 
 from anyclip_conformance import Backend, assert_array
 
+#: One pytest-xdist worker runs this module: the reference scripts (module-scoped ``*_ref``)
+#: run once.
+pytestmark = pytest.mark.xdist_group("history")
+
 DATA = Path(__file__).with_name("data")
 zgen = SimpleNamespace(**runpy.run_path(str(DATA / "make_zclip.py")))
 agen = SimpleNamespace(**runpy.run_path(str(DATA / "make_autoclip.py")))

@@ -22,6 +22,10 @@ import pytest
 
 from anyclip_conformance import Backend
 
+#: One pytest-xdist worker runs this module: Keras's script (module-scoped
+#: ``keras_reference``) runs once.
+pytestmark = pytest.mark.xdist_group("keras-clipping")
+
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_keras_clipping.py"
 

@@ -1,12 +1,14 @@
 """``python -m anyclip``: the demo, ``--version``, ``--help`` and the ``conformance`` pointer.
 
 The demo runs in a subprocess, as ``make demo`` runs it, from an empty working directory that
-must still be empty afterwards (the demo writes no files), within two minutes on a loaded
-machine, and with nothing on stderr (no warning). The numbers it shows are checked against
-TensorFlow 2.21's, which were measured with TF on CPU and are the ones the README quotes
-(hand-checked where the arithmetic is simple: ``clip_by_global_norm`` of ``[3, 4]`` and
-``[12]`` at 6.5 is ``[1.5, 2]``, ``[6]``), never against anyclip's own output. The look-alike
-functions' numbers are checked against what those functions give when called here directly.
+must still be empty afterwards (the demo writes no files), and with nothing on stderr (no
+warning). How long it takes is not asserted (it depends on the machine's load):
+``benchmarks/demo.py`` times it; the subprocess is only bounded, so that a hang fails. The
+numbers it shows are checked against TensorFlow 2.21's, which were measured with TF on CPU
+and are the ones the README quotes (hand-checked where the arithmetic is simple:
+``clip_by_global_norm`` of ``[3, 4]`` and ``[12]`` at 6.5 is ``[1.5, 2]``, ``[6]``), never
+against anyclip's own output. The look-alike functions' numbers are checked against what those
+functions give when called here directly.
 """
 
 from __future__ import annotations
@@ -17,15 +19,15 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+#: One pytest-xdist worker runs this module: the demo (module-scoped ``demo``) runs once.
+pytestmark = pytest.mark.xdist_group("main")
+
 ROOT = Path(__file__).resolve().parent.parent
-#: A generous bound (the demo takes about 10 s on an idle machine; benchmarks/demo.py times it).
-DEMO_SECONDS = 120
 _NUMBER = re.compile(r"-?(?:nan|inf|\d+\.?\d*(?:e[-+]?\d+)?)")
 
 
@@ -44,7 +46,7 @@ def run_anyclip(*args: str, cwd: Path, block: tuple[str, ...] = ()) -> subproces
         [sys.executable, "-m", "anyclip", *args] if not block else [sys.executable, "-c", code]
     )
     return subprocess.run(
-        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
     )
 
 
@@ -87,11 +89,8 @@ def assert_float32(shown: str, expected: list[float], what: str) -> None:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> str:
     cwd = tmp_path_factory.mktemp("demo-cwd")
-    start = time.perf_counter()
     done = run_anyclip(cwd=cwd)
-    seconds = time.perf_counter() - start
     assert done.returncode == 0, done.stderr
-    assert seconds < DEMO_SECONDS, f"the demo took {seconds:.0f} s"
     assert list(cwd.iterdir()) == [], "the demo wrote files"
     # clean output: no warning (dask's RuntimeWarning on inf - inf computed lazily leaked here)
     assert done.stderr == "", done.stderr

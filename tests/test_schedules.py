@@ -19,6 +19,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+#: One pytest-xdist worker runs this module: TF's script (module-scoped ``tf_ref``) runs once.
+pytestmark = pytest.mark.xdist_group("schedules")
+
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_schedules.py"
 ULP = 3

@@ -10,6 +10,12 @@ reused.
 Both ``python -m anyclip_conformance`` and a source checkout's ``conftest.py`` call
 :func:`enable` first. The folder is ``$JAX_COMPILATION_CACHE_DIR`` when set, otherwise
 ``$XDG_CACHE_HOME/anyclip/jax`` (``~/.cache/anyclip/jax``).
+
+Each pytest-xdist worker (``PYTEST_XDIST_WORKER``: ``gw0``, ``gw1``, ...) gets a folder of its
+own inside it (``.../jax/gw0``): JAX writes a cache entry with a plain ``write_bytes`` (no lock
+without a size limit, no rename), so a second process reading the same entry while it is written
+reads it truncated, and JAX turns that into a warning, which the suite's warnings-as-errors
+make a failure. The subprocesses a worker starts inherit its folder.
 """
 
 from __future__ import annotations
@@ -38,9 +44,13 @@ def enable() -> Path:
     """Switch the cache on (settings already in the environment win); return its folder.
 
     Sets JAX's environment variables, which JAX reads when it is imported; when JAX is already
-    imported, sets its configuration too (it takes effect if nothing has compiled yet).
+    imported, sets its configuration too (it takes effect if nothing has compiled yet). In a
+    pytest-xdist worker the folder is the worker's own subfolder (see the module's docstring).
     """
     folder = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(default_dir()))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and Path(folder).name != worker:
+        folder = os.environ["JAX_COMPILATION_CACHE_DIR"] = str(Path(folder) / worker)
     for name, value in _SETTINGS.items():
         os.environ.setdefault(name, value)
     jax = sys.modules.get("jax")

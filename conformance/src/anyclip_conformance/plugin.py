@@ -12,6 +12,7 @@ to the report.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -29,7 +30,8 @@ from anyclip_conformance.reference import load_index, real_gradient_cases, sampl
 
 __all__ = ["backend", "get_backend", "grad_backend", "required_backends", "try_backend", "xp"]
 
-#: How often (in tests on a JAX backend) the suite looks at its memory: every 50 tests.
+#: How often (in tests on a JAX backend that is there) the suite looks at its memory: every 50
+#: tests.
 RELEASE_JAX_EVERY = 50
 
 #: Above this resident memory the compiled JAX programs are dropped
@@ -81,6 +83,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "conformance(variant): runs the catalogue case `case_id` in `variant` (eager, jit, "
         "grad or a route); its xfails/<backend>.txt entry is a strict xfail",
         "live_tf: compares with a live TensorFlow (needs --live-tf)",
+        # pytest-xdist's own marker, registered here too so that --strict-markers accepts it in
+        # a run without xdist installed
+        "xdist_group(name): under pytest-xdist's --dist loadgroup, one worker runs every test "
+        "of the group (modules whose module-scoped fixtures are expensive, or that must not run "
+        "beside each other)",
     ):
         config.addinivalue_line("markers", line)
     for option in ("--anyclip-backends", "--anyclip-sample"):
@@ -175,6 +182,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = xfail_reason(case_id, name, mark.kwargs.get("xfails", variant))
         if reason is not None:
             item.add_marker(pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError))
+    _xdist_groups(config, items)
+
+
+def _xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker under ``--dist loadgroup``: each grouped item's id ends ``@group``.
+
+    That suffix is how xdist's scheduler (in the controller) keeps a group on one worker; its
+    worker writes it into ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is
+    ``item._id``, a ``NodeId``): without this, ``xdist_group`` is silently ignored and a
+    module's module-scoped fixture runs in every worker (both gloo worlds twice, measured).
+    Where xdist's own suffix took effect (pytest before 9.2), nothing changes.
+    """
+    if not getattr(config.option, "loadgroup", False) or not hasattr(config, "workerinput"):
+        return
+    for item in items:
+        names = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if not names or item.nodeid.endswith(suffix):
+            continue
+        node_id = getattr(item, "_id", None)
+        if dataclasses.is_dataclass(node_id) and getattr(node_id, "names", ()):
+            # pytest >= 9.2: the parameters and the suffix go into the last name, so that the
+            # id reads the same however it is rebuilt (a report's id is rebuilt from the parts)
+            last = node_id.names[-1]
+            if node_id.params is not None:
+                last += f"[{node_id.params}]"
+            names = (*node_id.names[:-1], last + suffix)
+            item._id = dataclasses.replace(node_id, names=names, params=None)
+        else:
+            item._nodeid = item.nodeid + suffix
 
 
 _JAX_TESTS = [0]
@@ -184,10 +224,16 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     """Every :data:`RELEASE_JAX_EVERY` tests on JAX, drop the compiled programs if they hold much.
 
     "Much": the process's resident memory is above :data:`RELEASE_JAX_ABOVE` (where it cannot
-    be read, every time).
+    be read, every time). Counted and measured per process: each pytest-xdist worker looks at
+    its own tests and its own memory.
     """
     name = _item_backend(item)
     if name not in BACKEND_IDS or BackendId(name).library != "jax":
+        return
+    if not isinstance(_CACHE.get(name), Backend):
+        # a backend that is not there (jax-gpu on a CPU machine) compiled nothing: its skipped
+        # tests are as many as the JAX tests that ran, and counting them made the check (and
+        # dropping the programs, 10 s and more on a loaded machine) twice as frequent
         return
     _JAX_TESTS[0] += 1
     if _JAX_TESTS[0] % RELEASE_JAX_EVERY == 0 and _resident_bytes() > RELEASE_JAX_ABOVE:

@@ -36,7 +36,9 @@ from anyclip_conformance.backends import Backend
 from anyclip_conformance.cases import A, Case, Seq
 from anyclip_conformance.reference import functions
 
-pytestmark = pytest.mark.live_tf
+#: Under pytest-xdist one worker runs the module: TensorFlow is imported once (module-scoped
+#: ``tf_runner``), not in every worker.
+pytestmark = [pytest.mark.live_tf, pytest.mark.xdist_group("live-tf")]
 
 LIVE_BACKENDS = ["numpy", "torch", "jax"]
 FLOATS = ["float16", "bfloat16", "float32", "float64"]

@@ -88,9 +88,7 @@ def _holds_itself(node: Any, enclosing: tuple[Any, ...]) -> bool:
     return False
 
 
-def _structure(
-    node: Any, leaves: list[Any], path: str, enclosing: tuple[Any, ...] = ()
-) -> Rebuild:
+def _structure(node: Any, leaves: list[Any], path: str, enclosing: tuple[Any, ...] = ()) -> Rebuild:
     """Append ``node``'s leaves to ``leaves``; return how to rebuild it from new leaves.
 
     ``enclosing`` holds the containers ``node`` is inside, to refuse a container that holds

@@ -69,42 +69,51 @@ def _is_namedtuple(node: Any) -> bool:
 #: Under ``torch.compile`` the ancestors are compared only from this depth on (see below)
 _TRACED_CYCLE_DEPTH = 32
 
+#: The containers a node is inside, outermost first, each with its path
+Enclosing = tuple[tuple[Any, str], ...]
 
-def _holds_itself(node: Any, enclosing: tuple[Any, ...]) -> bool:
-    """Whether ``node`` is (by identity) one of the containers ``enclosing`` it.
 
+def _cycle_path(node: Any, path: str, enclosing: Enclosing) -> str | None:
+    """Where ``node`` first holds itself, if it is one of the containers ``enclosing`` it.
+
+    The path of the first container below the outermost copy of ``node`` that is ``node``
+    again: ``path`` itself in an eager call, which finds a cycle where it first closes.
     torch.compile before torch 2.13 can neither take the ``id()`` of a traced list or dict
     nor compare two distinct ones with ``is`` (Dynamo's "Failed to trace builtin operator
     `is_`"), so while it traces, a tree is checked only deeper than ``_TRACED_CYCLE_DEPTH``
     containers, where a cycle must show and no real tree goes; the compiled call then stops
-    there (a graph break, so without ``fullgraph`` the call runs eagerly and raises the
-    ``ValueError``) instead of recursing until Dynamo's ``RecursionError``.
+    there (without ``fullgraph`` the call runs eagerly and raises the same ``ValueError``)
+    instead of recursing until Dynamo's ``RecursionError``.
     """
     if len(enclosing) < _TRACED_CYCLE_DEPTH and torch_compiling():
-        return False
-    for c in enclosing:
+        return None
+    seen = False
+    for c, at in enclosing:
         if c is node:
-            return True
-    return False
+            if seen:
+                return at
+            seen = True
+    return path if seen else None
 
 
-def _structure(node: Any, leaves: list[Any], path: str, enclosing: tuple[Any, ...] = ()) -> Rebuild:
+def _structure(node: Any, leaves: list[Any], path: str, enclosing: Enclosing = ()) -> Rebuild:
     """Append ``node``'s leaves to ``leaves``; return how to rebuild it from new leaves.
 
-    ``enclosing`` holds the containers ``node`` is inside, to refuse a container that holds
-    itself (Python would recurse until ``RecursionError``).
+    ``enclosing`` holds the containers ``node`` is inside, with their paths, to refuse a
+    container that holds itself (Python would recurse until ``RecursionError``).
     """
     if node is None or is_array(node) or is_sparse(node):  # a sparse array is one leaf
         leaves.append(node)
         return next
     if isinstance(node, (dict, list, tuple)):
-        if _holds_itself(node, enclosing):
+        cycle = _cycle_path(node, path, enclosing)
+        if cycle is not None:
             msg = (
-                f"`tree` must not contain itself: the {type(node).__name__} at tree{path} is "
+                f"`tree` must not contain itself: the {type(node).__name__} at tree{cycle} is "
                 "one of its own ancestors; pass a tree without cycles"
             )
             raise ValueError(msg)
-        enclosing = (*enclosing, node)
+        enclosing = (*enclosing, (node, path))
     if isinstance(node, dict):
         keys = list(node)
         subs = [_structure(node[k], leaves, f"{path}[{k!r}]", enclosing) for k in keys]
@@ -160,9 +169,7 @@ def _same_sequence(node: Any, values: list[Any]) -> Any:
     return out
 
 
-def _jax_structure(
-    node: Any, leaves: list[Any], path: str, enclosing: tuple[Any, ...]
-) -> Rebuild | None:
+def _jax_structure(node: Any, leaves: list[Any], path: str, enclosing: Enclosing) -> Rebuild | None:
     """A JAX pytree node (only when JAX is already imported: anyclip never imports it)."""
     if "jax" not in sys.modules:
         return None
@@ -178,7 +185,7 @@ def _jax_structure(
     mark = len(leaves)
     try:
         subs = [
-            _structure(c, leaves, f"{path}.<{i}>", (*enclosing, node))
+            _structure(c, leaves, f"{path}.<{i}>", (*enclosing, (node, path)))
             for i, c in enumerate(children)
         ]
     except TypeError:  # a bad leaf inside: the message names this node

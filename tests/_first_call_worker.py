@@ -127,6 +127,14 @@ def _torch_case_scenarios(torch: Any, dtype: Any) -> dict[str, Callable[[], None
                     ts[0].requires_grad_(True)
                 return ts
 
+            if case.min_torch is not None and torch.__version__ < case.min_torch:
+                # declared: this torch's Dynamo refuses the case (test_compile's min_torch)
+                try:
+                    torch.compile(case.fn, fullgraph=True, backend="aot_eager")(*inputs())
+                except torch._dynamo.exc.Unsupported:
+                    return
+                msg = f"{name}: torch {torch.__version__} traced it; lower its min_torch"
+                raise AssertionError(msg)
             results = []
             for fn in (torch.compile(case.fn, fullgraph=True, backend="aot_eager"), case.fn):
                 args = inputs()

@@ -120,13 +120,19 @@ def namespace(*arrays: Any, names: Sequence[str] = ()) -> Namespace:
     TypeError
         When the arrays come from different libraries.
     """
-    spaces = {_namespace_of(a) for a in {type(a): a for a in arrays}.values()} - {None}
-    if not spaces:
-        return default_namespace()
-    if len(spaces) == 1:
-        (xp,) = spaces
-        if xp is not None:
-            return xp
+    # Namespaces are compared by identity, never hashed: torch.compile before 2.13 cannot
+    # hash a module (Dynamo's "cannot determine whether the underlying object is hashable").
+    found = None
+    for a in {type(a): a for a in arrays}.values():
+        xp = _namespace_of(a)
+        if xp is None:
+            continue
+        if found is None:
+            found = xp
+        elif xp is not found:
+            break  # a mix of libraries: walk the arguments below to name two of them
+    else:
+        return default_namespace() if found is None else found
     found = None
     first = 0
     for i, a in enumerate(arrays):
@@ -278,6 +284,12 @@ def memo_by_dtype(
         return compute(xp, dtype)
     cache[key] = value
     return value
+
+
+def torch_compiling() -> bool:
+    """Whether ``torch.compile`` is tracing the caller (False when torch is not imported)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.compiler.is_compiling())
 
 
 def is_functorch_wrapped(a: Any) -> bool:

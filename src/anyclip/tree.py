@@ -35,7 +35,7 @@ from typing import Any, TypeVar, cast, overload
 
 from anyclip import _clip
 from anyclip._adaptive import adaptive_clip, clip_by_block_rms, norm
-from anyclip._compat import is_array, namespace
+from anyclip._compat import is_array, namespace, torch_compiling
 from anyclip._keywords import hints_keywords
 from anyclip._per_example import per_example_clip, per_example_layer_clip
 from anyclip._sparse import is_sparse
@@ -62,28 +62,58 @@ Rebuild = Callable[[Iterator[Any]], Any]
 
 
 def _is_namedtuple(node: Any) -> bool:
-    return isinstance(node, tuple) and hasattr(type(node), "_fields")
+    # getattr, not hasattr: torch.compile before 2.13 cannot trace hasattr on a class
+    return isinstance(node, tuple) and isinstance(getattr(type(node), "_fields", None), tuple)
 
 
-def _structure(
-    node: Any, leaves: list[Any], path: str, enclosing: frozenset[int] = frozenset()
-) -> Rebuild:
+#: Under ``torch.compile`` the ancestors are compared only from this depth on (see below)
+_TRACED_CYCLE_DEPTH = 32
+
+#: The containers a node is inside, outermost first, each with its path
+Enclosing = tuple[tuple[Any, str], ...]
+
+
+def _cycle_path(node: Any, path: str, enclosing: Enclosing) -> str | None:
+    """Where ``node`` first holds itself, if it is one of the containers ``enclosing`` it.
+
+    The path of the first container below the outermost copy of ``node`` that is ``node``
+    again: ``path`` itself in an eager call, which finds a cycle where it first closes.
+    torch.compile before torch 2.13 can neither take the ``id()`` of a traced list or dict
+    nor compare two distinct ones with ``is`` (Dynamo's "Failed to trace builtin operator
+    `is_`"), so while it traces, a tree is checked only deeper than ``_TRACED_CYCLE_DEPTH``
+    containers, where a cycle must show and no real tree goes; the compiled call then stops
+    there (without ``fullgraph`` the call runs eagerly and raises the same ``ValueError``)
+    instead of recursing until Dynamo's ``RecursionError``.
+    """
+    if len(enclosing) < _TRACED_CYCLE_DEPTH and torch_compiling():
+        return None
+    seen = False
+    for c, at in enclosing:
+        if c is node:
+            if seen:
+                return at
+            seen = True
+    return path if seen else None
+
+
+def _structure(node: Any, leaves: list[Any], path: str, enclosing: Enclosing = ()) -> Rebuild:
     """Append ``node``'s leaves to ``leaves``; return how to rebuild it from new leaves.
 
-    ``enclosing`` holds the ids of the containers ``node`` is inside, to refuse a container
-    that holds itself (Python would recurse until ``RecursionError``).
+    ``enclosing`` holds the containers ``node`` is inside, with their paths, to refuse a
+    container that holds itself (Python would recurse until ``RecursionError``).
     """
     if node is None or is_array(node) or is_sparse(node):  # a sparse array is one leaf
         leaves.append(node)
         return next
     if isinstance(node, (dict, list, tuple)):
-        if id(node) in enclosing:
+        cycle = _cycle_path(node, path, enclosing)
+        if cycle is not None:
             msg = (
-                f"`tree` must not contain itself: the {type(node).__name__} at tree{path} is "
+                f"`tree` must not contain itself: the {type(node).__name__} at tree{cycle} is "
                 "one of its own ancestors; pass a tree without cycles"
             )
             raise ValueError(msg)
-        enclosing = enclosing | {id(node)}
+        enclosing = (*enclosing, (node, path))
     if isinstance(node, dict):
         keys = list(node)
         subs = [_structure(node[k], leaves, f"{path}[{k!r}]", enclosing) for k in keys]
@@ -139,9 +169,7 @@ def _same_sequence(node: Any, values: list[Any]) -> Any:
     return out
 
 
-def _jax_structure(
-    node: Any, leaves: list[Any], path: str, enclosing: frozenset[int]
-) -> Rebuild | None:
+def _jax_structure(node: Any, leaves: list[Any], path: str, enclosing: Enclosing) -> Rebuild | None:
     """A JAX pytree node (only when JAX is already imported: anyclip never imports it)."""
     if "jax" not in sys.modules:
         return None
@@ -157,7 +185,7 @@ def _jax_structure(
     mark = len(leaves)
     try:
         subs = [
-            _structure(c, leaves, f"{path}.<{i}>", enclosing | {id(node)})
+            _structure(c, leaves, f"{path}.<{i}>", (*enclosing, (node, path)))
             for i, c in enumerate(children)
         ]
     except TypeError:  # a bad leaf inside: the message names this node

@@ -522,7 +522,7 @@ class _Skipper:
                 )
                 raise TypeError(msg)
             if not isinstance(loss, torch.Tensor):  # filled on the device: no host copy
-                loss = torch.full((), getattr(loss, "item", lambda: loss)(), device=norm.device)
+                loss = torch.full((), float(loss), device=norm.device)
             loss = torch.as_tensor(loss, device=norm.device).detach()
         d = _history.spike_step(
             xp,

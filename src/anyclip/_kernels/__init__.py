@@ -28,7 +28,6 @@ Importing this package imports no framework.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +45,7 @@ from anyclip._kernels._numpy import NumpyKernels
 from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, plain_norm
 from anyclip._kernels._tforder import (
     numpy_rows_in_order,
+    rounded_apart,
     tf_order_row_sums,
     tf_order_vector_sum,
 )
@@ -131,22 +131,6 @@ def kernels_for(xp: Namespace, arrays: Sequence[Any], dtype: Any = None) -> Kern
 def _choose_flushing(xp: Namespace, dtype: Any) -> Kernels:
     k = _choose(xp, dtype)
     return _FLUSHING.get(k.name, k)  # JAX's own on the CPU: XLA:CPU flushes
-
-
-def rounded_apart(xp: Namespace, x: Any) -> Any:
-    """``x``, rounded on its own before the additions it feeds (the identity, bar under JAX).
-
-    XLA contracts a product that feeds an addition into one fused multiply-add under
-    ``jax.jit`` (one rounding instead of two), which TF's kernels do not do. A select
-    between them stops the contraction: ``where(isnan(x), nan, x)`` is ``x`` (a NaN stays
-    NaN) and passes ``jax.grad`` and ``jax.vmap`` through (measured on XLA's CPU backend;
-    ``optimization_barrier`` is dropped before fusion there and does not). Other libraries
-    round each operation already.
-    """
-    if library(xp) != "jax":
-        return x
-    nan = xp.asarray(math.nan, dtype=x.dtype)
-    return xp.where(xp.isnan(x), nan, x)
 
 
 def tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any | None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._compat import device, dtype_name, is_functorch_wrapped, library
-from anyclip._kernels._tforder import tf_order_squares
+from anyclip._kernels._tforder import rounded_apart, tf_order_squares
 from anyclip._numerics import constant, reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
@@ -169,7 +169,10 @@ class Kernels:
         if total is not None:
             return total
         half = [_half_square_sum(xp, v) for v in arrays]
-        return reduce_sum(xp, xp.stack(half), None, keepdims=False)
+        stacked = xp.stack(half)
+        if dtype_name(stacked.dtype) in _HALVED_FIRST:  # each l2_loss rounded to its dtype
+            stacked = rounded_apart(xp, stacked)
+        return reduce_sum(xp, stacked, None, keepdims=False)
 
     def total_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any = None) -> Any:
         """:meth:`half_squares` of every array of the call, as one 0-d array.
@@ -410,10 +413,17 @@ def _half_square_sum(xp: Namespace, v: Any) -> Any:
     small float16 gradients is smaller than the norm of their sum of squares (0 for gradients
     of about 1e-4). In float32 and float64 ``sum(v * v) * 0.5`` is the same value (TF's CPU
     kernels flush the subnormal halves that would differ) and one step fewer.
+
+    Under ``jax.jit`` on a CPU without native float16 arithmetic, XLA computes a half-precision
+    product feeding a reduction in float32 and drops its rounding to the half type (it allows
+    "excess precision"): squares too small for float16 were then kept, and a real model's
+    float16 norm came out 22 ULP from TF's. Each product is rounded apart
+    (:func:`~anyclip._kernels._tforder.rounded_apart`), as eagerly.
     """
     half = constant(xp, 0.5, v.dtype, v)
     if dtype_name(v.dtype) in _HALVED_FIRST:
-        return reduce_sum(xp, v * v * half, None, keepdims=False)
+        halves = rounded_apart(xp, rounded_apart(xp, v * v) * half)
+        return reduce_sum(xp, halves, None, keepdims=False)
     return reduce_sum(xp, v * v, None, keepdims=False) * half
 
 

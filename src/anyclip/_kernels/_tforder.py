@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from anyclip._compat import device
+from anyclip._compat import device, library
 from anyclip._numerics import constant
 
 __all__ = [
@@ -664,6 +664,22 @@ def tf_order_row_sums(
     return _walk(tree, sums)
 
 
+def rounded_apart(xp: Any, x: Any) -> Any:
+    """``x``, rounded on its own before the additions it feeds (the identity, bar under JAX).
+
+    XLA contracts a product that feeds an addition into one fused multiply-add under
+    ``jax.jit`` (one rounding instead of two), which TF's kernels do not do. A select
+    between them stops the contraction: ``where(isnan(x), nan, x)`` is ``x`` (a NaN stays
+    NaN) and passes ``jax.grad`` and ``jax.vmap`` through (measured on XLA's CPU backend;
+    ``optimization_barrier`` is dropped before fusion there and does not). Other libraries
+    round each operation already.
+    """
+    if library(xp) != "jax":
+        return x
+    nan = xp.asarray(math.nan, dtype=x.dtype)
+    return xp.where(xp.isnan(x), nan, x)
+
+
 def _squarer(xp: Any, like: Any, factor: float) -> Any:
     """``x -> (x * x) * factor``, each product rounded apart (no fused multiply-add).
 
@@ -671,8 +687,6 @@ def _squarer(xp: Any, like: Any, factor: float) -> Any:
     array from the constant cache: on torch filled on the device, not copied from the host
     (a host sync at every call on a GPU).
     """
-    from anyclip._kernels import rounded_apart  # the package imports this module
-
     k = constant(xp, factor, like.dtype, like)
 
     def prep(x: Any) -> Any:

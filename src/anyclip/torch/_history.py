@@ -551,17 +551,7 @@ class _Skipper:
         loss: Any = None,
         grad_norm: torch.Tensor | None = None,
     ) -> Any:
-        """Take the wrapped optimizer's step unless the norm (or loss) spikes or is not finite.
-
-        ``grad_norm``: the global gradient norm, if already computed (e.g. the value
-        :func:`anyclip.torch.clip_grad_norm_` returned: its pre-clip norm); otherwise anyclip's
-        global norm of all gradients is computed here. ``loss``: this step's loss (needed with
-        ``on_loss=True``, ignored otherwise). A skipped step leaves the parameters and every
-        tensor of the optimizer's state as they were (selected with ``torch.where``; state the
-        step created is left as never created: reset to torch's initial values, and SGD's
-        momentum buffer flagged so that its next taken step starts afresh); it returns what
-        the optimizer's ``step`` returned.
-        """
+        """:meth:`SkipOnSpike.step` (which documents it): decide, step, undo if skipped."""
         saved = self.before_step(loss=loss, grad_norm=grad_norm)
         out = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
         self.after_step(saved)

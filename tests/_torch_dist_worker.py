@@ -600,9 +600,12 @@ def history(world: int, rank: int) -> None:
             scale = 30.0 if step in (12, 22, 27) else 1.0
             for p, i in zip(params, indices, strict=True):
                 p.grad = full[i] * scale
+            # the spike is decided on the raw norm (after ZClip and QuantileClip it is gone:
+            # OLMo-core's one-sided rule then has nothing to skip)
+            raw = anyclip.torch.get_total_norm([p.grad for p in params], group=grp)
             zc.step(params)
             qc.step()
-            opt.step()
+            opt.step(grad_norm=raw)
             grads_out.append(np.concatenate([p.grad.numpy().ravel() for p in params]))
             stats += [float(zc.history.mean), float(zc.threshold), int(opt.skipped)]
         return grads_out, stats
@@ -739,14 +742,22 @@ def _split(a: torch.Tensor, axis: int, world: int, rank: int) -> torch.Tensor:
 
 
 def _close(
-    got: torch.Tensor, want: torch.Tensor, what: str, ulp: int = ULP_DIST, scaled: bool = False
+    got: torch.Tensor,
+    want: torch.Tensor,
+    what: str,
+    ulp: int = ULP_DIST,
+    scaled: bool = False,
+    magnitude: torch.Tensor | None = None,
 ) -> None:
     """Within ``ulp`` float32 ULP of each value (``scaled``: of the array's largest value, for
-    sums over the examples of terms of both signs, whose factors moved by an ULP or two)."""
+    sums over the examples of terms of both signs, whose factors moved by an ULP or two;
+    ``magnitude``: of the largest sum of the terms' absolute values, where the terms cancel
+    so far that the result's largest value says nothing of their rounding errors)."""
     assert got.dtype == want.dtype and got.shape == want.shape, (what, got.shape, want.shape)
     ref = np.abs(want.double().numpy())
     if scaled and ref.size:
-        ref = np.full_like(ref, ref.max())
+        top = ref.max() if magnitude is None else float(magnitude.abs().max())
+        ref = np.full_like(ref, top)
     tol = ulp * np.spacing(ref.astype(np.float32))
     err = np.abs(got.double().numpy() - want.double().numpy())
     assert np.all(err <= tol + 1e-30), f"{what}: {float((err / (tol + 1e-30)).max())} x {ulp} ULP"
@@ -843,7 +854,11 @@ def layer_rules(world: int, rank: int) -> None:
         for k in shapes:
             _close(norms[k], alone_norms[k], f"{style} norms {k}")
             want = _split(alone[k], axes[k] - 1, world, rank)  # the batch axis is summed away
-            _close(got[k], want, f"{style} leaf {k}", scaled=True)
+            # a sum over the examples of factor * gradient: its error is in ULP of the terms'
+            # absolute sum (4 ranks on this 2-core machine: 5 ULP of the result's largest
+            # value for the "dense" leaf, at the base commit too)
+            terms = _split(full[k].abs().sum(0), axes[k] - 1, world, rank)
+            _close(got[k], want, f"{style} leaf {k}", scaled=True, magnitude=terms)
             same_on_every_rank(norms[k].tolist())
         clipped = torch.cat([alone_norms[k] > 0.7 / len(shapes) ** 0.5 for k in shapes])
         assert bool(clipped.any()) and not bool(clipped.all()), alone_norms  # some clipped
@@ -966,6 +981,9 @@ def main() -> None:
             results[name] = "ok"
         except Exception:  # noqa: BLE001 - reported per scenario to the test
             results[name] = f"rank {rank}: " + traceback.format_exc()
+            # in the log too: a rank that fails between two collectives leaves the others
+            # waiting, and the results file is then never written
+            print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
         dist.barrier()
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, results)

@@ -123,29 +123,36 @@ def first_calls(tmp_path: Path) -> Callable[..., None]:
 
     def _run(mode: str, *, at_least: int) -> None:
         out = tmp_path / f"{mode}.json"
-        worker = Path(__file__).with_name("_first_call_worker.py")
-        # the warning filters of pyproject.toml's pytest section: a warning is an error
-        warnings = [
-            "-W",
-            "error",
-            "-W",
-            "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
-            "-W",
-            "ignore:<class 'torch.autograd.function.Function'> should not be "
-            "instantiated:DeprecationWarning",
-        ]
-        proc = subprocess.run(
-            [sys.executable, *warnings, str(worker), mode, str(out)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        results: dict[str, str] = json.loads(out.read_text())
+        results: dict[str, str] = run_json_worker("_first_call_worker.py", mode, out=out)
         failed = {name: why for name, why in results.items() if why != "ok"}
         report = "\n\n".join(f"== {name}\n{why}" for name, why in failed.items())
         assert not failed, f"{len(failed)} of {len(results)} {mode} scenarios failed:\n{report}"
         assert len(results) >= at_least, sorted(results)
 
     return _run
+
+
+def run_json_worker(script: str, *args: str, out: Path, timeout: float = 600) -> Any:
+    """Run ``tests/<script> *args <out>`` in a fresh Python; the JSON it wrote to ``out``.
+
+    Warnings are errors there, as in the test run (the filters of pyproject.toml's pytest
+    section); a non-zero exit fails the calling test with the worker's stderr.
+    """
+    warnings = [
+        "-W",
+        "error",
+        "-W",
+        "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
+        "-W",
+        "ignore:<class 'torch.autograd.function.Function'> should not be "
+        "instantiated:DeprecationWarning",
+    ]
+    proc = subprocess.run(
+        [sys.executable, *warnings, str(Path(__file__).with_name(script)), *args, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())

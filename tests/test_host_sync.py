@@ -16,13 +16,13 @@ norm to raise.
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .conftest import run_json_worker
 
 _WORKER = Path(__file__).with_name("_host_sync_worker.py")
 
@@ -48,22 +48,7 @@ def fake_device_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The worker's results: every scenario and probe on the fake accelerator, twice."""
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("host_sync") / "results.json"
-    # warnings are errors there, as in the test run (the filters of pyproject.toml)
-    warnings = [
-        "-W",
-        "error",
-        "-W",
-        "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
-    ]
-    proc = subprocess.run(
-        [sys.executable, *warnings, str(_WORKER), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results: dict[str, Any] = json.loads(out.read_text())
+    results: dict[str, Any] = run_json_worker("_host_sync_worker.py", out=out)
     return results
 
 

@@ -22,13 +22,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
-from anyclip import _gradients
 from anyclip._compat import dtype_name, is_array, namespace
 from anyclip._kernels import kernels_for
 from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
-from anyclip._policy import dtype_kind, resolve_accumulate_dtype, widest_float
+from anyclip._policy import dtype_kind, resolve_accumulate_dtype, scalar_operand, widest_float
+from anyclip._pytree import flatten
 from anyclip._sparse import is_sparse
 from anyclip._typing import Namespace
 
@@ -36,7 +36,6 @@ __all__ = [
     "adaptive_clip",
     "clip_by_block_rms",
     "norm",
-    "scalar_operand",
     "unit_axes",
 ]
 
@@ -49,12 +48,6 @@ _DIV_EPS = 1e-6
 
 
 # ------------------------------------------------------------------ arguments
-def _flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
-    from anyclip.tree import flatten  # anyclip.tree imports this module
-
-    return flatten(tree)
-
-
 def _is_namedtuple(node: Any) -> bool:
     return isinstance(node, tuple) and hasattr(type(node), "_fields")
 
@@ -157,54 +150,6 @@ def _floating_leaves(
                 "cast it with astype (for example to float32)"
             )
             raise TypeError(msg)
-
-
-def scalar_operand(
-    xp: Namespace,
-    value: Any,
-    dtype: Any,
-    like: Any,
-    name: str,
-    *,
-    positive: bool = False,
-    nonnegative: bool = False,
-) -> Any:
-    """``value`` (a real Python number or a 0-d real array) as a 0-d array of ``dtype``.
-
-    A Python number or a NumPy array is checked on the host (``positive``: ``> 0``;
-    ``nonnegative``: ``>= 0``); another array is only cast (reading its value would sync the
-    device), and with ``nonnegative`` a negative value counts as 0 (``maximum(value, 0)``, as
-    ``tf.clip_by_norm`` clamps an array ``clip_norm``).
-    """
-    if isinstance(value, bool) or not (isinstance(value, numbers.Real) or is_array(value)):
-        msg = f"`{name}` must be a real number or a 0-d array, got {type(value).__name__}"
-        raise TypeError(msg)
-    if not is_array(value):
-        v = float(value)
-        if math.isnan(v) or (positive and v <= 0) or (nonnegative and v < 0):
-            want = "> 0" if positive else ">= 0" if nonnegative else "a number"
-            msg = f"`{name}` must be {want}, got {value!r}; pass a {want} value"
-            raise ValueError(msg)
-        return constant(xp, v, dtype, like)
-    if tuple(value.shape) != ():
-        msg = (
-            f"`{name}` must be a number or a 0-d array, got an array of shape "
-            f"{tuple(value.shape)}; pass one value for every leaf"
-        )
-        raise ValueError(msg)
-    np = sys.modules.get("numpy")
-    if (positive or nonnegative) and np is not None and isinstance(value, np.ndarray):
-        # a host value: checked as a number (np.array(-1.0) flipped gradients under optax)
-        scalar_operand(xp, value[()], dtype, like, name, positive=positive, nonnegative=nonnegative)
-    if namespace(value) is not xp:
-        value = constant(xp, value, dtype, like)
-    elif value.dtype != dtype:
-        value = xp.astype(value, dtype)
-    if nonnegative:
-        # a device value is not read (a host sync): a negative one counts as 0, as
-        # tf.clip_by_norm's maximum(clip_norm, 0)
-        value = _gradients.maximum(xp, value, constant(xp, 0.0, dtype, like))
-    return value
 
 
 def _real_dtype(xp: Namespace, dtype: Any) -> Any:
@@ -335,7 +280,7 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
     """
     o = _norm_ord(ord)
     try:
-        leaves, _ = _flatten(tree)
+        leaves, _ = flatten(tree)
     except TypeError as err:  # a Python float leaf (or a bad leaf: the flattening's words)
         try:
             leaves = _leaves_with_floats(tree, frozenset())
@@ -361,11 +306,11 @@ def _leaves_with_floats(node: Any, enclosing: frozenset[int]) -> list[Any]:
         return [node]
     if isinstance(node, (dict, list, tuple)):
         if id(node) in enclosing:
-            return _flatten(node)[0]  # the flattening names the cycle
+            return flatten(node)[0]  # the flattening names the cycle
         inner = enclosing | {id(node)}
         items = node.values() if isinstance(node, dict) else node
         return [leaf for item in items for leaf in _leaves_with_floats(item, inner)]
-    return _flatten(node)[0]
+    return flatten(node)[0]
 
 
 # ------------------------------------------------------------------- block RMS
@@ -425,7 +370,7 @@ def clip_by_block_rms(tree: TreeT, threshold: Any) -> TreeT:
     >>> tree.clip_by_block_rms({"w": np.array([3.0, -4.0, 0.0, 0.0], np.float32)}, 1.0)
     {'w': array([ 1.2, -1.6,  0. ,  0. ], dtype=float32)}
     """
-    leaves, unflatten = _flatten(tree)
+    leaves, unflatten = flatten(tree)
     arrays = [a for a in leaves if a is not None]
     xp = namespace(*arrays, names=_leaf_names(len(arrays), "tree"))
     _floating_leaves(xp, arrays, "tree", ("real", "complex"))
@@ -680,8 +625,8 @@ def adaptive_clip(
         msg = f"`layout` must be one of {LAYOUTS}, got {layout!r}"
         raise ValueError(msg)
     p_ord = _norm_type(norm_type)
-    g_leaves, unflatten = _flatten(grads)
-    p_leaves, _ = _flatten(_paired(params, grads))
+    g_leaves, unflatten = flatten(grads)
+    p_leaves, _ = flatten(_paired(params, grads))
     if len(g_leaves) != len(p_leaves):
         msg = (
             f"`params` must have the structure of `grads`: got {len(p_leaves)} leaves in "

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from anyclip._compat import library
+from anyclip._compat import library, torch_compiling
+from anyclip._numerics import rsqrt_rounded_once, tf_rsqrt_grad
 from anyclip._typing import Namespace
 
 __all__ = ["abs", "maximum", "minimum", "rsqrt"]
@@ -60,33 +61,8 @@ def _make_torch_functions() -> dict[str, Any]:
 
 def _torch_function(name: str) -> Any:
     """The autograd Function ``name``; with forward mode, except while torch.compile traces."""
-    import torch
-
     fns = _torch_functions()
-    return fns[name] if torch.compiler.is_compiling() else fns[name + "+jvp"]
-
-
-def _rsqrt_rounded_once(xp: Any, x: Any) -> Any:
-    """``1 / sqrt(x)``; float16 and bfloat16 computed in float32 and rounded once, as TF's."""
-    name = str(getattr(x.dtype, "name", x.dtype)).rsplit(".", 1)[-1]
-    if name in ("float16", "bfloat16"):
-        return xp.astype(1 / xp.sqrt(xp.astype(x, xp.float32)), x.dtype)
-    return 1 / xp.sqrt(x)
-
-
-def _tf_rsqrt_grad(mod: Any, r: Any, dy: Any) -> Any:
-    """TF's RsqrtGrad, ``-0.5 * r**3 * dy`` in TF's order of operations; 0 where ``dy`` is 0.
-
-    Eigen's ``scalar_rsqrt_gradient_op`` (its packet path, the one TF takes on arrays; the
-    scalar path rounds the same products) is ``mul_no_nan(-0.5 * (r * r), mul_no_nan(r,
-    dy))``: ``r * dy`` and ``r * r`` are rounded apart and then multiplied, each step in
-    ``r``'s dtype (float16 and bfloat16 too). The order matters where l2_normalize's gradient
-    cancels: ``-0.5 * dy * (r * r * r)`` left ``-6.1e-05`` where TF's gradient of a
-    one-element float32 ``l2_normalize`` is exactly 0.
-    """
-    zero = mod.zeros_like(dy)
-    r_dy = mod.where(dy == 0, zero, r * dy)
-    return mod.where(r_dy == 0, zero, (-0.5 * (r * r)) * r_dy)
+    return fns[name] if torch_compiling() else fns[name + "+jvp"]
 
 
 def _make_jax_functions() -> dict[str, Any]:
@@ -123,14 +99,14 @@ def _make_jax_functions() -> dict[str, Any]:
     # the tangent, cannot express: this one is a custom_vjp (reverse mode only).
     @jax.custom_vjp
     def tf_rsqrt(x: Any) -> Any:
-        return _rsqrt_rounded_once(jnp, x)
+        return rsqrt_rounded_once(jnp, x)
 
     def rsqrt_fwd(x: Any) -> Any:
-        r = _rsqrt_rounded_once(jnp, x)
+        r = rsqrt_rounded_once(jnp, x)
         return r, r
 
     def rsqrt_bwd(r: Any, dy: Any) -> Any:
-        return (_tf_rsqrt_grad(jnp, r, dy),)  # in r's dtype, each product rounded (as TF)
+        return (tf_rsqrt_grad(jnp, r, dy),)  # in r's dtype, each product rounded (as TF)
 
     tf_rsqrt.defvjp(rsqrt_fwd, rsqrt_bwd)
 
@@ -183,7 +159,7 @@ def rsqrt(xp: Namespace, x: Any) -> Any:
         return torch.rsqrt(x)
     if lib == "jax":
         return _jax_functions()["rsqrt"](x)
-    return _rsqrt_rounded_once(xp, x)
+    return rsqrt_rounded_once(xp, x)
 
 
 def abs(xp: Namespace, x: Any) -> Any:

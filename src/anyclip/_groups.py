@@ -27,6 +27,7 @@ from anyclip._kernels import GENERIC, kernels_for
 from anyclip._kernels._dist import GroupKernels, check_group, group_namespace, zero_partial
 from anyclip._numerics import constant
 from anyclip._policy import ListNames, floating_list, resolve_accumulate_dtype
+from anyclip._pytree import flatten
 from anyclip._sparse import is_sparse, values_list
 from anyclip._typing import Namespace
 
@@ -65,8 +66,6 @@ def tree_labels(tree: Any, labels: Any) -> list[Hashable]:
 
 def _walk(node: Any, labels: Any, where: str, out: list[Hashable]) -> None:
     if isinstance(labels, (str, int)) and not isinstance(labels, bool):  # a prefix label
-        from anyclip.tree import flatten
-
         out.extend(labels for _ in flatten(node)[0])
         return
     if _is_leaf(node) or type(node).__name__ == "matrix":

@@ -5,18 +5,26 @@ kept apart from :mod:`anyclip._compat` (which only knows namespaces, devices and
 TF's sums (bfloat16 in float32, one pass over several JAX axes), complex numbers built from
 their parts, the correctly rounded square root, the cache of 0-d constants, NumPy's warning
 guard, the float overflow threshold, NumPy scalars turned back into 0-d arrays and TF's cast of
-a float to an integer dtype (NaN, inf and out-of-range values included).
+a float to an integer dtype (NaN, inf and out-of-range values included), and TF's rounding
+of ``rsqrt`` and of its gradient (which the gradient rules of :mod:`anyclip._gradients` and
+its torch Functions in :mod:`anyclip._torch_autograd` share).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import sys
 from collections.abc import Callable
 from typing import Any
 
-from anyclip._compat import device, dtype_name, is_numpy_scalar, library, may_be_sharded
+from anyclip._compat import (
+    device,
+    dtype_name,
+    is_numpy_scalar,
+    library,
+    may_be_sharded,
+    torch_compiling,
+)
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -26,19 +34,16 @@ __all__ = [
     "float_overflow_threshold",
     "quiet",
     "reduce_sum",
+    "rsqrt_rounded_once",
     "sqrt",
     "tf_cast",
+    "tf_rsqrt_grad",
 ]
 
 #: 0-d constants made from Python scalars, by (value, sign, type, dtype, device). They are
 #: internal operands only (never returned to a caller), so sharing them is safe.
 _CONSTANTS: dict[tuple[Any, ...], Any] = {}
 _CONSTANTS_MAX = 512
-
-
-def _torch_compiling() -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and bool(torch.compiler.is_compiling())
 
 
 def _torch_shareable(t: Any) -> bool:
@@ -71,7 +76,7 @@ def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
         if lib == "torch" and type(value) is complex:
             return _torch_filled(xp, value, dtype, dev)
         return xp.asarray(value, dtype=dtype, device=dev)
-    if lib == "torch" and _torch_compiling():
+    if lib == "torch" and torch_compiling():
         return xp.asarray(value, dtype=dtype, device=dev)
     key = (value, math.copysign(1.0, value), type(value), dtype, dev)
     try:
@@ -321,3 +326,26 @@ def _low_32_bits(xp: Namespace, t: Any) -> Any:
     two32 = constant(xp, 2.0**32, t.dtype, t)
     low = xp.astype(a - xp.floor(a / two32) * two32, xp.uint32)
     return xp.where(t < constant(xp, 0.0, t.dtype, t), xp.zeros_like(low) - low, low)
+
+
+def rsqrt_rounded_once(xp: Any, x: Any) -> Any:
+    """``1 / sqrt(x)``; float16 and bfloat16 computed in float32 and rounded once, as TF's."""
+    name = str(getattr(x.dtype, "name", x.dtype)).rsplit(".", 1)[-1]
+    if name in ("float16", "bfloat16"):
+        return xp.astype(1 / xp.sqrt(xp.astype(x, xp.float32)), x.dtype)
+    return 1 / xp.sqrt(x)
+
+
+def tf_rsqrt_grad(mod: Any, r: Any, dy: Any) -> Any:
+    """TF's RsqrtGrad, ``-0.5 * r**3 * dy`` in TF's order of operations; 0 where ``dy`` is 0.
+
+    Eigen's ``scalar_rsqrt_gradient_op`` (its packet path, the one TF takes on arrays; the
+    scalar path rounds the same products) is ``mul_no_nan(-0.5 * (r * r), mul_no_nan(r,
+    dy))``: ``r * dy`` and ``r * r`` are rounded apart and then multiplied, each step in
+    ``r``'s dtype (float16 and bfloat16 too). The order matters where l2_normalize's gradient
+    cancels: ``-0.5 * dy * (r * r * r)`` left ``-6.1e-05`` where TF's gradient of a
+    one-element float32 ``l2_normalize`` is exactly 0.
+    """
+    zero = mod.zeros_like(dy)
+    r_dy = mod.where(dy == 0, zero, r * dy)
+    return mod.where(r_dy == 0, zero, (-0.5 * (r * r)) * r_dy)

@@ -36,7 +36,6 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
-from anyclip._adaptive import scalar_operand
 from anyclip._compat import device, dtype_name, namespace
 from anyclip._core import global_scale
 from anyclip._kernels import (
@@ -50,7 +49,8 @@ from anyclip._kernels import (
 from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
-from anyclip._policy import dtype_kind, resolve_accumulate_dtype
+from anyclip._policy import dtype_kind, resolve_accumulate_dtype, scalar_operand
+from anyclip._pytree import flatten
 from anyclip._typing import DTypeLike, Namespace
 
 __all__ = ["STYLES", "per_example_clip", "per_example_layer_clip"]
@@ -263,12 +263,6 @@ def _core_tf_sum(xp: Namespace, factors: Any, a: Any) -> Any:
 
 
 # -------------------------------------------------------------------- arguments
-def _flatten(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
-    from anyclip.tree import flatten  # anyclip.tree imports this module
-
-    return flatten(tree)
-
-
 def _check_style(style: Any) -> str:
     if style not in STYLES:
         msg = (
@@ -463,7 +457,7 @@ def per_example_clip(
     3
     """
     s = _check_style(style)
-    leaves, unflatten = _flatten(grads)
+    leaves, unflatten = flatten(grads)
     xp, arrays = _batched(leaves, ints=s == "optax")
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [a.dtype for a in arrays])
     c = scalar_operand(xp, l2_norm_clip, acc, arrays[0], "l2_norm_clip", nonnegative=True)
@@ -538,7 +532,7 @@ def per_example_layer_clip(
     (array([0.90000004, 1.2       ], dtype=float32), array([1.], dtype=float32), array([5. , 0.5], dtype=float32))
     """  # noqa: E501
     s = _check_style(style)
-    leaves, unflatten = _flatten(grads)
+    leaves, unflatten = flatten(grads)
     xp, arrays = _batched(leaves)
     reduce = _reducer(xp, group)
     if reduce is not None and not uniform:

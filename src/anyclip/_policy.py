@@ -37,11 +37,13 @@ values (or by a dense array) first, as TF treats ``IndexedSlices``.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
+from anyclip import _gradients
 from anyclip._compat import (
     all_arrays,
     data_device,
@@ -51,6 +53,7 @@ from anyclip._compat import (
     is_weak_scalar,
     library,
     memo_by_dtype,
+    namespace,
 )
 from anyclip._kernels._dist import is_dtensor
 from anyclip._numerics import constant, float_overflow_threshold
@@ -81,6 +84,7 @@ __all__ = [
     "real_list",
     "require_kind",
     "resolve_accumulate_dtype",
+    "scalar_operand",
     "tf_attr",
     "tf_broadcast",
     "tf_cannot_convert",
@@ -938,3 +942,51 @@ def keras_option(clipnorm: Any, clipvalue: Any, global_clipnorm: Any) -> tuple[s
         if value is not None and value > 0:
             return name, value
     return None
+
+
+def scalar_operand(
+    xp: Namespace,
+    value: Any,
+    dtype: Any,
+    like: Any,
+    name: str,
+    *,
+    positive: bool = False,
+    nonnegative: bool = False,
+) -> Any:
+    """``value`` (a real Python number or a 0-d real array) as a 0-d array of ``dtype``.
+
+    A Python number or a NumPy array is checked on the host (``positive``: ``> 0``;
+    ``nonnegative``: ``>= 0``); another array is only cast (reading its value would sync the
+    device), and with ``nonnegative`` a negative value counts as 0 (``maximum(value, 0)``, as
+    ``tf.clip_by_norm`` clamps an array ``clip_norm``).
+    """
+    if isinstance(value, bool) or not (isinstance(value, numbers.Real) or is_array(value)):
+        msg = f"`{name}` must be a real number or a 0-d array, got {type(value).__name__}"
+        raise TypeError(msg)
+    if not is_array(value):
+        v = float(value)
+        if math.isnan(v) or (positive and v <= 0) or (nonnegative and v < 0):
+            want = "> 0" if positive else ">= 0" if nonnegative else "a number"
+            msg = f"`{name}` must be {want}, got {value!r}; pass a {want} value"
+            raise ValueError(msg)
+        return constant(xp, v, dtype, like)
+    if tuple(value.shape) != ():
+        msg = (
+            f"`{name}` must be a number or a 0-d array, got an array of shape "
+            f"{tuple(value.shape)}; pass one value for every leaf"
+        )
+        raise ValueError(msg)
+    np = sys.modules.get("numpy")
+    if (positive or nonnegative) and np is not None and isinstance(value, np.ndarray):
+        # a host value: checked as a number (np.array(-1.0) flipped gradients under optax)
+        scalar_operand(xp, value[()], dtype, like, name, positive=positive, nonnegative=nonnegative)
+    if namespace(value) is not xp:
+        value = constant(xp, value, dtype, like)
+    elif value.dtype != dtype:
+        value = xp.astype(value, dtype)
+    if nonnegative:
+        # a device value is not read (a host sync): a negative one counts as 0, as
+        # tf.clip_by_norm's maximum(clip_norm, 0)
+        value = _gradients.maximum(xp, value, constant(xp, 0.0, dtype, like))
+    return value

@@ -19,12 +19,11 @@ exit, and that Dynamo guards on (a change recompiles).
 from __future__ import annotations
 
 import math
-import sys
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any
 
-from anyclip._compat import dtype_name, library, memo_by_dtype, xla_flushes
+from anyclip._compat import dtype_name, library, memo_by_dtype, torch_compiling, xla_flushes
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
@@ -43,16 +42,11 @@ _traced = False
 OPEN: list[None] = []
 
 
-def _torch_compiling() -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and bool(torch.compiler.is_compiling())
-
-
 def flushing() -> bool:
     """Whether subnormals are flushed to zero here (inside ``flush_subnormals()``)."""
     if not OPEN:  # no block anywhere: one list check, the cost of the default path
         return False
-    if _torch_compiling():
+    if torch_compiling():
         return _traced
     return _FLUSH.get()
 
@@ -119,7 +113,7 @@ class flush_subnormals:
     def __enter__(self) -> None:
         global _traced
         # Dynamo cannot set a ContextVar: a block inside compiled code sets only the attribute.
-        token = None if _torch_compiling() else _FLUSH.set(self._enabled)
+        token = None if torch_compiling() else _FLUSH.set(self._enabled)
         self._saved.append((token, _traced))
         _traced = self._enabled
         OPEN.append(None)

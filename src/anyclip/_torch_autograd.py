@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from anyclip._gradients import _tf_rsqrt_grad
+from anyclip._numerics import tf_rsqrt_grad
 
 __all__ = ["FUNCTIONS", "AllReduce"]
 
@@ -70,14 +70,14 @@ class _Rsqrt(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Any) -> Any:
         (r,) = ctx.saved_tensors
-        return _tf_rsqrt_grad(torch, r, grad)
+        return tf_rsqrt_grad(torch, r, grad)
 
 
 class _RsqrtWithJvp(_Rsqrt):
     @staticmethod
     def jvp(ctx: Any, tx: Any) -> Any:
         (r,) = ctx.saved_tensors
-        return _tf_rsqrt_grad(torch, r, tx)
+        return tf_rsqrt_grad(torch, r, tx)
 
 
 class _Abs(torch.autograd.Function):

@@ -17,7 +17,7 @@ import optax
 from anyclip import _clip, _history, tree
 from anyclip._history import History, check_choice, check_int, check_real
 from anyclip._keywords import hints_keywords
-from anyclip.optax._tf_clip import _norm_dtype
+from anyclip.optax._common import _norm_dtype
 
 __all__ = [
     "QuantileClipState",

@@ -20,6 +20,7 @@ from anyclip import _clip, _schedule, tree
 from anyclip._compat import namespace
 from anyclip._kernels import kernels_for
 from anyclip._typing import Nonfinite
+from anyclip.optax._common import _norm_dtype
 
 __all__ = [
     "ScheduledClipState",
@@ -57,12 +58,6 @@ def _count() -> jax.Array:
 def _value(schedule: Schedule, count: jax.Array) -> jax.Array:
     """The schedule at ``count``, as a 0-d array (on device; no host read)."""
     return jnp.asarray(schedule(count))
-
-
-def _norm_dtype(leaves: list[Any], accumulate_dtype: Any) -> Any:
-    from anyclip.optax._tf_clip import _norm_dtype as norm_dtype
-
-    return norm_dtype(leaves, accumulate_dtype)
 
 
 def scheduled_global_norm(

@@ -25,6 +25,7 @@ from anyclip._policy import (
     resolve_accumulate_dtype,
 )
 from anyclip._typing import DTypeLike, Nonfinite
+from anyclip.optax._common import _norm_dtype
 from anyclip.optax._scheduled import scheduled_clip_by_norm, scheduled_global_norm, scheduled_keras
 
 __all__ = [
@@ -55,15 +56,6 @@ class ClipByGlobalNormState(NamedTuple):
     """
 
     global_norm: jax.Array
-
-
-def _norm_dtype(params: Any, accumulate_dtype: Any) -> Any:
-    leaves = [leaf for leaf in tree.flatten(params)[0] if leaf is not None]
-    dtypes = [leaf.dtype for leaf in leaves if jnp.issubdtype(leaf.dtype, jnp.floating)]
-    if not dtypes:
-        return jnp.float32
-    acc = resolve_accumulate_dtype(namespace(jnp.zeros(0)), accumulate_dtype, dtypes)
-    return dtypes[0] if acc is None else acc
 
 
 def _accumulate_dtype(value: Any, single: str | None = None) -> None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from anyclip.torch._adaptive import adaptive_clip_grad_
 from anyclip.torch._clip_grad import (
-    NonfiniteNormError,
     clip_grad_by_norm_,
     clip_grad_by_value_,
     clip_grad_norm_,
@@ -47,6 +46,7 @@ from anyclip.torch._clip_grad import (
 )
 from anyclip.torch._constraints import constrain_, constrain_after_step
 from anyclip.torch._history import QuantileClip, SkipOnSpike, ZClip, skip_on_spike
+from anyclip.torch._total_norm import NonfiniteNormError
 
 __all__ = [
     "NonfiniteNormError",

@@ -12,7 +12,7 @@ import torch
 
 from anyclip import tree
 from anyclip._keywords import hints_keywords
-from anyclip.torch._clip_grad import Parameters, _tensors
+from anyclip.torch._common import Parameters, _tensors
 
 __all__ = ["adaptive_clip_grad_"]
 

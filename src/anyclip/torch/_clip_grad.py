@@ -5,41 +5,46 @@ Layer: public adapter; :mod:`anyclip.torch` re-exports the names in ``__all__``.
 
 from __future__ import annotations
 
-import math
 import numbers
-import types
-import warnings
-from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, overload
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, overload
 
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from anyclip import _clip, _core
+from anyclip import _clip
 from anyclip._compat import namespace
-from anyclip._kernels import FLUSH_GENERIC, _base
-from anyclip._kernels._base import partials
-from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor, zero_partial
-from anyclip._kernels._torch import TorchKernels
 from anyclip._keywords import hints_keywords
 from anyclip._policy import (
-    as_operand,
     check_nonfinite,
     check_operand,
-    finite_number,
     keras_option,
     normalize_axes,
     resolve_accumulate_dtype,
 )
-from anyclip._sparse import dense_operand, values_of
-from anyclip._subnormals import flush, flushing
+from anyclip._sparse import values_of
 from anyclip._typing import DTypeLike, Nonfinite
-
-if TYPE_CHECKING:
-    from anyclip.torch._groups import Groups
+from anyclip.torch._common import (
+    Parameters,
+    _as_float,
+    _by_device_and_dtype,
+    _describe,
+    _foreach,
+    _grads,
+    _local,
+    _max_norm,
+    _norm_type,
+    _policy,
+    _tensors,
+    _use_foreach,
+)
+from anyclip.torch._groups import Groups, clip_grad_norm_groups, total_norms
+from anyclip.torch._scale import _scale_
+from anyclip.torch._scaler import unscale_once
+from anyclip.torch._scheduled import scheduled_keras_clipping
+from anyclip.torch._total_norm import _join_group, _raise_nonfinite, _total_norm
 
 __all__ = [
-    "NonfiniteNormError",
     "clip_grad_by_norm_",
     "clip_grad_by_value_",
     "clip_grad_norm_",
@@ -48,371 +53,6 @@ __all__ = [
     "get_total_norm",
     "keras_clipping",
 ]
-
-Parameters = torch.Tensor | Iterable[torch.Tensor]
-
-
-class NonfiniteNormError(RuntimeError, FloatingPointError):
-    """The total norm is inf or NaN and clipping was asked to raise.
-
-    A ``RuntimeError`` (what torch's ``error_if_nonfinite=True`` raises, with torch's message)
-    and a ``FloatingPointError`` (what anyclip's ``nonfinite="raise"`` raises), so code written
-    for either catches it.
-    """
-
-
-def _tensors(value: Any, name: str) -> list[torch.Tensor]:
-    """``value`` (a tensor or an iterable of tensors) as a list, as torch accepts it."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        msg = (
-            f"`{name}` must be a tensor or an iterable of tensors, got a dict; pass "
-            f"`model.parameters()` or `list(d.values())` (for a tree of arrays use anyclip.tree)"
-        )
-        raise TypeError(msg)
-    try:
-        is_generator = isinstance(value, types.GeneratorType)
-        out = list(value)
-    except TypeError:
-        msg = (
-            f"`{name}` must be a tensor or an iterable of tensors, "
-            f"got {type(value).__module__}.{type(value).__qualname__}"
-        )
-        raise TypeError(msg) from None
-    if is_generator and not out:  # torch's own warning, word for word
-        warnings.warn(
-            f"`{name}` is an empty generator, no gradient clipping will occur.", stacklevel=3
-        )
-    for i, t in enumerate(out):
-        if not isinstance(t, torch.Tensor):
-            msg = f"`{name}[{i}]` must be a tensor, got {type(t).__module__}.{type(t).__name__}"
-            raise TypeError(msg)
-    return out
-
-
-def _grads(parameters: Any) -> list[torch.Tensor]:
-    return [p.grad for p in _tensors(parameters, "parameters") if p.grad is not None]
-
-
-def _local(x: Any) -> Any:
-    """A DTensor's local tensor (its shard, sharing storage); anything else unchanged."""
-    return x.to_local() if is_dtensor(x) else x
-
-
-def _foreach(foreach: Any) -> bool | None:
-    """``foreach`` read as torch reads it: ``None``, or its truth value.
-
-    torch tests it with ``if``, so ``"x"`` or ``1`` mean True, and a tensor of several values
-    raises torch's own ``RuntimeError``.
-    """
-    return None if foreach is None else bool(foreach)
-
-
-def _describe(value: Any) -> str:
-    """``value`` for an error message: a tensor by its shape and dtype, anything else by repr."""
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
-    return repr(value)
-
-
-def _as_float(value: Any, name: str, example: str) -> float:
-    """``float(value)``, as torch converts its number arguments, with an error naming ``name``.
-
-    torch's error classes are kept: ``TypeError`` (None, a list, a complex number),
-    ``ValueError`` (a string that is no number, a tensor of several values), ``RuntimeError``
-    (a complex tensor).
-    """
-    try:
-        return float(value)
-    except (TypeError, ValueError, RuntimeError) as exc:
-        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
-            raise  # a valid tensor whose read failed: set_sync_debug_mode("error") refused it
-        cls: type[Exception] = RuntimeError
-        if isinstance(exc, TypeError):
-            cls = TypeError
-        elif isinstance(exc, ValueError):
-            cls = ValueError
-        msg = (
-            f"`{name}` must be a real number or a one-element real tensor (torch converts it "
-            f"with float()), got {_describe(value)}; pass e.g. {name}={example}"
-        )
-        raise cls(msg) from None
-
-
-def _max_norm(max_norm: Any) -> float | torch.Tensor:
-    """``max_norm`` as torch takes it: a number, or a one-element real tensor of any dtype.
-
-    A number goes through ``float()`` (strings such as ``'inf'`` too); a tensor is kept on its
-    device (no host sync).
-    """
-    max_norm = dense_operand(max_norm, "max_norm")  # a sparse one, as torch takes it
-    local = _local(max_norm)
-    if not isinstance(local, torch.Tensor):
-        return _as_float(max_norm, "max_norm", "1.0")
-    if local.numel() != 1:  # torch's float() raises ValueError
-        msg = (
-            f"`max_norm` must hold one value, got a tensor of shape {tuple(local.shape)}; "
-            "pass a 0-d tensor or a number"
-        )
-        raise ValueError(msg)
-    if local.is_complex():  # torch's float() raises RuntimeError
-        msg = f"`max_norm` must be real, got a tensor of dtype {local.dtype}; pass its real part"
-        raise RuntimeError(msg)
-    return local.reshape(())
-
-
-def _use_foreach(foreach: bool | None, group: list[torch.Tensor], device: torch.device) -> bool:
-    """Torch's rule: ``None`` uses foreach where supported; ``True`` raises where it is not."""
-    from torch.utils._foreach_utils import _device_has_foreach_support, _has_foreach_support
-
-    if foreach is None:
-        return bool(_has_foreach_support(group, device))
-    if foreach and not _device_has_foreach_support(device):
-        msg = f"foreach=True was passed, but can't use the foreach API on {device.type} tensors"
-        raise RuntimeError(msg)
-    return foreach
-
-
-def _by_device_and_dtype(
-    tensors: list[torch.Tensor],
-) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
-    out: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
-    for t in tensors:
-        out.setdefault((t.device, t.dtype), []).append(t)
-    return out
-
-
-def _check_devices(tensors: list[torch.Tensor], name: str) -> None:
-    """``ValueError`` for a list mixing the ``meta`` device with another: no value can move."""
-    devices = list(dict.fromkeys(t.device for t in tensors))
-    if len(devices) > 1 and any(d.type == "meta" for d in devices):
-        msg = (
-            f"`{name}` mixes devices {devices[0]} and {devices[1]}: a meta tensor has no "
-            "values, so no norm can combine it with the others; move every tensor to one "
-            "device (or materialise the model with `to_empty`) first"
-        )
-        raise ValueError(msg)
-
-
-def _norm_type(norm_type: Any) -> float:
-    """``float(norm_type)``, as torch: any number, ``'inf'``, and NaN (a NaN norm)."""
-    return _as_float(norm_type, "norm_type", "2.0 (or 'inf')")
-
-
-def _policy(error_if_nonfinite: bool, nonfinite: Any) -> Nonfinite:
-    policy = check_nonfinite(nonfinite)
-    if error_if_nonfinite and policy not in ("tf", "raise"):
-        msg = (
-            f"`error_if_nonfinite=True` asks to raise on a non-finite norm but `nonfinite` is "
-            f"{policy!r}, which asks not to; pass one of them only"
-        )
-        raise ValueError(msg)
-    return "raise" if error_if_nonfinite else policy
-
-
-def _total_norm(
-    values: list[torch.Tensor],
-    norm_type: float,
-    foreach: bool | None,
-    accumulate_dtype: Any,
-    group: Any = None,
-    name: str = "parameters",
-) -> torch.Tensor:
-    """The norm of ``values`` (dense, at least one) as one vector.
-
-    With ``group``: the 2-norm is :func:`anyclip.global_norm`'s (one all-reduce of the
-    partial sum); another order all-reduces this rank's norm (:func:`_across`).
-    DTensors of another order: torch's own DTensor norms, made ``Replicate``. ``name`` is the
-    caller's argument, for the error messages.
-    """
-    _check_values(values, accumulate_dtype, name)
-    if norm_type == 2.0:
-        for (device, _), grp in _by_device_and_dtype(values).items():
-            _use_foreach(foreach, grp, device)  # torch's foreach=True error, nothing else
-        return _clip.global_norm(values, accumulate_dtype=accumulate_dtype, group=group)
-    groups = check_group(namespace(values[0]), group)
-    local = _p_norm(values, norm_type, foreach, accumulate_dtype)
-    if not is_dtensor(local):
-        return _across(local, norm_type, groups) if groups else local
-    # DTensors: a Replicate DTensor, as the 2-norm's and torch's own get_total_norm
-    norm: Any = TorchKernels().settle(namespace(values[0]), local)
-    if not groups:
-        return norm  # type: ignore[no-any-return]
-    from torch.distributed.tensor import DTensor, Replicate
-
-    mesh = norm.device_mesh
-    total = _across(norm.to_local(), norm_type, groups)
-    out: torch.Tensor = DTensor.from_local(total, mesh, [Replicate()] * mesh.ndim, run_check=False)
-    return out
-
-
-def _across(local: torch.Tensor, norm_type: float, groups: tuple[Any, ...]) -> torch.Tensor:
-    """The norm of order ``norm_type`` (not 2) over ``groups``, from this rank's ``local`` one.
-
-    One all-reduce of a scalar per group (of two for +-inf): the maximum (inf) or minimum
-    (-inf), NaN on every rank when on one (:func:`~anyclip._kernels._dist.all_reduce_torch`);
-    the sum of the counts for 0 (torch's order 0 counts the tensors with a non-zero element);
-    the sum of ``local ** norm_type`` otherwise, as torchtitan.
-    """
-    out: torch.Tensor
-    if math.isinf(norm_type):
-        out = all_reduce_torch(local, groups, op="max" if norm_type > 0 else "min")
-    elif norm_type == 0:
-        out = all_reduce_torch(local, groups)
-    else:
-        out = all_reduce_torch(local**norm_type, groups) ** (1.0 / norm_type)
-    return out
-
-
-def _check_values(values: list[torch.Tensor], accumulate_dtype: Any, name: str) -> None:
-    """``TypeError`` or ``ValueError`` unless ``values`` can form one norm (see below)."""
-    _check_devices(values, name)
-    dtypes = list(dict.fromkeys(v.dtype for v in values))
-    for dtype in dtypes:
-        if not dtype.is_floating_point:
-            msg = (
-                f"`{name}` must hold real floating tensors (float16, bfloat16, float32 or "
-                f"float64), got one of dtype {dtype}; convert it (e.g. with `.float()`)"
-            )
-            raise TypeError(msg)
-    if accumulate_dtype is None and len(dtypes) > 1:
-        msg = (
-            f"`{name}` must hold tensors of one dtype with `accumulate_dtype=None` (TF does "
-            f"not promote), got {dtypes[0]} and {dtypes[1]}; pass accumulate_dtype='widest'"
-        )
-        raise TypeError(msg)
-
-
-def _p_norm(
-    values: list[torch.Tensor], norm_type: float, foreach: bool | None, accumulate_dtype: Any
-) -> torch.Tensor:
-    """The norm of the per-tensor norms of order ``norm_type`` (not 2), as torch's."""
-    xp = namespace(values[0])
-    dtypes = list(dict.fromkeys(v.dtype for v in values))  # floating, one unless `acc`
-    acc = resolve_accumulate_dtype(xp, accumulate_dtype, dtypes)
-    home = values[0].device
-    norms: list[torch.Tensor] = []
-    for (device, dtype), grp in _by_device_and_dtype(values).items():
-        cast = None if acc is None or acc == dtype else acc
-        if cast is not None:  # torch casts each tensor whole: large ones go by blocks
-            large = [g for g in grp if g.numel() > _base.UPCAST_BLOCK and not is_dtensor(g)]
-            grp = [g for g in grp if g.numel() <= _base.UPCAST_BLOCK or is_dtensor(g)]
-            norms.extend(_block_norm(g, norm_type, cast) for g in large)
-        if not grp:
-            continue
-        if _use_foreach(foreach, grp, device) and not any(is_dtensor(g) for g in grp):
-            norms.extend(torch._foreach_norm(grp, norm_type, dtype=cast))
-        else:
-            norms.extend(torch.linalg.vector_norm(g, norm_type, dtype=cast) for g in grp)
-    total: torch.Tensor = torch.linalg.vector_norm(
-        torch.stack([n.to(home) for n in norms]), norm_type
-    )
-    return total
-
-
-def _block_norm(g: torch.Tensor, norm_type: float, cast: torch.dtype) -> torch.Tensor:
-    """``vector_norm(g, norm_type, dtype=cast)``, one block of ``g`` cast at a time.
-
-    torch's ``vector_norm(dtype=...)`` and ``_foreach_norm(dtype=...)`` cast the whole tensor
-    (3 times the input's memory, float16 to float32). The blocks' norms combine into ``g``'s:
-    the p-norm of the blocks' p-norms (max and min of their maxima and minima for +-inf), and
-    the sum of their counts for ``norm_type=0`` (a count of non-zero elements).
-    """
-    xp = namespace(g)
-    kernels = TorchKernels()
-    blocks = kernels.blocks(xp, g) or [g]
-    steps = [lambda b=b: torch.linalg.vector_norm(b, norm_type, dtype=cast) for b in blocks]
-    parts: torch.Tensor = partials(xp, steps, cast, [g])
-    total: torch.Tensor = (
-        parts.sum() if norm_type == 0 else torch.linalg.vector_norm(parts, norm_type)
-    )
-    return total
-
-
-def _join_group(norm_type: float, accumulate_dtype: Any, group: Any) -> torch.Tensor:
-    """The norm over ``group`` for a process without any tensor (it joins the all-reduce)."""
-    if norm_type == 2.0:
-        return _clip.global_norm([], accumulate_dtype=accumulate_dtype, group=group)
-    import array_api_compat.torch as xp
-
-    groups = check_group(xp, group)
-    zero = zero_partial(xp, torch.float32, groups)  # on the device the groups' backend uses
-    if norm_type == -math.inf:  # nothing to take the minimum of: the minimum's identity
-        return _across(zero + math.inf, norm_type, groups)
-    if math.isinf(norm_type) or norm_type == 0:  # a maximum, a count: 0 adds nothing
-        return _across(zero, norm_type, groups)
-    # the sum of the others' local ** norm_type, then the root
-    out: torch.Tensor = all_reduce_torch(zero, groups) ** (1.0 / norm_type)
-    return out
-
-
-def _raise_nonfinite(norm: torch.Tensor, norm_type: float) -> None:
-    if not bool(torch.isfinite(norm)):  # host sync, by request
-        msg = (  # torch's message word for word, then the value
-            f"The total norm of order {norm_type} for gradients from `parameters` is "
-            "non-finite, so it cannot be clipped. To disable this error and scale the "
-            "gradients by the non-finite norm anyway, set `error_if_nonfinite=False` "
-            f"(the global norm of the gradients is not finite: {float(norm)})"
-        )
-        raise NonfiniteNormError(msg)
-
-
-def _scale_(
-    values: list[torch.Tensor],
-    max_norm: float | torch.Tensor,
-    total_norm: torch.Tensor,
-    foreach: bool | None,
-    policy: Any,
-    unclipped_at_inf: bool = True,
-) -> None:
-    """Multiply every tensor of ``values`` in place by TF's factor ``c * min(1/norm, 1/c)``.
-
-    ``max_norm`` comes from :func:`_max_norm`. ``unclipped_at_inf`` (the drop-ins): a
-    ``max_norm`` of ``+inf`` gives the factor 1 (NaN for a non-finite norm), as torch's
-    clamped coefficient, instead of TF's ``inf * 0 = NaN``; ``False`` (Keras) keeps TF's.
-    """
-    total_norm = _local(total_norm)  # a Replicate DTensor's value
-    xp = namespace(total_norm)
-    at_inf = unclipped_at_inf and not finite_number(max_norm, xp, total_norm.dtype)
-    c = as_operand(max_norm, xp, total_norm, "max_norm", cast_arrays=True)
-    k = FLUSH_GENERIC if flushing() else None
-    scale = _core.global_scale(xp, c, total_norm, policy, unclipped_at_inf=at_inf, kernels=k)
-    _mul_(values, scale, foreach, ftz=k is not None)
-
-
-def _mul_(
-    values: list[torch.Tensor],
-    scale: torch.Tensor,
-    foreach: bool | None = None,
-    *,
-    ftz: bool = False,
-) -> None:
-    """Multiply every tensor of ``values`` in place by the 0-d ``scale``, cast to its dtype.
-
-    ``ftz`` (inside :class:`anyclip.flush_subnormals`): subnormal values count as 0 and
-    subnormal products become 0, as in TF.
-    """
-    shards = [_local(v) for v in values]  # DTensors scaled shard by shard, in place
-    if ftz:
-        _flush_(shards)
-    for (device, dtype), grp in _by_device_and_dtype(shards).items():
-        s = scale.to(device=device, dtype=dtype, non_blocking=True)
-        if ftz:
-            s = flush(namespace(s), s)
-        if _use_foreach(foreach, grp, device):
-            torch._foreach_mul_(grp, s)
-        else:
-            for g in grp:
-                g.mul_(s)
-    if ftz:
-        _flush_(shards)
-
-
-def _flush_(values: list[torch.Tensor]) -> None:
-    """Flush every tensor of ``values`` in place: subnormal entries become 0 (TF's FTZ/DAZ)."""
-    for v in values:
-        v.copy_(flush(namespace(v), v))
 
 
 @overload
@@ -528,8 +168,6 @@ def get_total_norm(
     {'a': tensor(5.), 'b': tensor(2.)}
     """
     if groups is not None:
-        from anyclip.torch._groups import total_norms
-
         return total_norms(
             tensors, groups, norm_type, error_if_nonfinite, foreach, accumulate_dtype, group
         )
@@ -811,12 +449,8 @@ def clip_grad_norm_(
     (tensor([[0.6000, 0.8000]]), tensor([6.]))
     """
     if scaler is not None or optimizer is not None:
-        from anyclip.torch._scaler import unscale_once
-
         unscale_once(scaler, optimizer)
     if groups is not None:
-        from anyclip.torch._groups import clip_grad_norm_groups
-
         return clip_grad_norm_groups(
             parameters,
             max_norm,
@@ -1110,8 +744,6 @@ def keras_clipping(
     ]
     if scheduled:  # Keras's checks (one option only) with a number in the schedule's place
         keras_option(*(1.0 if callable(v) else v for v in (clipnorm, clipvalue, global_clipnorm)))
-        from anyclip.torch._scheduled import scheduled_keras_clipping
-
         return scheduled_keras_clipping(optimizer, *scheduled[0])
     option = keras_option(clipnorm, clipvalue, global_clipnorm)
 

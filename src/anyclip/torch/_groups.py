@@ -14,7 +14,18 @@ import torch
 
 from anyclip import _groups
 from anyclip._sparse import values_of
-from anyclip.torch import _clip_grad as cg
+from anyclip.torch._common import (
+    _by_device_and_dtype,
+    _check_values,
+    _foreach,
+    _max_norm,
+    _norm_type,
+    _policy,
+    _tensors,
+    _use_foreach,
+)
+from anyclip.torch._scale import _scale_
+from anyclip.torch._total_norm import _join_group, _raise_nonfinite, _total_norm
 
 __all__ = ["Groups", "clip_grad_norm_groups", "total_norms"]
 
@@ -35,7 +46,7 @@ def _named(groups: Any, tensors: Any, arg: str) -> dict[Hashable, list[torch.Ten
                 f"every tensor), got {type(tensors).__name__}; pass {arg}=None"
             )
             raise TypeError(msg)
-        return {name: cg._tensors(ts, f"groups[{name!r}]") for name, ts in groups.items()}
+        return {name: _tensors(ts, f"groups[{name!r}]") for name, ts in groups.items()}
     if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
         msg = (
             "`groups` must be a dict of name -> tensors, an optimizer's `param_groups` or one "
@@ -55,7 +66,7 @@ def _named(groups: Any, tensors: Any, arg: str) -> dict[Hashable, list[torch.Ten
             if name in out:
                 msg = f"`groups` names two parameter groups {name!r}; give each a distinct 'name'"
                 raise ValueError(msg)
-            out[name] = cg._tensors(g["params"], f"groups[{i}]['params']")
+            out[name] = _tensors(g["params"], f"groups[{i}]['params']")
         return out
     if tensors is None:
         msg = (
@@ -63,7 +74,7 @@ def _named(groups: Any, tensors: Any, arg: str) -> dict[Hashable, list[torch.Ten
             "is None; pass the tensors, or a dict of name -> tensors as `groups`"
         )
         raise TypeError(msg)
-    ts = cg._tensors(tensors, arg)
+    ts = _tensors(tensors, arg)
     if len(ts) != len(groups):
         msg = (
             f"`groups` must name the group of each of the {len(ts)} tensors of `{arg}`, got "
@@ -96,7 +107,7 @@ def _norms(
     """The norm of each group's (dense) values: the 2-norm with one reduction for all."""
     for name, values in named.items():
         if values:
-            cg._check_values(values, accumulate_dtype, f"groups[{name!r}]")
+            _check_values(values, accumulate_dtype, f"groups[{name!r}]")
     if p == 2.0 and group is None and not any(named.values()):
         # no gradient anywhere: nothing names a library, so the shared core answered in
         # NumPy; torch's get_total_norm([]) is torch.tensor(0.0), as an empty group's below
@@ -104,8 +115,8 @@ def _norms(
         return {name: torch.tensor(0.0) for name in named}
     if p == 2.0:
         for values in named.values():
-            for (device, _), grp in cg._by_device_and_dtype(values).items():
-                cg._use_foreach(each, grp, device)  # torch's foreach=True error
+            for (device, _), grp in _by_device_and_dtype(values).items():
+                _use_foreach(each, grp, device)  # torch's foreach=True error
         out: dict[Hashable, torch.Tensor] = _groups.global_norms(
             named, accumulate_dtype=accumulate_dtype, group=group
         )
@@ -113,9 +124,9 @@ def _norms(
     # another order: torch's norm of the per-tensor norms, one reduction per group
     return {
         name: (
-            cg._total_norm(values, p, each, accumulate_dtype, group, name=f"groups[{name!r}]")
+            _total_norm(values, p, each, accumulate_dtype, group, name=f"groups[{name!r}]")
             if values
-            else cg._join_group(p, accumulate_dtype, group)
+            else _join_group(p, accumulate_dtype, group)
             if group is not None
             else torch.tensor(0.0)
         )
@@ -133,8 +144,8 @@ def total_norms(
     group: Any,
 ) -> dict[Hashable, torch.Tensor]:
     """:func:`anyclip.torch.get_total_norm` with ``groups``: the norm of each group."""
-    each = cg._foreach(foreach)
-    p = cg._norm_type(norm_type)
+    each = _foreach(foreach)
+    p = _norm_type(norm_type)
     named = _named(groups, tensors, "tensors")
     if _is_param_groups(groups):  # an optimizer's parameters: the norms of their gradients
         named = {name: [q.grad for q in ps if q.grad is not None] for name, ps in named.items()}
@@ -142,7 +153,7 @@ def total_norms(
     norms = _norms(named, p, each, accumulate_dtype, group)
     if error_if_nonfinite:
         for norm in norms.values():
-            cg._raise_nonfinite(norm, p)
+            _raise_nonfinite(norm, p)
     return norms
 
 
@@ -159,9 +170,9 @@ def clip_grad_norm_groups(
     group: Any,
 ) -> dict[Hashable, torch.Tensor]:
     """:func:`anyclip.torch.clip_grad_norm_` with ``groups``: each group by its own limit."""
-    each = cg._foreach(foreach)
-    p = cg._norm_type(norm_type)
-    policy = cg._policy(error_if_nonfinite, nonfinite)
+    each = _foreach(foreach)
+    p = _norm_type(norm_type)
+    policy = _policy(error_if_nonfinite, nonfinite)
     params = _named(groups, parameters, "parameters")
     limits = _limits(max_norm, list(params))
     named = {
@@ -171,18 +182,18 @@ def clip_grad_norm_groups(
     if policy == "raise":
         for name, norm in norms.items():
             if limits[name] is not None:
-                cg._raise_nonfinite(norm, p)
+                _raise_nonfinite(norm, p)
     for name, values in named.items():
         c = limits[name]
         if c is not None and values:
-            cg._scale_(values, c, norms[name], each, policy, unclipped_at_inf=True)
+            _scale_(values, c, norms[name], each, policy, unclipped_at_inf=True)
     return norms
 
 
 def _limits(max_norm: Any, names: list[Hashable]) -> dict[Hashable, float | torch.Tensor | None]:
     """``max_norm`` per group: one limit for all, or a dict with every group (None: no clip)."""
     if not isinstance(max_norm, Mapping):
-        c = cg._max_norm(max_norm)
+        c = _max_norm(max_norm)
         return dict.fromkeys(names, c)
     missing = [n for n in names if n not in max_norm]
     extra = [n for n in max_norm if n not in names]
@@ -193,4 +204,4 @@ def _limits(max_norm: Any, names: list[Hashable]) -> dict[Hashable, float | torc
             f"the groups are {names}"
         )
         raise ValueError(msg)
-    return {n: None if max_norm[n] is None else cg._max_norm(max_norm[n]) for n in names}
+    return {n: None if max_norm[n] is None else _max_norm(max_norm[n]) for n in names}

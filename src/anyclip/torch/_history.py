@@ -21,7 +21,9 @@ from anyclip._history import History, check_choice, check_int, check_mapping, ch
 from anyclip._keywords import hints_keywords
 from anyclip._sparse import values_of
 from anyclip.torch import _optim_state
-from anyclip.torch._clip_grad import _join_group, _local, _mul_, _tensors, _total_norm
+from anyclip.torch._common import _local, _tensors
+from anyclip.torch._scale import _mul_
+from anyclip.torch._total_norm import _join_group, _total_norm
 
 __all__ = ["QuantileClip", "SkipOnSpike", "ZClip", "skip_on_spike"]
 

@@ -21,7 +21,8 @@ from anyclip._compat import namespace
 from anyclip._kernels import FLUSH_GENERIC
 from anyclip._sparse import values_of
 from anyclip._subnormals import flushing
-from anyclip.torch import _clip_grad as cg
+from anyclip.torch._common import _local
+from anyclip.torch._scale import _mul_
 
 __all__ = ["STATE_KEY", "scheduled_keras_clipping"]
 
@@ -79,13 +80,13 @@ def scheduled_keras_clipping(
                 for v in values:
                     v.copy_(_schedule.keras_gate(xp, c, _clip.clip_by_norm(v, c), v))
             else:
-                norm = cg._local(_clip.global_norm(values, accumulate_dtype="widest"))
+                norm = _local(_clip.global_norm(values, accumulate_dtype="widest"))
                 k = FLUSH_GENERIC if flushing() else None
                 scale = _schedule.keras_global_scale(xp, c.to(norm.device), norm, k)
                 if k is None:
                     _mul_(values, scale)
                 else:
-                    cg._mul_(values, scale, ftz=True)
+                    _mul_(values, scale, ftz=True)
         n.add_(1)
 
     def save(opt: torch.optim.Optimizer, state_dict: dict[str, Any]) -> None:
@@ -105,15 +106,3 @@ def scheduled_keras_clipping(
             optimizer.register_load_state_dict_pre_hook(load),
         ]
     )
-
-
-def _mul_(values: list[torch.Tensor], scale: torch.Tensor) -> None:
-    """Multiply every tensor in place by ``scale`` (cast to its device and dtype)."""
-    shards = [cg._local(v) for v in values]
-    for (device, dtype), grp in cg._by_device_and_dtype(shards).items():
-        s = scale.to(device=device, dtype=dtype, non_blocking=True)
-        if cg._use_foreach(None, grp, device):
-            torch._foreach_mul_(grp, s)
-        else:
-            for g in grp:
-                g.mul_(s)

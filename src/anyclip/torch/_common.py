@@ -1,0 +1,210 @@
+"""The torch adapter's arguments: tensors, numbers and options coerced as torch takes them.
+
+Layer: adapter helpers, below every public module of :mod:`anyclip.torch`. Parameters and
+gradients as lists of tensors (a DTensor by its local shard), ``max_norm`` and ``norm_type``
+read as torch reads them, the non-finite policy, and the tensors grouped by device and dtype
+with torch's rule for ``foreach``.
+"""
+
+from __future__ import annotations
+
+import types
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from anyclip._kernels._dist import is_dtensor
+from anyclip._policy import check_nonfinite
+from anyclip._sparse import dense_operand
+from anyclip._typing import Nonfinite
+
+__all__ = [
+    "Parameters",
+    "_as_float",
+    "_by_device_and_dtype",
+    "_check_devices",
+    "_check_values",
+    "_describe",
+    "_foreach",
+    "_grads",
+    "_local",
+    "_max_norm",
+    "_norm_type",
+    "_policy",
+    "_tensors",
+    "_use_foreach",
+]
+
+
+Parameters = torch.Tensor | Iterable[torch.Tensor]
+
+
+def _tensors(value: Any, name: str) -> list[torch.Tensor]:
+    """``value`` (a tensor or an iterable of tensors) as a list, as torch accepts it."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        msg = (
+            f"`{name}` must be a tensor or an iterable of tensors, got a dict; pass "
+            f"`model.parameters()` or `list(d.values())` (for a tree of arrays use anyclip.tree)"
+        )
+        raise TypeError(msg)
+    try:
+        is_generator = isinstance(value, types.GeneratorType)
+        out = list(value)
+    except TypeError:
+        msg = (
+            f"`{name}` must be a tensor or an iterable of tensors, "
+            f"got {type(value).__module__}.{type(value).__qualname__}"
+        )
+        raise TypeError(msg) from None
+    if is_generator and not out:  # torch's own warning, word for word
+        warnings.warn(
+            f"`{name}` is an empty generator, no gradient clipping will occur.", stacklevel=3
+        )
+    for i, t in enumerate(out):
+        if not isinstance(t, torch.Tensor):
+            msg = f"`{name}[{i}]` must be a tensor, got {type(t).__module__}.{type(t).__name__}"
+            raise TypeError(msg)
+    return out
+
+
+def _grads(parameters: Any) -> list[torch.Tensor]:
+    return [p.grad for p in _tensors(parameters, "parameters") if p.grad is not None]
+
+
+def _local(x: Any) -> Any:
+    """A DTensor's local tensor (its shard, sharing storage); anything else unchanged."""
+    return x.to_local() if is_dtensor(x) else x
+
+
+def _foreach(foreach: Any) -> bool | None:
+    """``foreach`` read as torch reads it: ``None``, or its truth value.
+
+    torch tests it with ``if``, so ``"x"`` or ``1`` mean True, and a tensor of several values
+    raises torch's own ``RuntimeError``.
+    """
+    return None if foreach is None else bool(foreach)
+
+
+def _describe(value: Any) -> str:
+    """``value`` for an error message: a tensor by its shape and dtype, anything else by repr."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return repr(value)
+
+
+def _as_float(value: Any, name: str, example: str) -> float:
+    """``float(value)``, as torch converts its number arguments, with an error naming ``name``.
+
+    torch's error classes are kept: ``TypeError`` (None, a list, a complex number),
+    ``ValueError`` (a string that is no number, a tensor of several values), ``RuntimeError``
+    (a complex tensor).
+    """
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+            raise  # a valid tensor whose read failed: set_sync_debug_mode("error") refused it
+        cls: type[Exception] = RuntimeError
+        if isinstance(exc, TypeError):
+            cls = TypeError
+        elif isinstance(exc, ValueError):
+            cls = ValueError
+        msg = (
+            f"`{name}` must be a real number or a one-element real tensor (torch converts it "
+            f"with float()), got {_describe(value)}; pass e.g. {name}={example}"
+        )
+        raise cls(msg) from None
+
+
+def _max_norm(max_norm: Any) -> float | torch.Tensor:
+    """``max_norm`` as torch takes it: a number, or a one-element real tensor of any dtype.
+
+    A number goes through ``float()`` (strings such as ``'inf'`` too); a tensor is kept on its
+    device (no host sync).
+    """
+    max_norm = dense_operand(max_norm, "max_norm")  # a sparse one, as torch takes it
+    local = _local(max_norm)
+    if not isinstance(local, torch.Tensor):
+        return _as_float(max_norm, "max_norm", "1.0")
+    if local.numel() != 1:  # torch's float() raises ValueError
+        msg = (
+            f"`max_norm` must hold one value, got a tensor of shape {tuple(local.shape)}; "
+            "pass a 0-d tensor or a number"
+        )
+        raise ValueError(msg)
+    if local.is_complex():  # torch's float() raises RuntimeError
+        msg = f"`max_norm` must be real, got a tensor of dtype {local.dtype}; pass its real part"
+        raise RuntimeError(msg)
+    return local.reshape(())
+
+
+def _use_foreach(foreach: bool | None, group: list[torch.Tensor], device: torch.device) -> bool:
+    """Torch's rule: ``None`` uses foreach where supported; ``True`` raises where it is not."""
+    from torch.utils._foreach_utils import _device_has_foreach_support, _has_foreach_support
+
+    if foreach is None:
+        return bool(_has_foreach_support(group, device))
+    if foreach and not _device_has_foreach_support(device):
+        msg = f"foreach=True was passed, but can't use the foreach API on {device.type} tensors"
+        raise RuntimeError(msg)
+    return foreach
+
+
+def _by_device_and_dtype(
+    tensors: list[torch.Tensor],
+) -> dict[tuple[torch.device, torch.dtype], list[torch.Tensor]]:
+    out: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for t in tensors:
+        out.setdefault((t.device, t.dtype), []).append(t)
+    return out
+
+
+def _check_devices(tensors: list[torch.Tensor], name: str) -> None:
+    """``ValueError`` for a list mixing the ``meta`` device with another: no value can move."""
+    devices = list(dict.fromkeys(t.device for t in tensors))
+    if len(devices) > 1 and any(d.type == "meta" for d in devices):
+        msg = (
+            f"`{name}` mixes devices {devices[0]} and {devices[1]}: a meta tensor has no "
+            "values, so no norm can combine it with the others; move every tensor to one "
+            "device (or materialise the model with `to_empty`) first"
+        )
+        raise ValueError(msg)
+
+
+def _norm_type(norm_type: Any) -> float:
+    """``float(norm_type)``, as torch: any number, ``'inf'``, and NaN (a NaN norm)."""
+    return _as_float(norm_type, "norm_type", "2.0 (or 'inf')")
+
+
+def _policy(error_if_nonfinite: bool, nonfinite: Any) -> Nonfinite:
+    policy = check_nonfinite(nonfinite)
+    if error_if_nonfinite and policy not in ("tf", "raise"):
+        msg = (
+            f"`error_if_nonfinite=True` asks to raise on a non-finite norm but `nonfinite` is "
+            f"{policy!r}, which asks not to; pass one of them only"
+        )
+        raise ValueError(msg)
+    return "raise" if error_if_nonfinite else policy
+
+
+def _check_values(values: list[torch.Tensor], accumulate_dtype: Any, name: str) -> None:
+    """``TypeError`` or ``ValueError`` unless ``values`` can form one norm (see below)."""
+    _check_devices(values, name)
+    dtypes = list(dict.fromkeys(v.dtype for v in values))
+    for dtype in dtypes:
+        if not dtype.is_floating_point:
+            msg = (
+                f"`{name}` must hold real floating tensors (float16, bfloat16, float32 or "
+                f"float64), got one of dtype {dtype}; convert it (e.g. with `.float()`)"
+            )
+            raise TypeError(msg)
+    if accumulate_dtype is None and len(dtypes) > 1:
+        msg = (
+            f"`{name}` must hold tensors of one dtype with `accumulate_dtype=None` (TF does "
+            f"not promote), got {dtypes[0]} and {dtypes[1]}; pass accumulate_dtype='widest'"
+        )
+        raise TypeError(msg)

@@ -1,0 +1,78 @@
+"""The torch adapter's in-place scaling: gradients multiplied by TF's clip factor, per device.
+
+Layer: adapter helpers, above :mod:`anyclip.torch._common`. TF's factor from a norm and a
+threshold, applied in place (foreach where torch would use it, DTensors shard by shard), with
+subnormals flushed inside :class:`anyclip.flush_subnormals`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from anyclip import _core
+from anyclip._compat import namespace
+from anyclip._kernels import FLUSH_GENERIC
+from anyclip._policy import as_operand, finite_number
+from anyclip._subnormals import flush, flushing
+from anyclip.torch._common import _by_device_and_dtype, _local, _use_foreach
+
+__all__ = ["_flush_", "_mul_", "_scale_"]
+
+
+def _scale_(
+    values: list[torch.Tensor],
+    max_norm: float | torch.Tensor,
+    total_norm: torch.Tensor,
+    foreach: bool | None,
+    policy: Any,
+    unclipped_at_inf: bool = True,
+) -> None:
+    """Multiply every tensor of ``values`` in place by TF's factor ``c * min(1/norm, 1/c)``.
+
+    ``max_norm`` comes from :func:`_max_norm`. ``unclipped_at_inf`` (the drop-ins): a
+    ``max_norm`` of ``+inf`` gives the factor 1 (NaN for a non-finite norm), as torch's
+    clamped coefficient, instead of TF's ``inf * 0 = NaN``; ``False`` (Keras) keeps TF's.
+    """
+    total_norm = _local(total_norm)  # a Replicate DTensor's value
+    xp = namespace(total_norm)
+    at_inf = unclipped_at_inf and not finite_number(max_norm, xp, total_norm.dtype)
+    c = as_operand(max_norm, xp, total_norm, "max_norm", cast_arrays=True)
+    k = FLUSH_GENERIC if flushing() else None
+    scale = _core.global_scale(xp, c, total_norm, policy, unclipped_at_inf=at_inf, kernels=k)
+    _mul_(values, scale, foreach, ftz=k is not None)
+
+
+def _mul_(
+    values: list[torch.Tensor],
+    scale: torch.Tensor,
+    foreach: bool | None = None,
+    *,
+    ftz: bool = False,
+) -> None:
+    """Multiply every tensor of ``values`` in place by the 0-d ``scale``, cast to its dtype.
+
+    ``ftz`` (inside :class:`anyclip.flush_subnormals`): subnormal values count as 0 and
+    subnormal products become 0, as in TF.
+    """
+    shards = [_local(v) for v in values]  # DTensors scaled shard by shard, in place
+    if ftz:
+        _flush_(shards)
+    for (device, dtype), grp in _by_device_and_dtype(shards).items():
+        s = scale.to(device=device, dtype=dtype, non_blocking=True)
+        if ftz:
+            s = flush(namespace(s), s)
+        if _use_foreach(foreach, grp, device):
+            torch._foreach_mul_(grp, s)
+        else:
+            for g in grp:
+                g.mul_(s)
+    if ftz:
+        _flush_(shards)
+
+
+def _flush_(values: list[torch.Tensor]) -> None:
+    """Flush every tensor of ``values`` in place: subnormal entries become 0 (TF's FTZ/DAZ)."""
+    for v in values:
+        v.copy_(flush(namespace(v), v))

@@ -66,11 +66,11 @@ def _float64_case(name: str, dtypes: list[str]) -> bool:
 
 
 def _caches_empty() -> None:
-    from anyclip import _numerics, _policy
+    from anyclip import _numerics, _policy_dtypes
     from anyclip._kernels import _CHOSEN
 
     filled = {
-        name: len(c) for name, c in (("_KINDS", _policy._KINDS), ("_CHOSEN", _CHOSEN)) if c
+        name: len(c) for name, c in (("_KINDS", _policy_dtypes._KINDS), ("_CHOSEN", _CHOSEN)) if c
     } | ({"_CONSTANTS": 1} if _numerics._CONSTANTS else {})
     assert not filled, f"anyclip was called before the first scenario: {filled}"
 

@@ -27,7 +27,8 @@ from anyclip._kernels import kernels_for
 from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
-from anyclip._policy import dtype_kind, resolve_accumulate_dtype, scalar_operand, widest_float
+from anyclip._policy import scalar_operand
+from anyclip._policy_dtypes import dtype_kind, resolve_accumulate_dtype, widest_float
 from anyclip._pytree import flatten
 from anyclip._sparse import is_sparse
 from anyclip._typing import Namespace

@@ -32,25 +32,21 @@ from anyclip._kernels._dist import GroupKernels, check_group, group_namespace, z
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import quiet
 from anyclip._policy import (
-    FLOATS,
-    TF_NONE,
-    ListNames,
     as_input,
-    as_list,
     as_operand,
-    cast_like,
     check_broadcastable,
     check_compatible,
     check_meta,
     check_nonfinite,
-    dtype_kind,
     finite_number,
-    floating_list,
     native_order,
     normalize_axes,
-    real_list,
-    require_kind,
-    resolve_accumulate_dtype,
+)
+from anyclip._policy_dtypes import cast_like, dtype_kind, require_kind, resolve_accumulate_dtype
+from anyclip._policy_lists import ListNames, as_list, floating_list, real_list
+from anyclip._policy_words import (
+    FLOATS,
+    TF_NONE,
     tf_attr,
     tf_broadcast,
     tf_cannot_convert,

@@ -23,16 +23,9 @@ from anyclip._compat import dtype_name, is_array, library, namespace
 from anyclip._kernels import kernels_for
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import constant
-from anyclip._policy import (
-    FLOATS,
-    as_input,
-    dtype_kind,
-    require_kind,
-    tf_attr,
-    tf_expected,
-    tf_type,
-    tf_words,
-)
+from anyclip._policy import as_input
+from anyclip._policy_dtypes import dtype_kind, require_kind
+from anyclip._policy_words import FLOATS, tf_attr, tf_expected, tf_type, tf_words
 from anyclip._typing import ArrayT, Namespace, Operand, PythonData
 
 __all__ = ["embedding_lookup"]

@@ -26,7 +26,8 @@ from anyclip._compat import device, is_array, library, namespace, to_device
 from anyclip._kernels import GENERIC, kernels_for
 from anyclip._kernels._dist import GroupKernels, check_group, group_namespace, zero_partial
 from anyclip._numerics import constant
-from anyclip._policy import ListNames, floating_list, resolve_accumulate_dtype
+from anyclip._policy_dtypes import resolve_accumulate_dtype
+from anyclip._policy_lists import ListNames, floating_list
 from anyclip._pytree import flatten
 from anyclip._sparse import is_sparse, values_list
 from anyclip._typing import Namespace

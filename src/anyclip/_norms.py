@@ -16,16 +16,15 @@ from anyclip._compat import dtype_name, is_numpy_scalar, namespace
 from anyclip._kernels import Kernels, kernels_for, plain_norm
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import quiet
-from anyclip._policy import (
+from anyclip._policy import as_input, as_operand, check_compatible, normalize_axes
+from anyclip._policy_dtypes import (
     _UNSUPPORTED,
-    as_input,
-    as_operand,
     cast_like,
-    check_compatible,
     dtype_kind,
-    normalize_axes,
     require_kind,
     resolve_accumulate_dtype,
+)
+from anyclip._policy_words import (
     tf_attr,
     tf_broadcast,
     tf_cannot_convert,

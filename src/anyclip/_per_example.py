@@ -49,7 +49,8 @@ from anyclip._kernels import (
 from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
-from anyclip._policy import dtype_kind, resolve_accumulate_dtype, scalar_operand
+from anyclip._policy import scalar_operand
+from anyclip._policy_dtypes import dtype_kind, resolve_accumulate_dtype
 from anyclip._pytree import flatten
 from anyclip._typing import DTypeLike, Namespace
 

@@ -1,7 +1,10 @@
-"""anyclip's dtype and argument policy, written down once.
+"""anyclip's argument policy, written down once: each argument converted and checked as TF does.
 
-Layer: the public layer's checks. Every public function (and adapter) converts and checks its
-arguments here before anything reaches :mod:`anyclip._core`.
+Layer: core (the public layer's checks). Every public function (and adapter) converts and checks
+its arguments here before anything reaches :mod:`anyclip._core`: the main input, the operands
+(bounds, ``clip_norm``, ``epsilon``), axes, the non-finite policy and Keras's clipping options.
+Its parts: :mod:`anyclip._policy_dtypes` (the dtype rules), :mod:`anyclip._policy_lists` (the
+``t_list`` arguments) and :mod:`anyclip._policy_words` (TF's wording in the messages).
 
 TensorFlow never promotes: every argument is converted to the dtype of the main input, and what
 cannot be converted is refused. anyclip follows it:
@@ -40,218 +43,47 @@ import math
 import numbers
 import operator
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from anyclip import _gradients
 from anyclip._compat import (
-    all_arrays,
     data_device,
     dtype_name,
     is_array,
     is_numpy_scalar,
     is_weak_scalar,
-    library,
-    memo_by_dtype,
     namespace,
 )
-from anyclip._kernels._dist import is_dtensor
 from anyclip._numerics import constant, float_overflow_threshold
+from anyclip._policy_dtypes import dtype_kind
+from anyclip._policy_words import (
+    TF_NONE,
+    _dim,
+    tf_broadcast,
+    tf_cannot_convert,
+    tf_incompatible,
+    tf_shape_words,
+    tf_words,
+)
 from anyclip._sparse import sparse_or_refuse
 from anyclip._typing import Namespace, Nonfinite
 
 __all__ = [
-    "cast_like",
-    "FLOATS",
     "NONFINITE_POLICIES",
-    "TF_NONE",
-    "ListNames",
     "as_input",
-    "as_list",
     "as_operand",
     "check_broadcastable",
     "check_compatible",
     "check_meta",
     "check_operand",
     "check_nonfinite",
-    "dtype_kind",
     "finite_number",
-    "floating_list",
-    "is_sequence_of_arrays",
     "keras_option",
     "native_order",
     "normalize_axes",
-    "real_list",
-    "require_kind",
-    "resolve_accumulate_dtype",
     "scalar_operand",
-    "tf_attr",
-    "tf_broadcast",
-    "tf_cannot_convert",
-    "tf_expected",
-    "tf_incompatible",
-    "tf_same_dtype",
-    "tf_shape_words",
-    "tf_type",
-    "tf_words",
-    "widest_float",
 ]
-
-#: How the error messages name the floating dtypes TF's clipping functions accept.
-FLOATS = "a floating dtype (float16, bfloat16, float32 or float64)"
-
-
-# ------------------------------------------------------------- TF's wording
-#: TF's message for None where it expects a tensor (``convert_to_tensor``).
-TF_NONE = (
-    "Attempt to convert a value (None) with an unsupported type (<class 'NoneType'>) to a Tensor."
-)
-
-#: TF's own names (``DataTypeString``) where they differ from the array API's.
-_TF_TYPES = {"float32": "float", "float64": "double", "float16": "half"}
-
-
-def tf_type(dtype: Any) -> str:
-    """TF's name of ``dtype`` (or a dtype name) in kernel messages: ``float``, ``double``..."""
-    name = dtype if isinstance(dtype, str) else dtype_name(dtype)
-    return _TF_TYPES.get(name, name)
-
-
-def tf_words(text: str | None) -> str:
-    """The suffix that quotes TF's own message (empty for None)."""
-    return "" if text is None else f" (TF: {text})"
-
-
-def tf_attr(dtype: Any) -> str:
-    """TF's words for an op kernel that has no ``dtype`` (eager ``InvalidArgumentError``)."""
-    return f"Value for attr 'T' of {tf_type(dtype)} is not in the list of allowed values"
-
-
-def tf_expected(want: Any, got: Any) -> str:
-    """TF's words for a tensor of dtype ``got`` where an op wants ``want`` (eager IAE)."""
-    return f"expected to be a {tf_type(want)} tensor but is a {tf_type(got)} tensor"
-
-
-def tf_same_dtype(want: Any, got: Any) -> str:
-    """TF's words when Python's ``/`` meets tensors of two dtypes (``TypeError``)."""
-    return (
-        f"`x` and `y` must have the same dtype, got tf.{dtype_name(want)} != tf.{dtype_name(got)}."
-    )
-
-
-def tf_cannot_convert(value: Any, dtype: Any) -> str:
-    """TF's words for a Python value it cannot convert to ``dtype`` (``TypeError``)."""
-    return f"Cannot convert {value!r} to EagerTensor of dtype {tf_type(dtype)}"
-
-
-def _dim(d: Any) -> int | None:
-    """A dimension as an int, or None where it is unknown (dask's NaN, the standard's None).
-
-    A dask array whose chunk sizes are unknown (``x[x > 0]``) has NaN dimensions until its
-    chunks are computed; shape checks treat such a dimension as matching any other, and dask
-    aligns the operands chunk by chunk when the graph is computed.
-    """
-    if d is None or d != d:  # None or NaN
-        return None
-    return int(d)
-
-
-def _tf_dims(shape: Sequence[int]) -> str:
-    dims = (_dim(d) for d in shape)
-    return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
-
-
-def tf_incompatible(a: Sequence[int], b: Sequence[int]) -> str:
-    """TF's words for shapes a binary op cannot broadcast (eager ``InvalidArgumentError``)."""
-    return f"Incompatible shapes: {_tf_dims(a)} vs. {_tf_dims(b)}"
-
-
-def tf_broadcast(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
-    """The broadcast shape of ``a`` and ``b``, or None when they cannot broadcast."""
-    out: list[Any] = []
-    for i in range(1, max(len(a), len(b)) + 1):
-        x = _dim(a[-i]) if i <= len(a) else 1
-        y = _dim(b[-i]) if i <= len(b) else 1
-        if x is None or y is None:  # unknown (dask): the known side unless it is 1
-            out.append(y if x is None and y != 1 else x if x != 1 else None)
-            continue
-        if x != y and 1 not in (x, y):
-            return None
-        out.append(y if x == 1 else x)
-    return tuple(reversed(out))
-
-
-def tf_shape_words(target: Sequence[int], shape: Sequence[int]) -> str:
-    """TF's words when an op meets ``target`` (the input) and ``shape`` (an argument).
-
-    ``Incompatible shapes: [2,3] vs. [5]`` when they cannot broadcast (the op's kernel), else
-    ``Shapes (2, 3) and (1, 2, 3) are incompatible`` (the static check clip_ops makes after
-    the op, when the result is larger than the input).
-    """
-    both = tf_broadcast(target, shape)
-    if both is None:
-        return tf_incompatible(target, shape)
-    return f"Shapes {tuple(_dim(d) for d in target)} and {both} are incompatible"
-
-
-#: dtype_kind's answers, by (namespace name, dtype): string keys, which torch.compile can hash.
-_KINDS: dict[tuple[str, Any], str] = {}
-
-
-def dtype_kind(xp: Namespace, dtype: Any) -> str:
-    """``"bool"``, ``"int"``, ``"real"`` (floating), ``"complex"`` or ``"other"``."""
-    return memo_by_dtype(_KINDS, xp, dtype, _dtype_kind)
-
-
-def _dtype_kind(xp: Namespace, dtype: Any) -> str:
-    if dtype_name(dtype).startswith("float8"):  # torch and ml_dtypes: no arithmetic kernels
-        return "other"
-    try:
-        return _standard_kind(xp, dtype)
-    except TypeError:  # a dtype the library's isdtype does not know (ml_dtypes' on NumPy)
-        return "other"
-
-
-def _standard_kind(xp: Namespace, dtype: Any) -> str:
-    if xp.isdtype(dtype, "bool"):
-        return "bool"
-    if xp.isdtype(dtype, "integral"):
-        return "int"
-    if xp.isdtype(dtype, "real floating"):
-        return "real"
-    if xp.isdtype(dtype, "complex floating"):
-        return "complex"
-    return "other"
-
-
-def require_kind(
-    xp: Namespace,
-    x: Any,
-    name: str,
-    kinds: tuple[str, ...],
-    what: str,
-    tf: Callable[[Any], str | None] | None = None,
-) -> str:
-    """Raise ``TypeError`` unless ``x``'s dtype is of one of ``kinds``; return its kind.
-
-    ``tf(dtype)`` gives TF's own words for the refusal (quoted at the end of the message), or
-    None where TF does not refuse it or has no such dtype.
-    """
-    kind = dtype_kind(xp, x.dtype)
-    if kind not in kinds:
-        msg = f"`{name}` must have {what}, got {dtype_name(x.dtype)}"
-        if kind == "other":
-            msg += _UNSUPPORTED
-        elif tf is not None:
-            msg += tf_words(tf(x.dtype))
-        raise TypeError(msg)
-    return kind
-
-
-_UNSUPPORTED = (
-    " (float8 dtypes, and ml_dtypes' bfloat16 in NumPy, have no arithmetic there: cast the"
-    " array to float32, or use torch or JAX for bfloat16)"
-)
 
 
 # ---------------------------------------------------------------- main input
@@ -647,250 +479,6 @@ def normalize_axes(axes: Any, ndim: int, name: str) -> tuple[int, ...] | None:
             raise ValueError(msg)
         out.append(a % ndim)
     return tuple(out)
-
-
-def is_sequence_of_arrays(value: Any) -> bool:
-    """Whether ``value`` is a list-like that TF accepts as ``t_list``."""
-    return (
-        isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and not is_array(value)
-    )
-
-
-# ------------------------------------------------------- accumulation dtype
-def _float_bits(xp: Namespace, dtype: Any) -> int:
-    return int(xp.finfo(dtype).bits)
-
-
-def widest_float(xp: Namespace, dtypes: Sequence[Any]) -> Any:
-    """The real floating dtype that holds every one of ``dtypes`` (float16 + bfloat16: float32)."""
-    widest = dtypes[0]
-    for dt in dtypes[1:]:
-        if dt == widest:
-            continue
-        a, b = _float_bits(xp, widest), _float_bits(xp, dt)
-        if a == b:  # float16 vs bfloat16: neither holds the other
-            widest = xp.float32 if a < 32 else widest
-        elif b > a:
-            widest = dt
-    return widest
-
-
-def cast_like(xp: Namespace, x: Any, acc: Any) -> Any:
-    """At most one element of ``x`` cast to ``acc``: a stand-in for ``acc`` on ``x``'s device.
-
-    Operands (``clip_norm``, ``epsilon``) are converted against it, so that ``x`` itself is
-    never cast whole. A torch ``DTensor`` gives an element of its local shard (a reshape of the
-    DTensor would gather it); a JAX array, a 0-d zero (its elements may be sharded, and JAX
-    places a 0-d operand next to them itself); a dask array of unknown shape (which cannot be
-    sliced), ``x`` cast lazily, whose values are never computed.
-    """
-    if library(xp) == "jax":
-        return xp.zeros((), dtype=acc)
-    if is_dtensor(x):
-        x = x.to_local()
-    if any(_dim(d) is None for d in x.shape):  # dask, unknown chunks: a lazy cast, never run
-        return xp.astype(x, acc)
-    return xp.astype(xp.reshape(x, (-1,))[: min(1, math.prod(x.shape))], acc)
-
-
-def resolve_accumulate_dtype(
-    xp: Namespace, value: Any, dtypes: Sequence[Any], *, single: str | None = None
-) -> Any:
-    """The dtype ``accumulate_dtype=value`` asks for, given the inputs' ``dtypes``.
-
-    ``None`` means TF's behaviour (reduce in the input dtype, refuse mixed dtypes) and is
-    returned as ``None``. ``"widest"`` picks :func:`widest_float` of ``dtypes``; a function of
-    one array (``single``, its name) refuses it, as it could only mean the array's own dtype.
-    A dtype name (``"float32"``) or a dtype object of the namespace is taken as given; it must
-    be a real floating dtype.
-    """
-    if value is None:
-        return None
-    if isinstance(value, str) and value == "widest":
-        if single is not None:
-            msg = (
-                f"`accumulate_dtype` must be None or a floating dtype for {single}, got "
-                "'widest', which picks the widest dtype of several arrays: of one array it is "
-                "its own dtype, TF's behaviour; pass None for that, or a dtype such as "
-                "'float64' to accumulate in"
-            )
-            raise ValueError(msg)
-        if not dtypes:
-            return xp.float32
-        return widest_float(xp, list(dtypes))
-    dtype = value
-    if isinstance(value, str):
-        dtype = getattr(xp, value, None)
-        if dtype is None and value == "bfloat16":
-            dtype = _bfloat16(xp)
-        if dtype is None:
-            msg = f"`accumulate_dtype` must name a floating dtype of the library, got {value!r}"
-            raise TypeError(msg)
-    try:
-        ok = xp.isdtype(dtype, "real floating") and not dtype_name(dtype).startswith("float8")
-    except Exception:  # noqa: BLE001 - a foreign or bogus dtype object
-        ok = False
-    if not ok:
-        msg = f"`accumulate_dtype` must be a real floating dtype, 'widest' or None, got {value!r}"
-        raise TypeError(msg)
-    return dtype
-
-
-def _bfloat16(xp: Namespace) -> Any:
-    if library(xp) == "torch":
-        import torch
-
-        return torch.bfloat16
-    if library(xp) == "jax":
-        import jax.numpy as jnp
-
-        return jnp.bfloat16
-    return None
-
-
-# -------------------------------------------------------------------- lists
-class ListNames(Sequence[str]):
-    """``t_list[0]``, ``t_list[1]``, ... then ``extra``: argument names, made only when needed."""
-
-    def __init__(self, n: int, extra: tuple[str, ...] = ()) -> None:
-        self.n, self.extra = n, extra
-
-    def __len__(self) -> int:
-        return self.n + len(self.extra)
-
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(len(self))[i]]
-        return f"t_list[{i}]" if i < self.n else self.extra[i - self.n]
-
-
-def _first_is_parameter(iterator: Iterator[Any]) -> bool:
-    """Whether the first item of ``iterator`` (read, as the call fails anyway) is a weight.
-
-    A torch ``Parameter`` or a leaf tensor that requires grad: what ``model.parameters()``
-    yields, whose ``.grad`` the user means to clip.
-    """
-    first = next(iterator, None)
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(first, torch.Tensor):
-        return False
-    return isinstance(first, torch.nn.Parameter) or (first.requires_grad and first.is_leaf)
-
-
-def as_list(t_list: Any) -> list[Any]:
-    """``t_list`` as a new list; ``TypeError`` unless it is a list or tuple (TF's rule).
-
-    The message starts with TF's own (``"`t_list` should be a sequence of tensors"``), then
-    says what was expected and the fix for a dict, an iterator or a lone array. For an iterator
-    of torch parameters (``model.parameters()``) the fix is to clip their gradients
-    (``anyclip.torch.clip_grad_norm_`` or ``[p.grad for p in ...]``), not ``list(...)``, which
-    would clip the weights.
-    """
-    if not is_sequence_of_arrays(t_list):
-        if isinstance(t_list, Mapping):
-            fix = (
-                "for a dict (or any tree) of arrays use anyclip.tree (tree.global_norm, "
-                "tree.clip_by_global_norm)"
-            )
-        elif is_array(t_list):
-            fix = "wrap a lone array in a list: [t]"
-        elif isinstance(t_list, Iterator) and _first_is_parameter(t_list):
-            fix = (
-                "these are trainable parameters (`model.parameters()`), and list(...) of them "
-                "would use the weights, not their gradients: pass "
-                "[p.grad for p in model.parameters()], or clip in place with "
-                "anyclip.torch.clip_grad_norm_(model.parameters(), max_norm)"
-            )
-        elif isinstance(t_list, Iterable) and not isinstance(t_list, (str, bytes)):
-            fix = "pass list(...) of it (a generator or iterator can be read only once)"
-        else:
-            fix = "pass a list or tuple of arrays"
-        msg = (
-            f"`t_list` should be a sequence of tensors. Received {type(t_list)}. "
-            f"anyclip expected a list or tuple of arrays (or None); {fix}"
-        )
-        raise TypeError(msg)
-    return list(t_list)
-
-
-def floating_list(
-    xp: Namespace, t_list: list[Any], *, mixed_ok: bool = False, beside: Sequence[Any] = ()
-) -> list[Any]:
-    """Convert the entries, check they are floating and (unless ``mixed_ok``) share one dtype.
-
-    Python data goes to the device of the first array among the entries and ``beside`` (the
-    call's other arguments), as :func:`as_input` places it.
-    """
-    present = [v for v in t_list if v is not None]
-    if all_arrays(present):  # the common case: one check per distinct type and dtype
-        dtypes = {v.dtype for v in present}
-        if len(dtypes) <= 1 or mixed_ok:
-            for dtype in dtypes:
-                if dtype_kind(xp, dtype) != "real":
-                    break
-            else:
-                return list(t_list)
-    out: list[Any] = []
-    first = None
-    home = _first_array(present, beside)
-    for i, v in enumerate(t_list):
-        if v is None:
-            out.append(None)
-            continue
-        v = as_input(v, xp, f"t_list[{i}]", beside=home)
-        require_kind(xp, v, f"t_list[{i}]", ("real",), FLOATS, tf_attr)  # TF's L2Loss
-        if first is None:
-            first = v
-        elif v.dtype != first.dtype and not mixed_ok:
-            msg = (
-                "`t_list` must hold arrays of one dtype (TF does not promote), got "
-                f"{dtype_name(first.dtype)} and {dtype_name(v.dtype)} at t_list[{i}]; cast "
-                "them to one dtype, or pass accumulate_dtype='widest'"
-                f"{tf_words(tf_expected(first.dtype, v.dtype))}"  # TF's Pack of the sums
-            )
-            raise TypeError(msg)
-        out.append(v)
-    return out
-
-
-def real_list(
-    xp: Namespace, t_list: list[Any], *, beside: Sequence[Any] = ()
-) -> tuple[list[Any], list[int]]:
-    """Entries converted to arrays of a real or bool dtype, and the positions of the bool ones.
-
-    For ``clip_by_global_norm`` with ``use_norm`` (no norm to compute): TF scales integers by
-    a truncated factor, and a bool array by the factor cast to bool (its ``*`` on bools is a
-    logical and), measured in TF 2.21. Python data goes to the device of the first array
-    among the entries and ``beside``, as in :func:`floating_list`.
-    """
-    out: list[Any] = []
-    bools: list[int] = []
-    home = _first_array(t_list, beside)
-    for i, v in enumerate(t_list):
-        if v is None:
-            out.append(None)
-            continue
-        v = as_input(v, xp, f"t_list[{i}]", beside=home)
-        kind = require_kind(xp, v, f"t_list[{i}]", ("int", "real", "bool"), "a real or bool dtype")
-        if kind == "bool":
-            bools.append(i)
-        out.append(v)
-    return out, bools
-
-
-def _first_array(*groups: Sequence[Any]) -> tuple[Any, ...]:
-    """The first array of ``groups``, as a 1-tuple (empty: none), looked for once per call."""
-    for group in groups:
-        for v in group:
-            if is_array(v):
-                return (v,)
-    return ()
 
 
 # --------------------------------------------------------------- nonfinite

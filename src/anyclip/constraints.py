@@ -29,13 +29,8 @@ from typing import Any, cast
 from anyclip import _constraints
 from anyclip._compat import namespace
 from anyclip._keywords import hints_keywords
-from anyclip._policy import (
-    as_input,
-    as_operand,
-    check_broadcastable,
-    normalize_axes,
-    require_kind,
-)
+from anyclip._policy import as_input, as_operand, check_broadcastable, normalize_axes
+from anyclip._policy_dtypes import require_kind
 from anyclip._typing import ArrayT, Axes, Namespace, Operand, PythonData
 
 __all__ = [

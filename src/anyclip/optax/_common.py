@@ -11,7 +11,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from anyclip._compat import namespace
-from anyclip._policy import resolve_accumulate_dtype
+from anyclip._policy_dtypes import resolve_accumulate_dtype
 from anyclip._pytree import flatten
 
 __all__ = ["_norm_dtype"]

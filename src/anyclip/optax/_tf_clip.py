@@ -17,13 +17,8 @@ from anyclip import _clip, tree
 from anyclip._compat import is_array, namespace
 from anyclip._kernels._dist import check_group
 from anyclip._keywords import hints_keywords
-from anyclip._policy import (
-    check_nonfinite,
-    check_operand,
-    keras_option,
-    normalize_axes,
-    resolve_accumulate_dtype,
-)
+from anyclip._policy import check_nonfinite, check_operand, keras_option, normalize_axes
+from anyclip._policy_dtypes import resolve_accumulate_dtype
 from anyclip._typing import DTypeLike, Nonfinite
 from anyclip.optax._common import _norm_dtype
 from anyclip.optax._scheduled import scheduled_clip_by_norm, scheduled_global_norm, scheduled_keras

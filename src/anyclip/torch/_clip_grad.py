@@ -15,13 +15,8 @@ from torch.utils.hooks import RemovableHandle
 from anyclip import _clip
 from anyclip._compat import namespace
 from anyclip._keywords import hints_keywords
-from anyclip._policy import (
-    check_nonfinite,
-    check_operand,
-    keras_option,
-    normalize_axes,
-    resolve_accumulate_dtype,
-)
+from anyclip._policy import check_nonfinite, check_operand, keras_option, normalize_axes
+from anyclip._policy_dtypes import resolve_accumulate_dtype
 from anyclip._sparse import values_of
 from anyclip._typing import DTypeLike, Nonfinite
 from anyclip.torch._common import (

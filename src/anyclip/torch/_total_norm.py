@@ -19,7 +19,7 @@ from anyclip._kernels import _base
 from anyclip._kernels._base import partials
 from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor, zero_partial
 from anyclip._kernels._torch import TorchKernels
-from anyclip._policy import resolve_accumulate_dtype
+from anyclip._policy_dtypes import resolve_accumulate_dtype
 from anyclip.torch._common import _by_device_and_dtype, _check_values, _use_foreach
 
 __all__ = [

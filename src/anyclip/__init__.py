@@ -13,13 +13,8 @@ array([0.6, 0.8], dtype=float32)
 from __future__ import annotations
 
 from anyclip import constraints, tree
-from anyclip._clip import (
-    clip_by_average_norm,
-    clip_by_global_norm,
-    clip_by_norm,
-    clip_by_value,
-    global_norm,
-)
+from anyclip._clip import clip_by_global_norm, global_norm
+from anyclip._clip_tensor import clip_by_average_norm, clip_by_norm, clip_by_value
 from anyclip._embedding import embedding_lookup
 from anyclip._norms import l2_normalize, norm, normalize
 from anyclip._subnormals import flush_subnormals

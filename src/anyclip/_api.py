@@ -20,7 +20,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from anyclip import _clip, _norms
+from anyclip import _clip, _clip_tensor, _norms
 from anyclip._kernels import Kernels
 
 __all__ = ["Bound", "bind"]
@@ -56,11 +56,11 @@ def bind(kernels: Kernels) -> Bound:
     """
     return Bound(
         kernels=kernels,
-        clip_by_value=functools.partial(_clip._clip_by_value, kernels),
-        clip_by_norm=functools.partial(_clip._clip_by_norm, kernels),
+        clip_by_value=functools.partial(_clip_tensor._clip_by_value, kernels),
+        clip_by_norm=functools.partial(_clip_tensor._clip_by_norm, kernels),
         global_norm=functools.partial(_clip._global_norm, kernels),
         clip_by_global_norm=functools.partial(_clip._clip_by_global_norm, kernels),
-        clip_by_average_norm=functools.partial(_clip._clip_by_average_norm, kernels),
+        clip_by_average_norm=functools.partial(_clip_tensor._clip_by_average_norm, kernels),
         norm=functools.partial(_norms._norm, kernels),
         l2_normalize=functools.partial(_norms._l2_normalize, kernels),
         normalize=functools.partial(_norms._normalize, kernels),

@@ -18,7 +18,7 @@ import math
 from typing import Any, cast
 
 from anyclip import _core
-from anyclip._clip import _clip_norm_operand
+from anyclip._clip_tensor import _clip_norm_operand
 from anyclip._compat import dtype_name, is_array, library, namespace
 from anyclip._kernels import kernels_for
 from anyclip._keywords import hints_keywords

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
-from anyclip import _clip, _groups
+from anyclip import _clip, _clip_tensor, _groups
 from anyclip._adaptive import adaptive_clip, clip_by_block_rms, norm
 from anyclip._compat import is_array, namespace
 from anyclip._keywords import hints_keywords
@@ -91,7 +91,7 @@ def clip_by_value(
     def clip(t: Any) -> Any:
         lo = _unbounded(t, False) if clip_value_min is None else clip_value_min
         hi = _unbounded(t, True) if clip_value_max is None else clip_value_max
-        return _clip.clip_by_value(t, lo, hi)
+        return _clip_tensor.clip_by_value(t, lo, hi)
 
     return map_leaves(clip, tree)
 
@@ -110,7 +110,8 @@ def clip_by_norm(
     {'w': array([0.6, 0.8], dtype=float32)}
     """
     return map_leaves(
-        lambda t: _clip.clip_by_norm(t, clip_norm, axes, accumulate_dtype=accumulate_dtype), tree
+        lambda t: _clip_tensor.clip_by_norm(t, clip_norm, axes, accumulate_dtype=accumulate_dtype),
+        tree,
     )
 
 
@@ -136,7 +137,7 @@ def clip_by_average_norm(tree: TreeT, clip_norm: Operand) -> TreeT:
     >>> tree.clip_by_average_norm({"w": np.array([3.0, 4.0], dtype=np.float32)}, 1.0)
     {'w': array([1.2, 1.6], dtype=float32)}
     """
-    return map_leaves(lambda t: _clip.clip_by_average_norm(t, clip_norm), tree)
+    return map_leaves(lambda t: _clip_tensor.clip_by_average_norm(t, clip_norm), tree)
 
 
 #: ``groups=``: a label tree (names at the leaves or at containers) or a callable giving one.

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from anyclip import _clip, _schedule, tree
+from anyclip import _clip, _clip_tensor, _schedule, tree
 from anyclip._compat import namespace
 from anyclip._kernels import kernels_for
 from anyclip._typing import Nonfinite
@@ -122,7 +122,7 @@ def scheduled_keras(name: str, schedule: Schedule) -> optax.GradientTransformati
         xp = namespace(c)
         leaves, unflatten = tree.flatten(updates)
         if name == "clipnorm":
-            clipped = [None if t is None else _clip.clip_by_norm(t, c) for t in leaves]
+            clipped = [None if t is None else _clip_tensor.clip_by_norm(t, c) for t in leaves]
             out = [
                 None if t is None else _schedule.keras_gate(xp, c, k, t)
                 for t, k in zip(leaves, clipped, strict=True)

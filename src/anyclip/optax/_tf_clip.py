@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import optax
 from jax.typing import ArrayLike
 
-from anyclip import _clip, tree
+from anyclip import _clip, _clip_tensor, tree
 from anyclip._compat import is_array, namespace
 from anyclip._kernels._dist import check_group
 from anyclip._keywords import hints_keywords
@@ -286,7 +286,7 @@ def clip(max_delta: float) -> optax.GradientTransformation:
 
     def clip_leaf(g: Any) -> Any:
         d = _like(max_delta, g)
-        return _clip.clip_by_value(g, -d, d)
+        return _clip_tensor.clip_by_value(g, -d, d)
 
     return _stateless(lambda u: tree.map_leaves(clip_leaf, u))
 

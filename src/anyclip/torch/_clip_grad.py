@@ -12,7 +12,7 @@ from typing import Any, overload
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from anyclip import _clip
+from anyclip import _clip_tensor
 from anyclip._compat import namespace
 from anyclip._keywords import hints_keywords
 from anyclip._policy import check_nonfinite, check_operand, keras_option, normalize_axes
@@ -612,7 +612,7 @@ def clip_grad_by_value_(
     check_operand(clip_value_max, "clip_value_max")
     for g in _grads(parameters):
         v = values_of(g)
-        v.copy_(_clip.clip_by_value(v, clip_value_min, clip_value_max))
+        v.copy_(_clip_tensor.clip_by_value(v, clip_value_min, clip_value_max))
 
 
 @hints_keywords
@@ -657,7 +657,7 @@ def clip_grad_by_norm_(
     resolve_accumulate_dtype(xp, accumulate_dtype, [], single="clip_by_norm")
     for g in _grads(parameters):
         v = values_of(g)
-        v.copy_(_clip.clip_by_norm(v, clip_norm, axes, accumulate_dtype=accumulate_dtype))
+        v.copy_(_clip_tensor.clip_by_norm(v, clip_norm, axes, accumulate_dtype=accumulate_dtype))
 
 
 @hints_keywords

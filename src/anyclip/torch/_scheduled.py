@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from anyclip import _clip, _schedule
+from anyclip import _clip, _clip_tensor, _schedule
 from anyclip._compat import namespace
 from anyclip._kernels import FLUSH_GENERIC
 from anyclip._sparse import values_of
@@ -78,7 +78,7 @@ def scheduled_keras_clipping(
             xp = namespace(c)
             if name == "clipnorm":
                 for v in values:
-                    v.copy_(_schedule.keras_gate(xp, c, _clip.clip_by_norm(v, c), v))
+                    v.copy_(_schedule.keras_gate(xp, c, _clip_tensor.clip_by_norm(v, c), v))
             else:
                 norm = _local(_clip.global_norm(values, accumulate_dtype="widest"))
                 k = FLUSH_GENERIC if flushing() else None

@@ -1,28 +1,26 @@
-"""torch's ``clip_grad_*`` drop-ins, TF's other clippers and Keras's clipping options.
+"""torch's global-norm drop-ins: get_total_norm, clip_grads_with_norm_ and clip_grad_norm_.
 
-Layer: public adapter; :mod:`anyclip.torch` re-exports the names in ``__all__``.
+Layer: adapter (public; :mod:`anyclip.torch` re-exports the names in ``__all__``). Argument
+coercion is in :mod:`anyclip.torch._common`, the norm in :mod:`anyclip.torch._total_norm`, the
+scaling in :mod:`anyclip.torch._scale`; the per-tensor clippers in
+:mod:`anyclip.torch._clip_value`, Keras's options in :mod:`anyclip.torch._keras`.
 """
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any, overload
 
 import torch
-from torch.utils.hooks import RemovableHandle
 
-from anyclip import _clip_tensor
 from anyclip._compat import namespace
 from anyclip._keywords import hints_keywords
-from anyclip._policy import check_nonfinite, check_operand, keras_option, normalize_axes
+from anyclip._policy import check_nonfinite
 from anyclip._policy_dtypes import resolve_accumulate_dtype
 from anyclip._sparse import values_of
 from anyclip._typing import DTypeLike, Nonfinite
 from anyclip.torch._common import (
     Parameters,
-    _as_float,
-    _by_device_and_dtype,
     _describe,
     _foreach,
     _grads,
@@ -31,22 +29,16 @@ from anyclip.torch._common import (
     _norm_type,
     _policy,
     _tensors,
-    _use_foreach,
 )
 from anyclip.torch._groups import Groups, clip_grad_norm_groups, total_norms
 from anyclip.torch._scale import _scale_
 from anyclip.torch._scaler import unscale_once
-from anyclip.torch._scheduled import scheduled_keras_clipping
 from anyclip.torch._total_norm import _join_group, _raise_nonfinite, _total_norm
 
 __all__ = [
-    "clip_grad_by_norm_",
-    "clip_grad_by_value_",
     "clip_grad_norm_",
-    "clip_grad_value_",
     "clip_grads_with_norm_",
     "get_total_norm",
-    "keras_clipping",
 ]
 
 
@@ -503,265 +495,3 @@ def _clip_grad_norm(
         _raise_nonfinite(norm, p)
     _scale_(values, c, norm, each, policy, unclipped_at_inf)
     return norm
-
-
-def _refuse_second_bound(foreach: Any) -> None:
-    """``TypeError`` for a number or tensor as ``clip_grad_value_``'s ``foreach``.
-
-    It is usually TF's second bound (``clip_by_value(t, lo, hi)`` ported as
-    ``clip_grad_value_(params, lo, hi)``), which torch would read as ``foreach=True`` and
-    clip to ``[-lo, lo]``.
-    """
-    if isinstance(foreach, bool) or not isinstance(foreach, (numbers.Real, torch.Tensor)):
-        return
-    msg = (
-        f"`foreach` must be True, False or None (as in torch), got {_describe(foreach)}; "
-        "for two bounds (TF's clip_by_value) use anyclip.torch.clip_grad_by_value_"
-    )
-    raise TypeError(msg)
-
-
-@hints_keywords
-@torch.no_grad()
-def clip_grad_value_(
-    parameters: Parameters,
-    clip_value: float | torch.Tensor,
-    foreach: bool | None = None,
-) -> None:
-    """Clip every ``p.grad`` in place to ``[-clip_value, clip_value]``, as torch's function.
-
-    TF's ``clip_by_value(g, -clip_value, clip_value)``: the upper bound first, then the lower
-    one; NaN stays NaN. Identical to torch's for ``clip_value >= 0``; for a negative
-    ``clip_value`` TF's order gives ``-clip_value`` everywhere (torch's gives ``clip_value``).
-
-    Parameters
-    ----------
-    parameters : Tensor or iterable of Tensor
-        Parameters whose ``.grad`` is clipped; those without a gradient are skipped. Sparse
-        gradients are clipped through their values.
-    clip_value : float or Tensor
-        The largest magnitude (converted with ``float``, as torch does: a tensor is read on
-        the host, a host sync; :func:`clip_grad_by_value_` keeps tensor bounds on the device).
-    foreach : bool, optional
-        torch's switch, honoured as in :func:`clip_grad_norm_`; a number or a tensor is
-        refused (torch would take it as ``True``): it is usually a second bound, which goes to
-        :func:`clip_grad_by_value_`.
-
-    Raises
-    ------
-    TypeError
-        If ``foreach`` is a number or a tensor, or ``clip_value`` is None, a list or complex
-        (torch's class).
-    ValueError
-        If ``clip_value`` is a string that is no number or a tensor of several values
-        (torch's class).
-
-    Examples
-    --------
-    >>> import torch
-    >>> from anyclip.torch import clip_grad_value_
-    >>> p = torch.nn.Parameter(torch.zeros(3))
-    >>> p.grad = torch.tensor([-2.0, 0.25, 3.0])
-    >>> clip_grad_value_([p], 0.5)
-    >>> p.grad
-    tensor([-0.5000,  0.2500,  0.5000])
-    """
-    _refuse_second_bound(foreach)
-    each = _foreach(foreach)
-    v = _as_float(clip_value, "clip_value", "1.0")
-    values = [values_of(g) for g in _grads(parameters)]
-    for (device, _), group in _by_device_and_dtype(values).items():
-        if _use_foreach(each, group, device):
-            torch._foreach_clamp_max_(group, v)  # minimum(g, v) first, as TF
-            torch._foreach_clamp_min_(group, -v)
-        else:
-            for g in group:
-                g.clamp_max_(v).clamp_min_(-v)
-
-
-@hints_keywords
-@torch.no_grad()
-def clip_grad_by_value_(
-    parameters: Parameters,
-    clip_value_min: float | torch.Tensor,
-    clip_value_max: float | torch.Tensor,
-) -> None:
-    """Clip every ``p.grad`` in place to ``[clip_value_min, clip_value_max]``, as TF.
-
-    :func:`anyclip.clip_by_value` on each gradient: the upper bound first, so the lower bound
-    wins when ``clip_value_min > clip_value_max``; NaN stays NaN.
-
-    Parameters
-    ----------
-    parameters : Tensor or iterable of Tensor
-        Parameters whose ``.grad`` is clipped; those without a gradient are skipped.
-    clip_value_min, clip_value_max : float or Tensor
-        The bounds (converted as :func:`anyclip.clip_by_value` converts them).
-
-    Examples
-    --------
-    >>> import torch
-    >>> from anyclip.torch import clip_grad_by_value_
-    >>> p = torch.nn.Parameter(torch.zeros(3))
-    >>> p.grad = torch.tensor([-2.0, 0.25, 3.0])
-    >>> clip_grad_by_value_([p], -1.0, 0.5)
-    >>> p.grad
-    tensor([-1.0000,  0.2500,  0.5000])
-    """
-    check_operand(clip_value_min, "clip_value_min")  # with no gradient too
-    check_operand(clip_value_max, "clip_value_max")
-    for g in _grads(parameters):
-        v = values_of(g)
-        v.copy_(_clip_tensor.clip_by_value(v, clip_value_min, clip_value_max))
-
-
-@hints_keywords
-@torch.no_grad()
-def clip_grad_by_norm_(
-    parameters: Parameters,
-    clip_norm: float | torch.Tensor,
-    axes: Any = None,
-    *,
-    accumulate_dtype: Any = None,
-) -> None:
-    """Clip every ``p.grad`` in place to norm ``clip_norm`` over ``axes``, each on its own.
-
-    :func:`anyclip.clip_by_norm` on each gradient (TF has no list version of it); a sparse
-    gradient through its values, as TF clips ``IndexedSlices``.
-
-    Parameters
-    ----------
-    parameters : Tensor or iterable of Tensor
-        Parameters whose ``.grad`` is clipped; those without a gradient are skipped.
-    clip_norm : float or Tensor
-        The largest norm of each gradient.
-    axes : int or sequence of int, optional
-        Axes of each norm (``None``: the whole gradient).
-    accumulate_dtype : dtype or str, optional
-        As in :func:`anyclip.clip_by_norm`.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from anyclip.torch import clip_grad_by_norm_
-    >>> p = torch.nn.Parameter(torch.zeros(2))
-    >>> p.grad = torch.tensor([3.0, 4.0])
-    >>> clip_grad_by_norm_([p], 1.0)
-    >>> p.grad
-    tensor([0.6000, 0.8000])
-    """
-    check_operand(clip_norm, "clip_norm")  # with no gradient too
-    if axes is not None:
-        normalize_axes(axes, 1 << 30, "axes")  # any rank: types only
-    xp = namespace(torch.zeros(()))
-    resolve_accumulate_dtype(xp, accumulate_dtype, [], single="clip_by_norm")
-    for g in _grads(parameters):
-        v = values_of(g)
-        v.copy_(_clip_tensor.clip_by_norm(v, clip_norm, axes, accumulate_dtype=accumulate_dtype))
-
-
-@hints_keywords
-def keras_clipping(
-    optimizer: torch.optim.Optimizer,
-    *,
-    clipnorm: float | Callable[[torch.Tensor], Any] | None = None,
-    clipvalue: float | None = None,
-    global_clipnorm: float | Callable[[torch.Tensor], Any] | None = None,
-) -> RemovableHandle:
-    """Give a torch optimizer Keras's ``clipnorm``, ``clipvalue`` or ``global_clipnorm``.
-
-    Registers a step pre-hook that clips the gradients of every parameter of ``optimizer``
-    (all its parameter groups) just before each ``optimizer.step()``, as
-    ``keras.optimizers.Optimizer`` (Keras 3, TF 2.21) clips them before its update:
-
-    * ``clipnorm``: each gradient on its own, ``tf.clip_by_norm(g, clipnorm)``;
-    * ``global_clipnorm``: all together, ``tf.clip_by_global_norm(grads, global_clipnorm)``;
-    * ``clipvalue``: each element, ``clip(g, -clipvalue, clipvalue)``.
-
-    Parameters
-    ----------
-    optimizer : torch.optim.Optimizer
-        Any torch optimizer (SGD, Adam, AdamW...).
-    clipnorm, clipvalue, global_clipnorm : float, optional
-        Keras's options, with its meaning: at most one may be set, and one that is 0 or
-        negative clips nothing. ``clipnorm=inf`` or ``global_clipnorm=inf`` makes every
-        gradient NaN, as Keras 3 (TF 2.21) does (TF's factor ``inf * 0``), unlike
-        :func:`clip_grad_norm_` with ``max_norm=inf``, which follows torch.
-        ``clipnorm`` and ``global_clipnorm`` may be schedules: a callable of the step count
-        (a 0-d int64 tensor on the parameters' device, 0 at the first step) returning the
-        value (a tensor, or a number); it is evaluated on device before each step, with
-        Keras's rule applied there (0 or less clips nothing), and no host sync.
-
-    Returns
-    -------
-    torch.utils.hooks.RemovableHandle
-        ``handle.remove()`` stops the clipping. The optimizer's ``state_dict`` is unchanged
-        (the hook holds no state); with a schedule it holds the step count under
-        ``"anyclip.keras_clipping.count"``, restored by ``optimizer.load_state_dict``.
-
-    Raises
-    ------
-    ValueError
-        If more than one option is set (Keras's message).
-    TypeError
-        If ``optimizer`` is not a torch optimizer or an option is not a number.
-
-    Examples
-    --------
-    >>> import torch
-    >>> import anyclip.torch
-    >>> model = torch.nn.Linear(2, 1, bias=False)
-    >>> opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    >>> handle = anyclip.torch.keras_clipping(opt, clipnorm=1.0)  # Keras: SGD(clipnorm=1.0)
-    >>> with torch.no_grad():
-    ...     _ = model.weight.zero_()
-    >>> model.weight.grad = torch.tensor([[3.0, 4.0]])
-    >>> opt.step()
-    >>> model.weight
-    Parameter containing:
-    tensor([[-0.6000, -0.8000]], requires_grad=True)
-    >>> handle.remove()
-
-    A threshold warming up over the first 100 steps, evaluated on device:
-
-    >>> handle = anyclip.torch.keras_clipping(
-    ...     opt, global_clipnorm=lambda step: torch.clamp(step / 100, max=1.0)
-    ... )
-    >>> handle.remove()
-    """
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        msg = f"`optimizer` must be a torch.optim.Optimizer, got {type(optimizer).__name__}"  # type: ignore[unreachable]
-        raise TypeError(msg)
-    scheduled = [
-        (name, v)
-        for name, v in (("clipnorm", clipnorm), ("global_clipnorm", global_clipnorm))
-        if callable(v)
-    ]
-    if scheduled:  # Keras's checks (one option only) with a number in the schedule's place
-        keras_option(*(1.0 if callable(v) else v for v in (clipnorm, clipvalue, global_clipnorm)))
-        return scheduled_keras_clipping(optimizer, *scheduled[0])
-    option = keras_option(clipnorm, clipvalue, global_clipnorm)
-
-    def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if option is None:
-            return
-        name, value = option
-        params = [p for group in opt.param_groups for p in group["params"]]
-        if name == "clipnorm":
-            clip_grad_by_norm_(params, value)
-        elif name == "global_clipnorm":  # Keras's NaN for an inf value: TF's factor throughout
-            _clip_grad_norm(
-                params,
-                value,
-                2.0,
-                False,
-                None,
-                accumulate_dtype="widest",
-                nonfinite="tf",
-                group=None,
-                unclipped_at_inf=False,
-            )
-        else:
-            clip_grad_by_value_(params, -value, value)
-
-    return optimizer.register_step_pre_hook(hook)

@@ -1,0 +1,131 @@
+"""Keras's optimizer clipping options (``clipnorm``, ``clipvalue``, ``global_clipnorm``) for torch.
+
+Layer: adapter (public; :mod:`anyclip.torch` re-exports :func:`keras_clipping`). A step
+pre-hook on a torch optimizer that clips as Keras's optimizer does before its update, with the
+clippers of :mod:`anyclip.torch._clip_grad` and :mod:`anyclip.torch._clip_value`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from anyclip._keywords import hints_keywords
+from anyclip._policy import keras_option
+from anyclip.torch._clip_grad import _clip_grad_norm
+from anyclip.torch._clip_value import clip_grad_by_norm_, clip_grad_by_value_
+from anyclip.torch._scheduled import scheduled_keras_clipping
+
+__all__ = [
+    "keras_clipping",
+]
+
+
+@hints_keywords
+def keras_clipping(
+    optimizer: torch.optim.Optimizer,
+    *,
+    clipnorm: float | Callable[[torch.Tensor], Any] | None = None,
+    clipvalue: float | None = None,
+    global_clipnorm: float | Callable[[torch.Tensor], Any] | None = None,
+) -> RemovableHandle:
+    """Give a torch optimizer Keras's ``clipnorm``, ``clipvalue`` or ``global_clipnorm``.
+
+    Registers a step pre-hook that clips the gradients of every parameter of ``optimizer``
+    (all its parameter groups) just before each ``optimizer.step()``, as
+    ``keras.optimizers.Optimizer`` (Keras 3, TF 2.21) clips them before its update:
+
+    * ``clipnorm``: each gradient on its own, ``tf.clip_by_norm(g, clipnorm)``;
+    * ``global_clipnorm``: all together, ``tf.clip_by_global_norm(grads, global_clipnorm)``;
+    * ``clipvalue``: each element, ``clip(g, -clipvalue, clipvalue)``.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        Any torch optimizer (SGD, Adam, AdamW...).
+    clipnorm, clipvalue, global_clipnorm : float, optional
+        Keras's options, with its meaning: at most one may be set, and one that is 0 or
+        negative clips nothing. ``clipnorm=inf`` or ``global_clipnorm=inf`` makes every
+        gradient NaN, as Keras 3 (TF 2.21) does (TF's factor ``inf * 0``), unlike
+        :func:`clip_grad_norm_` with ``max_norm=inf``, which follows torch.
+        ``clipnorm`` and ``global_clipnorm`` may be schedules: a callable of the step count
+        (a 0-d int64 tensor on the parameters' device, 0 at the first step) returning the
+        value (a tensor, or a number); it is evaluated on device before each step, with
+        Keras's rule applied there (0 or less clips nothing), and no host sync.
+
+    Returns
+    -------
+    torch.utils.hooks.RemovableHandle
+        ``handle.remove()`` stops the clipping. The optimizer's ``state_dict`` is unchanged
+        (the hook holds no state); with a schedule it holds the step count under
+        ``"anyclip.keras_clipping.count"``, restored by ``optimizer.load_state_dict``.
+
+    Raises
+    ------
+    ValueError
+        If more than one option is set (Keras's message).
+    TypeError
+        If ``optimizer`` is not a torch optimizer or an option is not a number.
+
+    Examples
+    --------
+    >>> import torch
+    >>> import anyclip.torch
+    >>> model = torch.nn.Linear(2, 1, bias=False)
+    >>> opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    >>> handle = anyclip.torch.keras_clipping(opt, clipnorm=1.0)  # Keras: SGD(clipnorm=1.0)
+    >>> with torch.no_grad():
+    ...     _ = model.weight.zero_()
+    >>> model.weight.grad = torch.tensor([[3.0, 4.0]])
+    >>> opt.step()
+    >>> model.weight
+    Parameter containing:
+    tensor([[-0.6000, -0.8000]], requires_grad=True)
+    >>> handle.remove()
+
+    A threshold warming up over the first 100 steps, evaluated on device:
+
+    >>> handle = anyclip.torch.keras_clipping(
+    ...     opt, global_clipnorm=lambda step: torch.clamp(step / 100, max=1.0)
+    ... )
+    >>> handle.remove()
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        msg = f"`optimizer` must be a torch.optim.Optimizer, got {type(optimizer).__name__}"  # type: ignore[unreachable]
+        raise TypeError(msg)
+    scheduled = [
+        (name, v)
+        for name, v in (("clipnorm", clipnorm), ("global_clipnorm", global_clipnorm))
+        if callable(v)
+    ]
+    if scheduled:  # Keras's checks (one option only) with a number in the schedule's place
+        keras_option(*(1.0 if callable(v) else v for v in (clipnorm, clipvalue, global_clipnorm)))
+        return scheduled_keras_clipping(optimizer, *scheduled[0])
+    option = keras_option(clipnorm, clipvalue, global_clipnorm)
+
+    def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if option is None:
+            return
+        name, value = option
+        params = [p for group in opt.param_groups for p in group["params"]]
+        if name == "clipnorm":
+            clip_grad_by_norm_(params, value)
+        elif name == "global_clipnorm":  # Keras's NaN for an inf value: TF's factor throughout
+            _clip_grad_norm(
+                params,
+                value,
+                2.0,
+                False,
+                None,
+                accumulate_dtype="widest",
+                nonfinite="tf",
+                group=None,
+                unclipped_at_inf=False,
+            )
+        else:
+            clip_grad_by_value_(params, -value, value)
+
+    return optimizer.register_step_pre_hook(hook)

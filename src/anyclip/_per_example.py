@@ -97,7 +97,7 @@ def _core_tf_half_squares(xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any
     ``sum(square(v) * 0.5)`` over that example's leaf in the order of Eigen's full
     reduction, and the leaves' values, stacked, are reduced the same way (packets of 8
     float32 or 4 float64, Eigen's tree). Both are
-    :func:`anyclip._kernels._tforder.tf_order_row_sums` over one row per example (measured
+    :func:`anyclip._kernels._tforder_xp.tf_order_row_sums` over one row per example (measured
     bit for bit against TF 2.21's ``global_norm``). The squares are rounded apart from the
     sums (:func:`anyclip._kernels.rounded_apart`: no fused multiply-add under ``jax.jit``),
     a slice at a time: no squared copy of a leaf.

@@ -43,12 +43,8 @@ from anyclip._kernels._jax import (
 )
 from anyclip._kernels._numpy import NumpyKernels
 from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, plain_norm
-from anyclip._kernels._tforder import (
-    numpy_rows_in_order,
-    rounded_apart,
-    tf_order_row_sums,
-    tf_order_vector_sum,
-)
+from anyclip._kernels._tforder import numpy_rows_in_order
+from anyclip._kernels._tforder_xp import rounded_apart, tf_order_row_sums, tf_order_vector_sum
 from anyclip._kernels._torch import TorchKernels, torch_numpy_rows
 from anyclip._subnormals import OPEN, flushing
 from anyclip._typing import Namespace
@@ -151,7 +147,7 @@ def tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any | N
 def tf_vector_sum(xp: Namespace, values: Any, *, packet: int, leaf: int, lanes: Any) -> Any:
     """The 1-D ``values`` summed in the order of TF 2.21's full ``reduce_sum``: 0-d.
 
-    :func:`~anyclip._kernels._tforder.tf_order_vector_sum` (array-API operations); on JAX
+    :func:`~anyclip._kernels._tforder_xp.tf_order_vector_sum` (array-API operations); on JAX
     (eager or traced) as one compiled program,
     :func:`~anyclip._kernels._jax.jax_tf_vector_sum`.
     """
@@ -165,7 +161,7 @@ def tf_row_sums(
 ) -> Any:
     """Each row of the 2-D ``rows`` summed in the order of TF 2.21's full ``reduce_sum``.
 
-    :func:`~anyclip._kernels._tforder.tf_order_row_sums` (array-API operations); on JAX
+    :func:`~anyclip._kernels._tforder_xp.tf_order_row_sums` (array-API operations); on JAX
     (eager or traced) as one compiled program, :func:`~anyclip._kernels._jax.jax_tf_row_sums`.
     ``square``: each element ``x`` taken as ``(x * x) * square`` (``l2_loss``: 0.5). NumPy,
     and torch on the CPU without a recorded gradient or a transform, add the rows of

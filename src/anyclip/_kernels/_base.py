@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._compat import device, dtype_name, is_functorch_wrapped, library
-from anyclip._kernels._tforder import rounded_apart, tf_order_squares
+from anyclip._kernels._tforder_xp import rounded_apart, tf_order_squares
 from anyclip._numerics import constant, reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
@@ -109,7 +109,7 @@ class Kernels:
     def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
         """The float64 sum of squares of ``arrays`` in TF's order, 0-d, or None.
 
-        :func:`~anyclip._kernels._tforder.tf_order_squares` (with ``half``, the sum of
+        :func:`~anyclip._kernels._tforder_xp.tf_order_squares` (with ``half``, the sum of
         their ``l2_loss``) for float64 arrays of the libraries in :data:`_TF_ORDER`
         (array-API operations: ``take``, ``where``, slices, additions); None for the others
         (their sums keep the library's own order).
@@ -418,7 +418,7 @@ def _half_square_sum(xp: Namespace, v: Any) -> Any:
     product feeding a reduction in float32 and drops its rounding to the half type (it allows
     "excess precision"): squares too small for float16 were then kept, and a real model's
     float16 norm came out 22 ULP from TF's. Each product is rounded apart
-    (:func:`~anyclip._kernels._tforder.rounded_apart`), as eagerly.
+    (:func:`~anyclip._kernels._tforder_xp.rounded_apart`), as eagerly.
     """
     half = constant(xp, 0.5, v.dtype, v)
     if dtype_name(v.dtype) in _HALVED_FIRST:

@@ -34,7 +34,7 @@ from typing import Any
 from anyclip._compat import dtype_name, may_be_sharded
 from anyclip._kernels import _base
 from anyclip._kernels._base import Kernels, groups
-from anyclip._kernels._tforder import (
+from anyclip._kernels._tforder_xp import (
     square_list,
     tf_order_row_sums,
     tf_order_sum_of,
@@ -205,7 +205,7 @@ def jax_tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any
 
 
 def jax_tf_vector_sum(xp: Namespace, values: Any, packet: int, leaf: int, lanes: Any) -> Any:
-    """:func:`~anyclip._kernels._tforder.tf_order_vector_sum` as one compiled program.
+    """:func:`~anyclip._kernels._tforder_xp.tf_order_vector_sum` as one compiled program.
 
     A ``jax.jit`` made once per namespace (``packet``, ``leaf`` and ``lanes`` static): an
     eager call runs its gathers and additions in one program, compiled once per shape, not
@@ -226,7 +226,7 @@ def jax_tf_vector_sum(xp: Namespace, values: Any, packet: int, leaf: int, lanes:
 def jax_tf_row_sums(
     xp: Namespace, rows: Any, packet: int, leaf: int, square: float | None = None
 ) -> Any:
-    """:func:`~anyclip._kernels._tforder.tf_order_row_sums` as one compiled program.
+    """:func:`~anyclip._kernels._tforder_xp.tf_order_row_sums` as one compiled program.
 
     As :func:`jax_tf_vector_sum`: a ``jax.jit`` made once per namespace (``packet`` and
     ``leaf`` static), so an eager call is one dispatch, not one per addition; under the

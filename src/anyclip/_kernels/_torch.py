@@ -31,11 +31,8 @@ from anyclip._kernels._dist import (
     is_dtensor,
     replicate_partials,
 )
-from anyclip._kernels._tforder import (
-    tf_order_squares,
-    tf_order_sums,
-    tf_order_total,
-)
+from anyclip._kernels._tforder import tf_order_sums, tf_order_total
+from anyclip._kernels._tforder_xp import tf_order_squares
 from anyclip._numerics import reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
@@ -242,7 +239,7 @@ def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -
     (joined) tensor's memory (``Tensor.numpy(force=True)``: no copy for a CPU tensor): each
     array's sum of squares in TF 2.21's order, then (``half``) their halves summed as
     ``tf.linalg.global_norm`` does. Without NumPy, the same order in torch operations
-    (:func:`~anyclip._kernels._tforder.tf_order_squares`, slower). None for other dtypes,
+    (:func:`~anyclip._kernels._tforder_xp.tf_order_squares`, slower). None for other dtypes,
     other devices (the sums are read on the host), and while ``torch.compile`` traces.
     """
     if arrays[0].dtype != torch.float64 or torch.compiler.is_compiling():

@@ -32,7 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from anyclip import _clip, _clip_tensor, _groups
-from anyclip._adaptive import adaptive_clip, clip_by_block_rms, norm
+from anyclip._adaptive import clip_by_block_rms, norm
+from anyclip._agc import adaptive_clip
 from anyclip._compat import is_array, namespace
 from anyclip._keywords import hints_keywords
 from anyclip._per_example import per_example_clip, per_example_layer_clip

@@ -11,7 +11,7 @@ from typing import Any
 import optax
 
 from anyclip import tree
-from anyclip._adaptive import Layout
+from anyclip._agc import Layout
 from anyclip._keywords import hints_keywords
 
 __all__ = ["adaptive_grad_clip", "clip_by_block_rms"]

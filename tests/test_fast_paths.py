@@ -242,7 +242,7 @@ def test_torch_half_precision_sums_equal_generic(backend, make, dtype, case):
     checked on TF's data by the conformance suite) bit for bit on the CPU, where the sums are
     the same cascade sums. On CUDA the float32 sums of the halves are added in another order
     (one multi-tensor kernel): within the global norm's budget."""
-    from anyclip._kernels._torch import _half_precision_half_squares
+    from anyclip._kernels._torch_sums import _half_precision_half_squares
 
     xs = [make(a, dtype) for a in _half_lists(dtype)[case]]
     assert _half_precision_half_squares(backend.xp, backend.module, xs) is not None  # engaged
@@ -259,7 +259,7 @@ def test_torch_half_precision_sums_equal_generic(backend, make, dtype, case):
 def test_torch_half_precision_sums_step_aside(backend, make):
     """A recorded gradient, float32 or mixed dtypes go elsewhere (the generic formula carries
     TF's gradients; float32 has its own fast path)."""
-    from anyclip._kernels._torch import _half_precision_half_squares
+    from anyclip._kernels._torch_sums import _half_precision_half_squares
 
     torch = backend.module
     x = make([3.0, 4.0], "bfloat16")
@@ -274,7 +274,7 @@ def test_torch_multi_tensor_half_sums_on_cpu(backend, make, dtype, case):
     """CUDA's multi-tensor route, run on the CPU: the same formula as the generic kernels,
     its float32 sums in ``_foreach_norm``'s order (sequential on the CPU): within the global
     norm's budget of them."""
-    from anyclip._kernels._torch import _multi_tensor_half_squares
+    from anyclip._kernels._torch_sums import _multi_tensor_half_squares
 
     xs = [make(a, dtype) for a in _half_lists(dtype)[case]]
     xp, torch = backend.xp, backend.module

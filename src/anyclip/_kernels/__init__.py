@@ -45,7 +45,8 @@ from anyclip._kernels._numpy import NumpyKernels
 from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, plain_norm
 from anyclip._kernels._tforder import numpy_rows_in_order
 from anyclip._kernels._tforder_xp import rounded_apart, tf_order_row_sums, tf_order_vector_sum
-from anyclip._kernels._torch import TorchKernels, torch_numpy_rows
+from anyclip._kernels._torch import TorchKernels
+from anyclip._kernels._torch_sums import torch_numpy_rows
 from anyclip._subnormals import OPEN, flushing
 from anyclip._typing import Namespace
 
@@ -167,7 +168,7 @@ def tf_row_sums(
     and torch on the CPU without a recorded gradient or a transform, add the rows of
     Eigen's packet accumulators with NumPy's in-order reduction
     (:func:`~anyclip._kernels._tforder.numpy_rows_in_order`); torch runs this NumPy code
-    on a NumPy view of the tensor (:func:`~anyclip._kernels._torch.torch_numpy_rows`).
+    on a NumPy view of the tensor (:func:`~anyclip._kernels._torch_sums.torch_numpy_rows`).
     """
     lib = library(xp)
     if lib == "jax":

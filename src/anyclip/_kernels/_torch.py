@@ -16,6 +16,10 @@ two of its jobs hold for any dtype:
   halves (``_foreach_norm(dtype=float32)`` of the arrays would square them in float32): the
   generic formula in multi-tensor ops, :func:`_half_precision_half_squares`, and the scaling
   with ``torch._foreach_mul``.
+
+This module holds :class:`TorchKernels` (the choice of path, devices, DTensors, the scaling);
+the fast sums of squares and the test of when they apply are in
+:mod:`anyclip._kernels._torch_sums`.
 """
 
 from __future__ import annotations
@@ -24,272 +28,28 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._kernels import _base
-from anyclip._kernels._base import ROW, Kernels, groups
+from anyclip._kernels._base import ROW, Kernels
 from anyclip._kernels._dist import (
     any_dtensor,
     dtensor_half_squares,
     is_dtensor,
     replicate_partials,
 )
-from anyclip._kernels._tforder import tf_order_sums, tf_order_total
-from anyclip._kernels._tforder_xp import tf_order_squares
+from anyclip._kernels._torch_sums import (
+    _FAST,
+    _HALF,
+    _fast_ok,
+    _half_precision_half_squares,
+    _partial_norms,
+    _reduced_count,
+    _tf_order,
+)
 from anyclip._numerics import reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
-__all__ = ["TorchKernels", "torch_numpy_rows"]
-
-#: The dtypes of the float32/float64 fast paths (sums by row norms, ``_foreach_mul``).
-_FAST = ("float32", "float64")
-
-#: The half-precision dtypes whose sums of ``l2_loss`` and scaling take multi-tensor ops
-#: (:func:`_half_precision_half_squares`).
-_HALF = ("bfloat16", "float16")
-
-
-def _fast_ok(
-    arrays: Sequence[Any], *, one_dtype: bool = False, dtypes: tuple[str, ...] = _FAST
-) -> bool:
-    """float32 or float64, one dtype, no gradient recorded through ``arrays``, no DTensor.
-
-    ``one_dtype``: the caller has seen that ``arrays`` share ``arrays[0]``'s dtype (one pass
-    fewer over a list of thousands). ``dtypes``: the dtypes (names) a fast path takes
-    (:data:`_HALF` for the half-precision sums and scaling).
-
-    A ``DTensor`` takes the generic code (DTensor's own ops: a reduction over a sharded
-    dimension is a local reduction plus one all-reduce); the fast paths would flatten it,
-    which DTensor answers with an all-gather. Global norms of DTensors never get here: they
-    sum each local shard (:func:`anyclip._kernels._dist.dtensor_half_squares`).
-    """
-    import torch
-
-    dtype = arrays[0].dtype
-    if any_dtensor(arrays):
-        return False
-    if dtype not in [getattr(torch, name) for name in dtypes]:
-        return False
-    # one pass per check, no function call per tensor (torch.compile traces these reads)
-    if torch.is_grad_enabled() and any([a.requires_grad for a in arrays]):
-        return False
-    # torch.func.vmap has no batching rule for _foreach_norm. Tensors are looked at only
-    # inside a transform: outside one, a wrapped tensor is one that escaped it, which every
-    # operation refuses (the generic path and this one alike).
-    functorch = torch._C._functorch
-    if (
-        not torch.compiler.is_compiling()
-        and functorch.maybe_current_level() is not None
-        and any(map(functorch.is_functorch_wrapped_tensor, arrays))
-    ):
-        return False
-    return one_dtype or {a.dtype for a in arrays} == {dtype}
-
-
-def _reduced_count(shape: Sequence[int], axes: tuple[int, ...] | None) -> int:
-    """The number of elements in each norm over ``axes`` of ``shape``.
-
-    When it is 1, ``vector_norm`` returns ``abs(x)`` where TF squares (so ``x * x`` can
-    overflow to inf or underflow to 0 first): the fast paths step aside.
-    """
-    count = 1
-    for a in range(len(shape)) if axes is None else axes:
-        count *= shape[a]
-    return count
-
-
-#: The largest group of small CPU tensors joined by :func:`_partial_norms` holds fewer than
-#: ``2 * SERIAL`` elements: below ATen's ``GRAIN_SIZE`` (32,768), under which ``cat`` takes its
-#: serial copy loop and a reduction runs on the calling thread.
-SERIAL = 1 << 14
-
-
-def _partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
-    """A 1-D tensor of norms whose squares sum to the sum of squares of every element.
-
-    ``torch._foreach_norm`` and ``torch.linalg.vector_norm`` accumulate float32 sequentially on
-    CPU: over a million elements they are hundreds of ULP off (measured; TF is within a few).
-    So each norm here covers at most ``ROW`` elements: every group of :func:`groups` (small
-    arrays joined by one ``cat``, or ``_flatten_dense_tensors`` where ``cat`` refuses their
-    shapes; on the CPU, fewer than ``2 * SERIAL`` elements per group) is cut into rows of
-    ``ROW``, one
-    ``vector_norm(dim=1)`` gives the row norms, the leftover tails go to one
-    ``_foreach_norm``, and ``torch.sum`` (pairwise) adds the squares.
-    """
-    from torch._utils import _flatten_dense_tensors
-
-    flatten: Callable[[Sequence[Any]], Any] = _flatten_dense_tensors  # untyped in torch
-    tails: list[Any] = []
-    parts: list[Any] = []
-
-    def rows(flat: Any) -> None:
-        m = flat.numel() // ROW
-        if flat.numel() > m * ROW:
-            tails.append(flat[m * ROW :])
-        if m:
-            parts.append(torch.linalg.vector_norm(flat[: m * ROW].view(m, ROW), dim=1))
-
-    # On the CPU, groups of fewer than GRAIN_SIZE elements: torch's cat and reduction then run
-    # on the calling thread (a larger one starts its thread pool, which waits for a free core
-    # on a busy machine, and cats 2,000 inputs one copy each instead of one serial loop).
-    cap = {"block": SERIAL, "join": SERIAL} if arrays[0].is_cpu else {}
-    # `cat` along axis 0 lays the elements out in flatten's order, without the view of each
-    # tensor that `_flatten_dense_tensors` makes (a third of a join's time for 256-element
-    # tensors); where it refuses the shapes (mixed ndim, 0-d), flatten joins this group and
-    # the rest of the call.
-    cat_ok = not torch.compiler.is_compiling()
-    for group in groups(arrays, torch.Tensor.numel, **cap):
-        if len(group) == 1:
-            flat = group[0].reshape(-1)
-        elif cat_ok:
-            try:
-                flat = torch.cat(group).reshape(-1)
-            except RuntimeError:
-                cat_ok = False
-                flat = flatten(group)
-        else:
-            flat = flatten(group)
-        rows(flat)
-    if tails:
-        parts.append(torch.stack(torch._foreach_norm(tails, 2)))
-    if not parts:  # only empty arrays
-        return torch.zeros(1, dtype=arrays[0].dtype, device=arrays[0].device)
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-#: Most elements squared at a time by :func:`_half_precision_half_squares` (a larger array
-#: alone): its temporary squares are at most 32 MiB of bfloat16 or float16 beyond the largest
-#: array.
-HALF_JOIN = 1 << 24
-
-
-def _half_precision_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any]) -> Any | None:
-    """TF's ``sum(l2_loss(t) for t in arrays)`` of bfloat16 or float16 ``arrays``; or None.
-
-    The generic formula (:func:`anyclip._kernels._base._half_square_sum`, then the sum of the
-    stack), step for step: each array squared in its dtype (TF's ``Square``: rounded to
-    bfloat16 or float16, inf past the dtype's range), the squares halved in place in that
-    dtype (TF's ``L2Loss``: halves of float16 squares below twice the smallest subnormal
-    round), each array's halves summed in float32 and rounded once to the dtype (TF's
-    ``reduce_sum``), and these sums added as the generic code adds them (:func:`reduce_sum`
-    of their stack). No cast copy of an array.
-
-    On CUDA, in multi-tensor ops on consecutive groups of at most :data:`HALF_JOIN`
-    elements: ``torch._foreach_mul(group, group)``, ``torch._foreach_mul_(squares, 0.5)``
-    and one ``torch._foreach_norm(halves, 1, dtype=torch.float32)`` (the halves are not
-    negative; CUDA's multi-tensor kernel reads them once and accumulates in float32); the
-    temporaries are one group's squares. Elsewhere (the CPU, where torch's foreach ops loop
-    over the arrays), one array at a time (:func:`_cpu_half_square_sum`), with the generic
-    :func:`reduce_sum` (torch's cascade sum: ``_foreach_norm(halves, 1)`` adds float32 in
-    sequence there and was 1 ulp off in 5 of 400 bfloat16 arrays of 10**3 to 10**6.5
-    elements). None where :func:`_fast_ok` refuses ``arrays`` for :data:`_HALF` (a recorded
-    gradient, a ``torch.func`` transform, a DTensor, another dtype).
-    """
-    if not _fast_ok(arrays, one_dtype=True, dtypes=_HALF):
-        return None
-    if not arrays[0].is_cuda:  # CPU foreach ops loop over the arrays: one at a time
-        halves = torch.stack([_cpu_half_square_sum(xp, torch, v) for v in arrays])
-        return reduce_sum(xp, halves, None, keepdims=False)
-    return _multi_tensor_half_squares(xp, torch, arrays)
-
-
-def _multi_tensor_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any]) -> Any:
-    """:func:`_half_precision_half_squares` by multi-tensor ops (CUDA's path), on any device."""
-    dtype = arrays[0].dtype
-    parts: list[Any] = []  # each group's l2_loss, 1-D, in the dtype
-    for group in _half_groups(arrays):
-        squares = torch._foreach_mul(group, group)
-        torch._foreach_mul_(squares, 0.5)
-        sums = torch._foreach_norm(squares, 1, dtype=torch.float32)
-        parts.append(torch.stack(sums).to(dtype))
-        del squares
-    halves = parts[0] if len(parts) == 1 else torch.cat(parts)
-    return reduce_sum(xp, halves, None, keepdims=False)
-
-
-def _cpu_half_square_sum(xp: Namespace, torch: Any, v: Any) -> Any:
-    """One array's ``l2_loss`` (off CUDA): squares, halved in place, :func:`reduce_sum`.
-
-    The generic :func:`~anyclip._kernels._base._half_square_sum` with one temporary instead
-    of two (the halving writes into the squares).
-    """
-    squares = torch.mul(v, v)
-    squares.mul_(0.5)
-    return reduce_sum(xp, squares, None, keepdims=False)
-
-
-def _half_groups(arrays: Sequence[Any]) -> list[list[Any]]:
-    """``arrays`` in consecutive groups of at most :data:`HALF_JOIN` elements (or one array)."""
-    out: list[list[Any]] = []
-    group: list[Any] = []
-    size = 0
-    for a in arrays:
-        n = a.numel()
-        if group and size + n > HALF_JOIN:
-            out.append(group)
-            group, size = [], 0
-        group.append(a)
-        size += n
-    if group:
-        out.append(group)
-    return out
-
-
-def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -> Any | None:
-    """The sum of squares of float64 CPU ``arrays`` in TF's order, as a 0-d tensor, or None.
-
-    As the NumPy kernels (:mod:`anyclip._kernels._tforder`), on a NumPy view of each
-    (joined) tensor's memory (``Tensor.numpy(force=True)``: no copy for a CPU tensor): each
-    array's sum of squares in TF 2.21's order, then (``half``) their halves summed as
-    ``tf.linalg.global_norm`` does. Without NumPy, the same order in torch operations
-    (:func:`~anyclip._kernels._tforder_xp.tf_order_squares`, slower). None for other dtypes,
-    other devices (the sums are read on the host), and while ``torch.compile`` traces.
-    """
-    if arrays[0].dtype != torch.float64 or torch.compiler.is_compiling():
-        return None
-    if not all([a.is_cpu for a in arrays]):
-        return None
-    np = _numpy()
-    if np is None:
-        return tf_order_squares(xp, arrays, half=half)
-    from torch._utils import _flatten_dense_tensors
-
-    flatten: Callable[[Sequence[Any]], Any] = _flatten_dense_tensors  # untyped in torch
-    per_array: list[float] = []
-    # small tensors joined fewer than 2 * SERIAL elements at a time: torch's `cat` then
-    # copies on the calling thread (a larger one waited 50 ms for its threads on a busy
-    # machine, for ResNet-50's 119 small tensors)
-    for group in groups(arrays, torch.Tensor.numel, block=SERIAL, join=SERIAL):
-        flat = group[0].reshape(-1) if len(group) == 1 else flatten(group)
-        sizes = [int(a.numel()) for a in group]
-        per_array += tf_order_sums(np, flat.numpy(force=True), sizes, square=True)
-    total = tf_order_total(np, per_array, half=half)
-    return torch.tensor(total, dtype=torch.float64)
-
-
-def torch_numpy_rows(rows: Any) -> Any | None:
-    """A NumPy view of the CPU tensor ``rows``'s memory, for TF-order row sums; or None.
-
-    :func:`~anyclip._kernels.tf_row_sums` then runs on NumPy (its in-order reduction,
-    :func:`~anyclip._kernels._tforder.numpy_rows_in_order`; torch's own ``sum`` adds in its
-    cascade order, not TF's, and its elementwise steps on small blocks measured 25 times
-    NumPy's on a loaded 2-core CPU). None (the generic torch code) on other devices, while
-    a gradient is recorded, under a ``torch.func`` transform, while ``torch.compile``
-    traces, or without NumPy.
-    """
-    import torch
-
-    if not rows.is_cpu or torch.compiler.is_compiling() or not _fast_ok([rows], one_dtype=True):
-        return None
-    if _numpy() is None:
-        return None
-    return rows.numpy(force=True)
-
-
-def _numpy() -> Any | None:
-    """NumPy, or None where it is not installed (torch does not need it)."""
-    try:
-        import numpy
-    except ImportError:
-        return None
-    return numpy
+__all__ = [
+    "TorchKernels",
+]
 
 
 def _one_device(tensors: Sequence[Any]) -> bool:

@@ -2,7 +2,8 @@
 
 Layer: public adapter over :func:`anyclip._groups.global_norms` (the 2-norm of every group, one
 all-reduce of a vector with ``group=``) and the single-group helpers of
-:mod:`anyclip.torch._clip_grad` (checks, other orders, the in-place scaling); no formula here.
+:mod:`anyclip.torch._common` (checks), :mod:`anyclip.torch._total_norm` (other orders) and
+:mod:`anyclip.torch._scale` (the in-place scaling); no formula here.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Scheduled thresholds for :func:`anyclip.torch.keras_clipping` (a callable of the step count).
 
 Layer: public adapter over :mod:`anyclip._schedule` (Keras's rule at a value known on device)
-and the clippers of :mod:`anyclip._clip`; no formula here. The step count is a 0-d int64
-tensor on the parameters' device, incremented in place after each clip (no host sync), and
-saved in the optimizer's ``state_dict`` (an optimizer state-dict hook), so a checkpoint of the
-optimizer resumes the schedule where it stopped.
+and the clippers of :mod:`anyclip._clip` and :mod:`anyclip._clip_tensor`; no formula here. The
+step count is a 0-d int64 tensor on the parameters' device, incremented in place after each
+clip (no host sync), and saved in the optimizer's ``state_dict`` (an optimizer state-dict
+hook), so a checkpoint of the optimizer resumes the schedule where it stopped.
 """
 
 from __future__ import annotations

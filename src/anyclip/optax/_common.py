@@ -18,6 +18,7 @@ __all__ = ["_norm_dtype"]
 
 
 def _norm_dtype(params: Any, accumulate_dtype: Any) -> Any:
+    """The dtype of the norm of ``params``' floating leaves (float32 when there are none)."""
     leaves = [leaf for leaf in flatten(params)[0] if leaf is not None]
     dtypes = [leaf.dtype for leaf in leaves if jnp.issubdtype(leaf.dtype, jnp.floating)]
     if not dtypes:

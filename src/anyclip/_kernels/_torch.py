@@ -36,6 +36,7 @@ from anyclip._kernels._tforder import (
     tf_order_sums,
     tf_order_total,
 )
+from anyclip._kernels._torch_multi import cpu_half_square_sums, cuda_half_squares, cuda_norm
 from anyclip._numerics import reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
@@ -187,8 +188,9 @@ def _half_precision_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any
     """
     if not _fast_ok(arrays, one_dtype=True, dtypes=_HALF):
         return None
-    if not arrays[0].is_cuda:  # CPU foreach ops loop over the arrays: one at a time
-        halves = torch.stack([_cpu_half_square_sum(xp, torch, v) for v in arrays])
+    if not arrays[0].is_cuda:  # CPU foreach ops loop over the arrays: runs of small ones joined
+        parts = cpu_half_square_sums(torch, arrays, lambda v: _cpu_half_square_sum(xp, torch, v))
+        halves = parts[0] if len(parts) == 1 else torch.cat(parts)
         return reduce_sum(xp, halves, None, keepdims=False)
     return _multi_tensor_half_squares(xp, torch, arrays)
 
@@ -332,6 +334,8 @@ class TorchKernels(Kernels):
             return None
         import torch
 
+        if x.is_cuda:  # CUDA's reduction tree needs no rows: one launch
+            return cuda_norm(torch, x, axes)
         if axes is None or len(axes) == x.ndim:
             total = _tf_order(xp, torch, [x], half=False)
             if total is not None:
@@ -402,6 +406,8 @@ class TorchKernels(Kernels):
             half = _half_precision_half_squares(xp, torch, arrays)
             return super().half_squares(xp, arrays) if half is None else half
 
+        if arrays[0].is_cuda:  # one multi-tensor norm, not a launch per large array
+            return cuda_half_squares(torch, arrays)
         total = _tf_order(xp, torch, arrays, half=True)
         if total is not None:
             return total

@@ -180,7 +180,9 @@ def _half_precision_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any
     and one ``torch._foreach_norm(halves, 1, dtype=torch.float32)`` (the halves are not
     negative; CUDA's multi-tensor kernel reads them once and accumulates in float32); the
     temporaries are one group's squares. Elsewhere (the CPU, where torch's foreach ops loop
-    over the arrays), one array at a time (:func:`_cpu_half_square_sum`), with the generic
+    over the arrays), one array at a time (:func:`_cpu_half_square_sum`; runs of small arrays
+    of one size as the rows of one matrix, same bits:
+    :func:`~anyclip._kernels._torch_multi.cpu_half_square_sums`), with the generic
     :func:`reduce_sum` (torch's cascade sum: ``_foreach_norm(halves, 1)`` adds float32 in
     sequence there and was 1 ulp off in 5 of 400 bfloat16 arrays of 10**3 to 10**6.5
     elements). None where :func:`_fast_ok` refuses ``arrays`` for :data:`_HALF` (a recorded

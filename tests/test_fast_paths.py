@@ -287,3 +287,64 @@ def _core_norm(xp, total):
     from anyclip._core import norm_from_half_squares
 
     return norm_from_half_squares(xp, total)
+
+
+def _cuda_lists(dtype):
+    """float32 or float64 lists at the edges of the CUDA route's sums of squares."""
+    rng = np.random.default_rng(6)
+    big = {"float32": 2e19, "float64": 1e154}[dtype]  # an array's squares overflow
+    return {
+        "normal": [rng.standard_normal(s) for s in ((3, 4), (17,), (), (0,), (257,), (64, 33))],
+        "one-element": [np.array([3.0]), np.array([-4.0])],
+        "overflow": [np.array([big, 1.0]), rng.standard_normal(6)],
+        "inf": [np.array([math.inf, 1.0]), rng.standard_normal(3)],
+        "nan": [np.array([math.nan, 1.0]), rng.standard_normal(3)],
+        "empty": [np.zeros((0,)), np.zeros((2, 0))],
+        "long": [rng.standard_normal(1_000_003), rng.standard_normal((300, 7))],
+    }
+
+
+#: float64's long case is left out: on the CPU, torch adds a float64 array in sequence (31 ULP
+#: from TF's order over a million elements, measured); CUDA's tree is checked on torch-cuda by
+#: ``test_long_sums_stay_accurate``.
+_CUDA_CASES = [
+    (dtype, case)
+    for dtype in ("float32", "float64")
+    for case in ("normal", "one-element", "overflow", "inf", "nan", "empty", "long")
+    if (dtype, case) != ("float64", "long")
+]
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize(("dtype", "case"), _CUDA_CASES)
+def test_torch_cuda_sums_of_squares_on_cpu(backend, make, dtype, case):
+    """CUDA's float32/float64 route (one ``_foreach_norm`` over the list, accumulated in
+    float64; the norms squared and added in float64), run on the CPU: the generic kernels'
+    global norm within its budget, with their inf and NaN, and within one ULP of the exact
+    norm over a million float32 elements (torch adds in float64 on the CPU too)."""
+    from anyclip._kernels._torch_multi import cuda_half_squares
+
+    xs = [make(a, dtype) for a in _cuda_lists(dtype)[case]]
+    xp, torch = backend.xp, backend.module
+    total = cuda_half_squares(torch, xs)
+    assert total.dtype == xs[0].dtype and total.shape == ()
+    want = GENERIC_API.global_norm(xs)
+    got = _core_norm(xp, total)
+    assert_array(got, backend.to_numpy(want), backend=backend, dtype=dtype, ulp=ULP_GLOBAL)
+    if case == "long":  # float64 sums of float32 squares: within an ULP of the exact norm
+        host = [np.asarray(a, dtype=dtype) for a in _cuda_lists(dtype)[case]]
+        assert_array(got, _exact_norm(host), backend=backend, dtype=dtype, ulp=1)
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("axes", [None, (0,), (1,), (0, 1)])
+def test_torch_cuda_norm_on_cpu(backend, make, axes):
+    """CUDA's one-launch norm (``vector_norm`` over ``axes``, kept) run on the CPU on a short
+    array: the generic kernels' norm within its budget, same shape."""
+    from anyclip._kernels._torch_multi import cuda_norm
+
+    x = make(np.random.default_rng(7).standard_normal((33, 9)), "float32")
+    got = cuda_norm(backend.module, x, axes)
+    want = GENERIC.norm2(backend.xp, x, axes)
+    assert tuple(got.shape) == tuple(want.shape)
+    assert_array(got, backend.to_numpy(want), backend=backend, dtype="float32", ulp=ULP_L2)

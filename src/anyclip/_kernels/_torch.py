@@ -44,6 +44,7 @@ from anyclip._kernels._torch_sums import (
     _reduced_count,
     _tf_order,
 )
+from anyclip._kernels._torch_multi import cuda_half_squares, cuda_norm
 from anyclip._numerics import reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
@@ -89,6 +90,8 @@ class TorchKernels(Kernels):
             return None
         import torch
 
+        if x.is_cuda:  # CUDA's reduction tree needs no rows: one launch
+            return cuda_norm(torch, x, axes)
         if axes is None or len(axes) == x.ndim:
             total = _tf_order(xp, torch, [x], half=False)
             if total is not None:
@@ -159,6 +162,8 @@ class TorchKernels(Kernels):
             half = _half_precision_half_squares(xp, torch, arrays)
             return super().half_squares(xp, arrays) if half is None else half
 
+        if arrays[0].is_cuda:  # one multi-tensor norm, not a launch per large array
+            return cuda_half_squares(torch, arrays)
         total = _tf_order(xp, torch, arrays, half=True)
         if total is not None:
             return total

@@ -19,6 +19,7 @@ from anyclip._kernels._dist import (
 )
 from anyclip._kernels._tforder import tf_order_sums, tf_order_total
 from anyclip._kernels._tforder_xp import tf_order_squares
+from anyclip._kernels._torch_multi import cpu_half_square_sums
 from anyclip._numerics import reduce_sum
 from anyclip._typing import Namespace
 
@@ -168,7 +169,9 @@ def _half_precision_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any
     and one ``torch._foreach_norm(halves, 1, dtype=torch.float32)`` (the halves are not
     negative; CUDA's multi-tensor kernel reads them once and accumulates in float32); the
     temporaries are one group's squares. Elsewhere (the CPU, where torch's foreach ops loop
-    over the arrays), one array at a time (:func:`_cpu_half_square_sum`), with the generic
+    over the arrays), one array at a time (:func:`_cpu_half_square_sum`; runs of small arrays
+    of one size as the rows of one matrix, same bits:
+    :func:`~anyclip._kernels._torch_multi.cpu_half_square_sums`), with the generic
     :func:`reduce_sum` (torch's cascade sum: ``_foreach_norm(halves, 1)`` adds float32 in
     sequence there and was 1 ulp off in 5 of 400 bfloat16 arrays of 10**3 to 10**6.5
     elements). None where :func:`_fast_ok` refuses ``arrays`` for :data:`_HALF` (a recorded
@@ -176,8 +179,9 @@ def _half_precision_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any
     """
     if not _fast_ok(arrays, one_dtype=True, dtypes=_HALF):
         return None
-    if not arrays[0].is_cuda:  # CPU foreach ops loop over the arrays: one at a time
-        halves = torch.stack([_cpu_half_square_sum(xp, torch, v) for v in arrays])
+    if not arrays[0].is_cuda:  # CPU foreach ops loop over the arrays: runs of small ones joined
+        parts = cpu_half_square_sums(torch, arrays, lambda v: _cpu_half_square_sum(xp, torch, v))
+        halves = parts[0] if len(parts) == 1 else torch.cat(parts)
         return reduce_sum(xp, halves, None, keepdims=False)
     return _multi_tensor_half_squares(xp, torch, arrays)
 

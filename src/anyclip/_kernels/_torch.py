@@ -35,6 +35,7 @@ from anyclip._kernels._dist import (
     is_dtensor,
     replicate_partials,
 )
+from anyclip._kernels._torch_multi import cuda_half_squares, cuda_norm
 from anyclip._kernels._torch_sums import (
     _FAST,
     _HALF,
@@ -44,7 +45,6 @@ from anyclip._kernels._torch_sums import (
     _reduced_count,
     _tf_order,
 )
-from anyclip._kernels._torch_multi import cuda_half_squares, cuda_norm
 from anyclip._numerics import reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 

@@ -20,6 +20,11 @@ relative, far below a float32 ULP), at least as close to TF's as the rows were. 
 are summed in float64 as before (CUDA's tree order, not TF's CPU order: TF's order is the CPU's
 float64 route).
 
+One difference this route has from TF's float32 arithmetic: squares below float32's smallest
+subnormal (elements under about 3.7e-23 in magnitude) are 0 in TF and kept here, so a list
+made only of such elements has a tiny non-zero norm where TF's is 0 (a clipped result is the
+same: the clip factor is 1 either way). Not yet measured against TF on a GPU.
+
 No host sync: no value is read, nothing is copied from the host, no shape depends on values.
 
 On the CPU, bfloat16 and float16 lists of many small arrays: :func:`cpu_half_square_sums`

@@ -28,6 +28,7 @@ from anyclip._kernels import (
     plain_clip_by_norm,
     plain_clip_by_value,
 )
+from anyclip._kernels._dask import joined_call, unknown_broadcast
 from anyclip._kernels._dist import GroupKernels, check_group, group_namespace, zero_partial
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import quiet
@@ -186,6 +187,9 @@ def _clip_by_value(
     clip_value_max = dense_operand(clip_value_max, "clip_value_max")
     xp = namespace(t, clip_value_min, clip_value_max, names=_BOUNDS)
     t = as_input(t, xp, "t", beside=(clip_value_min, clip_value_max))
+    if library(xp) == "dask" and unknown_broadcast((t, clip_value_min, clip_value_max)):
+        bounds = (t, clip_value_min, clip_value_max)  # shapes known only when computed
+        return joined_call(_numpy_clip_by_value, bounds, dtype=t.dtype)
     require_kind(xp, t, "t", ("int", "real"), "a real dtype (floating or integer)", tf_attr)
     # In TF's order: minimum(t, clip_value_max) first, then maximum(.., clip_value_min).
     hi = as_operand(clip_value_max, xp, t, "clip_value_max", tf=tf_expected)
@@ -193,6 +197,11 @@ def _clip_by_value(
     lo = as_operand(clip_value_min, xp, t, "clip_value_min", tf=tf_expected)
     check_broadcastable(tuple(lo.shape), tuple(t.shape), "clip_value_min", "t")
     return _core.clip_by_value(xp, t, lo, hi, FLUSH_GENERIC if OPEN and flushing() else None)
+
+
+def _numpy_clip_by_value(t: Any, clip_value_min: Any, clip_value_max: Any) -> Any:
+    """:func:`clip_by_value` of NumPy arrays, for :func:`~anyclip._kernels._dask.joined_call`."""
+    return _clip_by_value(None, t, clip_value_min, clip_value_max)
 
 
 def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any, name: str = "clip_norm") -> Any:

@@ -7,13 +7,15 @@ lives in :mod:`anyclip._core`.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Any, cast
 
 from anyclip import _core
-from anyclip._compat import dtype_name, is_numpy_scalar, namespace
+from anyclip._compat import dtype_name, is_numpy_scalar, library, namespace
 from anyclip._kernels import Kernels, kernels_for, plain_norm
+from anyclip._kernels._dask import joined_call, unknown_broadcast
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import quiet
 from anyclip._policy import (
@@ -490,6 +492,9 @@ def _l2_normalize(
     kind = require_kind(
         xp, x, "x", ("real", "complex"), "a floating or complex dtype", _tf_l2_words(epsilon)
     )
+    if library(xp) == "dask" and unknown_broadcast((x, epsilon)):  # shapes known when computed
+        fn = functools.partial(_numpy_l2_normalize, axis=axis, accumulate_dtype=accumulate_dtype)
+        return joined_call(fn, (x, epsilon), dtype=x.dtype)
     ax = normalize_axes(axis, x.ndim, "axis")
     if accumulate_dtype is not None and ax is None and kind == "real":
         acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single="l2_normalize")
@@ -506,6 +511,11 @@ def _l2_normalize(
     k = kernels_for(xp, (work,)) if kernels is None else kernels
     out = _core.l2_normalize(xp, work, ax, eps, k)
     return out if work is x else xp.astype(out, x.dtype)
+
+
+def _numpy_l2_normalize(x: Any, epsilon: Any, *, axis: Any, accumulate_dtype: Any) -> Any:
+    """:func:`l2_normalize` of NumPy arrays, for :func:`~anyclip._kernels._dask.joined_call`."""
+    return _l2_normalize(None, x, axis, epsilon, accumulate_dtype=accumulate_dtype)
 
 
 def _tf_l2_words(epsilon: Any) -> Any:

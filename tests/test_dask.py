@@ -283,6 +283,16 @@ def test_unknown_sizes_wrong_bound_length_fails_when_computed(key, keep):
     assert "checked when the dask graph was computed" in msg
 
 
+def test_unknown_sizes_wrong_bound_dtype_fails_at_call_time():
+    """Only the shapes wait for the compute: a bound's dtype is refused when called."""
+    lo = da.from_array(np.zeros(4, np.float64), chunks=2)
+    with pytest.raises(TypeError, match="`clip_value_min` must have the dtype float32"):
+        anyclip.clip_by_value(_selection("float32"), lo, 1.0)
+    eps = da.from_array(np.full(4, 1e-12, np.float32), chunks=2)
+    with pytest.raises(TypeError, match="`epsilon` must have the dtype float64"):
+        anyclip.l2_normalize(_selection("float32"), epsilon=eps, accumulate_dtype="float64")
+
+
 @pytest.mark.live_tf
 def test_unknown_sizes_committed_reference_is_tfs(tmp_path):
     # the committed file is still what TF 2.21 gives (run with --live-tf)

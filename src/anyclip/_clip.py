@@ -187,15 +187,14 @@ def _clip_by_value(
     clip_value_max = dense_operand(clip_value_max, "clip_value_max")
     xp = namespace(t, clip_value_min, clip_value_max, names=_BOUNDS)
     t = as_input(t, xp, "t", beside=(clip_value_min, clip_value_max))
-    if library(xp) == "dask" and unknown_broadcast((t, clip_value_min, clip_value_max)):
-        bounds = (t, clip_value_min, clip_value_max)  # shapes known only when computed
-        return joined_call(_numpy_clip_by_value, bounds, dtype=t.dtype)
     require_kind(xp, t, "t", ("int", "real"), "a real dtype (floating or integer)", tf_attr)
     # In TF's order: minimum(t, clip_value_max) first, then maximum(.., clip_value_min).
     hi = as_operand(clip_value_max, xp, t, "clip_value_max", tf=tf_expected)
     check_broadcastable(tuple(hi.shape), tuple(t.shape), "clip_value_max", "t")
     lo = as_operand(clip_value_min, xp, t, "clip_value_min", tf=tf_expected)
     check_broadcastable(tuple(lo.shape), tuple(t.shape), "clip_value_min", "t")
+    if library(xp) == "dask" and unknown_broadcast((t, lo, hi)):  # shapes known when computed
+        return joined_call(_numpy_clip_by_value, (t, lo, hi), dtype=t.dtype)
     return _core.clip_by_value(xp, t, lo, hi, FLUSH_GENERIC if OPEN and flushing() else None)
 
 

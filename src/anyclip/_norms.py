@@ -492,9 +492,6 @@ def _l2_normalize(
     kind = require_kind(
         xp, x, "x", ("real", "complex"), "a floating or complex dtype", _tf_l2_words(epsilon)
     )
-    if library(xp) == "dask" and unknown_broadcast((x, epsilon)):  # shapes known when computed
-        fn = functools.partial(_numpy_l2_normalize, axis=axis, accumulate_dtype=accumulate_dtype)
-        return joined_call(fn, (x, epsilon), dtype=x.dtype)
     ax = normalize_axes(axis, x.ndim, "axis")
     if accumulate_dtype is not None and ax is None and kind == "real":
         acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single="l2_normalize")
@@ -505,6 +502,9 @@ def _l2_normalize(
     work = _accumulating(xp, x, accumulate_dtype, "x", "l2_normalize")
     real_dtype = work.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
     eps = as_operand(epsilon, xp, work, "epsilon", dtype=real_dtype, tf=tf_expected)
+    if library(xp) == "dask" and unknown_broadcast((x, eps)):  # shapes known when computed
+        fn = functools.partial(_numpy_l2_normalize, axis=axis, accumulate_dtype=accumulate_dtype)
+        return joined_call(fn, (x, eps), dtype=x.dtype)
     if eps.ndim:
         words = _tf_epsilon_shape(tuple(x.shape), ax, tuple(eps.shape))
         check_compatible(tuple(eps.shape), tuple(x.shape), "epsilon", "x", tf=words)

@@ -163,3 +163,29 @@ def test_load_state_dict_names_what_is_missing():
     opt = anyclip.torch.apply_if_finite(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))]), 1)
     with pytest.raises(KeyError, match="if_finite"):
         opt.load_state_dict({"optimizer": opt.optimizer.state_dict()})
+
+
+def test_compiled_halves_step_as_the_eager_wrapper():
+    """``before_step`` and ``after_step`` under ``torch.compile(fullgraph=True)``, around Adam."""
+    grads = ([1.0, 2.0, 3.0], [math.nan, 1.0, 1.0], [math.inf, 0.0, 1.0], [1.0, 1.0, 1.0])
+    runs = []
+    for compiled in (False, True):
+        ps = [torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))]
+        opt = anyclip.torch.apply_if_finite(torch.optim.Adam(ps, lr=0.1), 1)
+        before, after = opt.before_step, opt.after_step
+        if compiled:
+            before = torch.compile(before, fullgraph=True)
+            after = torch.compile(after, fullgraph=True)
+        seen = []
+        for g in grads:
+            ps[0].grad, ps[1].grad = torch.tensor(g), torch.ones(2)
+            saved = before()
+            opt.optimizer.step()
+            after(saved)
+            seen.append([p.detach().clone() for p in ps])
+            seen.append([opt.notfinite_count.clone(), opt.total_notfinite.clone()])
+        runs.append(seen)
+    for a, b in zip(*runs, strict=True):
+        for x, y in zip(a, b, strict=True):
+            torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
+    assert int(runs[1][-3][0]) == 2  # the inf step, the second in a row, was taken

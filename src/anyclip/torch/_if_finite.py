@@ -168,7 +168,11 @@ class ApplyIfFinite(torch.optim.Optimizer):
         return self._skipper.step(closure)
 
     def before_step(self) -> Any:
-        """Decide and snapshot: the first half of :meth:`step` (what ``after_step`` takes)."""
+        """Decide and snapshot: the first half of :meth:`step` (what ``after_step`` takes).
+
+        Both halves compile with ``torch.compile(fullgraph=True)``, with the optimizer's own
+        ``step`` between them, as :meth:`SkipOnSpike.before_step`'s.
+        """
         return self._skipper.before_step()
 
     def after_step(self, saved: Any) -> None:

@@ -140,6 +140,7 @@ def test_is_an_optimizer_for_schedulers_and_round_trips_its_state():
 
 def test_counters_before_the_first_step_are_optaxs_initial_state():
     opt = anyclip.torch.apply_if_finite(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))]), 1)
+    assert getattr(opt, "skipped", None) is None  # skip_on_spike's count: not kept here
     assert (int(opt.notfinite_count), bool(opt.last_finite), int(opt.total_notfinite)) == (
         0,
         True,

@@ -35,6 +35,12 @@ class _FiniteSkipper(_Skipper):
         super().__init__(optimizer, 2, 0.0, False, None, None)
         self.max_consecutive_errors = self.errors = errors
 
+    @property
+    def skipped(self) -> torch.Tensor:
+        """Not kept (optax's state has no such count): ``total_notfinite`` counts the skips."""
+        msg = "'ApplyIfFinite' has no attribute 'skipped'; read `total_notfinite`"
+        raise AttributeError(msg)
+
     def _counters(self, device: torch.device) -> dict[str, torch.Tensor]:
         if not self.counters:
             zero = torch.zeros((), dtype=torch.int32, device=device)

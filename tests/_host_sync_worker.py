@@ -189,6 +189,20 @@ def _spike(on_loss: bool | str) -> Build:
     return build
 
 
+def _if_finite(nonfinite: bool) -> Build:
+    """``apply_if_finite`` around Adam (state to snapshot and undo), finite or skipped steps."""
+
+    def build(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
+        import anyclip.torch as at
+
+        ps = _params(torch, dev, dtype)
+        if nonfinite:
+            ps[0].grad[0] = float("nan")  # set here, on the device, before the checked calls
+        return at.apply_if_finite(torch.optim.Adam(ps, lr=0.1, capturable=True), 1).step
+
+    return build
+
+
 def _embedding(max_norm: Any, shards: bool = False) -> Build:
     def build(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
         import anyclip
@@ -409,6 +423,8 @@ def _scenarios() -> dict[str, Scenario]:
         "torch.skip_on_spike.step": s(_spike(on_loss=False)),
         "torch.skip_on_spike.step-on_loss": s(_spike(on_loss=True)),
         "torch.skip_on_spike.step-on_loss-number": s(_spike(on_loss="number")),
+        "torch.apply_if_finite.step": s(_if_finite(nonfinite=False)),
+        "torch.apply_if_finite.step-nonfinite": s(_if_finite(nonfinite=True)),
     }
 
 

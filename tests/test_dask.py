@@ -3,12 +3,14 @@
 The generic ``dask`` backend of the shared fixtures is opt-in (see ``conftest.py``); these
 tests run whenever dask is installed (it is in the ``test`` extra). Expected values are
 NumPy float64 formulas of the same data, exact closed forms, or TF 2.21's committed values
-(``tests/data/long_sums.npz``) for the float64 sums in TF's order.
+(``tests/data/long_sums.npz``) for the float64 sums in TF's order and
+(``tests/data/dask_unknown.npz``) for arrays of unknown chunk sizes.
 """
 
 from __future__ import annotations
 
 import math
+import runpy
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,8 @@ import anyclip
 da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
 from dask.callbacks import Callback  # noqa: E402 - after the importorskip
+
+from .conftest import assert_live_reference  # noqa: E402 - after the importorskip
 
 ULP_DIST = 3
 
@@ -172,6 +176,127 @@ def test_float64_unknown_chunk_sizes_may_be_empty():
     assert anyclip.norm(none).compute() == 0.0
     assert anyclip.global_norm([none, none]).compute() == 0.0
     assert anyclip.clip_by_norm(none, 1.0).compute().shape == (0,)
+
+
+# ------------------------------------------ unknown chunk sizes against TF's values
+#: TF 2.21 on the selections below (``tests/data/make_dask_unknown.py``).
+UNKNOWN_SCRIPT = Path(__file__).with_name("data") / "make_dask_unknown.py"
+UNKNOWN = dict(np.load(UNKNOWN_SCRIPT.with_name("dask_unknown.npz")))
+_GEN = runpy.run_path(str(UNKNOWN_SCRIPT))
+
+
+def _selection(dtype: str, chunks: int = 2):
+    """``x[x > 0]`` of the script's data: 4 values, chunk sizes unknown until computed."""
+    x = da.from_array(np.asarray(_GEN["X"], dtype=dtype), chunks=chunks)
+    s = x[x > 0]
+    assert math.isnan(s.shape[0])
+    return s
+
+
+def _lazy(fn):
+    """``fn()``, which must build a dask graph without computing anything."""
+    with Computes() as c:
+        out = fn()
+    assert c.count == 0, "computed while building the graph"
+    assert isinstance(out, da.Array)
+    return out
+
+
+def _bit_equal(out, want: np.ndarray) -> None:
+    got = out.compute()
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+UNKNOWN_DTYPES = pytest.mark.parametrize("dtype", _GEN["DTYPES"])
+
+
+@UNKNOWN_DTYPES
+@pytest.mark.parametrize("chunks", [1, 2, 7])
+def test_unknown_sizes_clip_by_value_with_array_bounds_is_tfs(dtype, chunks):
+    """Array bounds against ``x[x > 0]``: dask cannot broadcast ``(nan,)`` with ``(4,)``.
+
+    The call joins the selection into one task and clips it there, lazily (dask's own
+    broadcasting refuses the shapes before computing).
+    """
+    lo = da.from_array(np.asarray(_GEN["LO"], dtype=dtype), chunks=3)
+    hi = np.asarray(_GEN["HI"], dtype=dtype).tolist()  # a list bound too
+    out = _lazy(lambda: anyclip.clip_by_value(_selection(dtype, chunks), lo, hi))
+    assert out.dtype == np.dtype(dtype)
+    _bit_equal(out, UNKNOWN[f"{dtype}/clip"])
+
+
+def test_unknown_sizes_clip_by_value_of_two_selections_is_not_paired_chunk_by_chunk():
+    """Two selections of unknown sizes whose chunks differ: joined, not silently broadcast.
+
+    ``[1 | 3, 4 | 2.5]`` against bounds selected ``[2, 0 | 3.5 | 0]`` (chunks of 1, 2 and
+    1 values against 2, 1 and 1): dask would pair them chunk by chunk.
+    """
+    x = da.from_array(np.asarray([1.0, -1.0, 3.0, 4.0, 2.5, -1.0], np.float32), chunks=2)
+    s = x[x > 0]
+    b = da.from_array(np.asarray([2.0, 0.0, 3.5, -9.0, 0.0, -9.0], np.float32), chunks=2)
+    lo = b[b > -1]
+    out = _lazy(lambda: anyclip.clip_by_value(s, lo, np.float32(3.0).item()))
+    _bit_equal(out, np.asarray([2.0, 3.0, 3.5, 2.5], np.float32))
+
+
+@UNKNOWN_DTYPES
+def test_unknown_sizes_l2_normalize_with_an_array_epsilon_is_tfs(dtype):
+    eps = da.from_array(np.asarray(_GEN["EPSILON"], dtype=dtype), chunks=2)
+    out = _lazy(lambda: anyclip.l2_normalize(_selection(dtype), epsilon=eps))
+    _bit_equal(out, UNKNOWN[f"{dtype}/l2"])
+
+
+@UNKNOWN_DTYPES
+def test_unknown_sizes_l2_normalize_may_grow_as_tfs(dtype):
+    """One selected value against a 3-element ``epsilon``: TF's result has 3 values."""
+    x = da.from_array(np.asarray([2.0, -1.0], dtype=dtype), chunks=1)
+    eps = da.from_array(np.asarray(_GEN["EPSILON"][:3], dtype=dtype), chunks=3)
+    out = _lazy(lambda: anyclip.l2_normalize(x[x > 0], epsilon=eps))
+    assert out.shape == (3,)
+    _bit_equal(out, UNKNOWN[f"{dtype}/l2_grow"])
+
+
+@UNKNOWN_DTYPES
+def test_unknown_sizes_inf_norm_of_an_empty_selection_is_tfs(dtype):
+    """TF's inf-norm of nothing is -inf (``reduce_max`` of no values)."""
+    x = da.from_array(np.asarray(_GEN["X"], dtype=dtype), chunks=2)
+    out = _lazy(lambda: anyclip.norm(x[x > 10], ord=math.inf))
+    _bit_equal(out, UNKNOWN[f"{dtype}/inf_empty"][()])
+    m = da.from_array(np.ones((4, 3), dtype=dtype), chunks=2)
+    rows = _lazy(lambda: anyclip.norm(m[m[:, 0] > 10], ord=math.inf, axis=0))
+    _bit_equal(rows, UNKNOWN[f"{dtype}/inf_empty_rows"])
+
+
+@pytest.mark.parametrize(("key", "keep"), [("clip_grow", 1), ("clip_mismatch", 4)])
+def test_unknown_sizes_wrong_bound_length_fails_when_computed(key, keep):
+    """A bound of the wrong length: the call is lazy, computing raises TF's shape error."""
+    x = da.from_array(np.asarray([1.0, 2.0, 3.0, 4.0, -1.0], np.float32), chunks=2)
+    s = x[x > 4 - keep]
+    lo = da.from_array(np.asarray(_GEN["LO"][:3], np.float32), chunks=3)
+    out = _lazy(lambda: anyclip.clip_by_value(s, lo, 5.0))
+    with pytest.raises(ValueError, match="`clip_value_min` of shape") as info:
+        out.compute()
+    msg = str(info.value)
+    assert str(UNKNOWN[f"errors/{key}"]) in msg
+    assert "checked when the dask graph was computed" in msg
+
+
+def test_unknown_sizes_wrong_bound_dtype_fails_at_call_time():
+    """Only the shapes wait for the compute: a bound's dtype is refused when called."""
+    lo = da.from_array(np.zeros(4, np.float64), chunks=2)
+    with pytest.raises(TypeError, match="`clip_value_min` must have the dtype float32"):
+        anyclip.clip_by_value(_selection("float32"), lo, 1.0)
+    eps = da.from_array(np.full(4, 1e-12, np.float32), chunks=2)
+    with pytest.raises(TypeError, match="`epsilon` must have the dtype float64"):
+        anyclip.l2_normalize(_selection("float32"), epsilon=eps, accumulate_dtype="float64")
+
+
+@pytest.mark.live_tf
+def test_unknown_sizes_committed_reference_is_tfs(tmp_path):
+    # the committed file is still what TF 2.21 gives (run with --live-tf)
+    assert_live_reference(UNKNOWN_SCRIPT, UNKNOWN, tmp_path, skip=("versions",))
 
 
 def test_out_of_core_two_passes_on_a_local_cluster():

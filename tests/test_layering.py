@@ -55,6 +55,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "anyclip._policy_words",
             "anyclip._constraints",
             "anyclip._history",
+            "anyclip._if_finite",
             "anyclip._schedule",
         ),
     ),

@@ -17,6 +17,7 @@ from anyclip._compat import (
     dtype_name,
     is_array,
     is_numpy_scalar,
+    library,
     namespace,
 )
 from anyclip._kernels import (
@@ -26,6 +27,7 @@ from anyclip._kernels import (
     plain_clip_by_norm,
     plain_clip_by_value,
 )
+from anyclip._kernels._dask import joined_call, unknown_broadcast
 from anyclip._keywords import hints_keywords
 from anyclip._policy import (
     as_input,
@@ -170,7 +172,14 @@ def _clip_by_value(
     check_broadcastable(tuple(hi.shape), tuple(t.shape), "clip_value_max", "t")
     lo = as_operand(clip_value_min, xp, t, "clip_value_min", tf=tf_expected)
     check_broadcastable(tuple(lo.shape), tuple(t.shape), "clip_value_min", "t")
+    if library(xp) == "dask" and unknown_broadcast((t, lo, hi)):  # shapes known when computed
+        return joined_call(_numpy_clip_by_value, (t, lo, hi), dtype=t.dtype)
     return _core.clip_by_value(xp, t, lo, hi, FLUSH_GENERIC if OPEN and flushing() else None)
+
+
+def _numpy_clip_by_value(t: Any, clip_value_min: Any, clip_value_max: Any) -> Any:
+    """:func:`clip_by_value` of NumPy arrays, for :func:`~anyclip._kernels._dask.joined_call`."""
+    return _clip_by_value(None, t, clip_value_min, clip_value_max)
 
 
 def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any, name: str = "clip_norm") -> Any:

@@ -7,13 +7,15 @@ lives in :mod:`anyclip._core`.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Any, cast
 
 from anyclip import _core
-from anyclip._compat import dtype_name, is_numpy_scalar, namespace
+from anyclip._compat import dtype_name, is_numpy_scalar, library, namespace
 from anyclip._kernels import Kernels, kernels_for, plain_norm
+from anyclip._kernels._dask import joined_call, unknown_broadcast
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import quiet
 from anyclip._policy import as_input, as_operand, check_compatible, normalize_axes
@@ -499,12 +501,20 @@ def _l2_normalize(
     work = _accumulating(xp, x, accumulate_dtype, "x", "l2_normalize")
     real_dtype = work.dtype if kind == "real" else _REAL_OF_COMPLEX[dtype_name(x.dtype)](xp)
     eps = as_operand(epsilon, xp, work, "epsilon", dtype=real_dtype, tf=tf_expected)
+    if library(xp) == "dask" and unknown_broadcast((x, eps)):  # shapes known when computed
+        fn = functools.partial(_numpy_l2_normalize, axis=axis, accumulate_dtype=accumulate_dtype)
+        return joined_call(fn, (x, eps), dtype=x.dtype)
     if eps.ndim:
         words = _tf_epsilon_shape(tuple(x.shape), ax, tuple(eps.shape))
         check_compatible(tuple(eps.shape), tuple(x.shape), "epsilon", "x", tf=words)
     k = kernels_for(xp, (work,)) if kernels is None else kernels
     out = _core.l2_normalize(xp, work, ax, eps, k)
     return out if work is x else xp.astype(out, x.dtype)
+
+
+def _numpy_l2_normalize(x: Any, epsilon: Any, *, axis: Any, accumulate_dtype: Any) -> Any:
+    """:func:`l2_normalize` of NumPy arrays, for :func:`~anyclip._kernels._dask.joined_call`."""
+    return _l2_normalize(None, x, axis, epsilon, accumulate_dtype=accumulate_dtype)
 
 
 def _tf_l2_words(epsilon: Any) -> Any:

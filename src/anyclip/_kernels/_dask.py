@@ -19,6 +19,10 @@ of unknown chunk sizes (``x[x > 0]``) has no tree until it is computed: its sums
 dask's own order (each chunk's sum, then dask's tree of partial sums), within about 20 ULP
 of TF's in float64, as float32 sums on every backend; the other arrays of a list keep TF's.
 
+An array of unknown chunk sizes cannot be broadcast by dask against an array argument whose
+length is not 1 (``clip_by_value(x[x > 0], lo, hi)``): :func:`joined_call` then runs the
+NumPy function in one task on the joined arrays, lazily.
+
 With ``accumulate_dtype``, dask casts chunk by chunk already; :meth:`DaskKernels.cast_map`
 makes the cast, the elementwise step and the cast back one task per chunk (``map_blocks``), so
 that the cast chunks the sum of squares reads are not kept for the scaling (a shared
@@ -28,6 +32,7 @@ that the cast chunks the sum of squares reads are not kept for the scaling (a sh
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,9 +41,10 @@ from anyclip._compat import dtype_name
 from anyclip._kernels._base import Kernels
 from anyclip._kernels._tforder import tf_order_nodes, tf_order_sums, tf_order_total, tf_order_walk
 from anyclip._numerics import reduce_sum
+from anyclip._subnormals import OPEN, flush_subnormals, flushing
 from anyclip._typing import Namespace
 
-__all__ = ["DaskKernels"]
+__all__ = ["DaskKernels", "joined_call", "unknown_broadcast"]
 
 
 class DaskKernels(Kernels):
@@ -126,6 +132,78 @@ class DaskKernels(Kernels):
         svd: Callable[[Any], tuple[Any, Any, Any]] = da.linalg.svd  # untyped in dask
         _, s, _ = svd(m)
         return s
+
+
+def _shape(value: Any) -> tuple[float, ...]:
+    """The shape of an array, of a nested list of numbers (NumPy's), or ``()`` of a number."""
+    import numpy as np
+
+    shape = getattr(value, "shape", None)
+    return tuple(shape) if shape is not None else tuple(np.shape(value))
+
+
+def unknown_broadcast(operands: Sequence[Any]) -> bool:
+    """Whether ``operands`` meet an unknown dimension (``x[x > 0]``) against one that is not 1.
+
+    Dask broadcasts chunk by chunk from the shapes alone: it refuses an unknown length against
+    a known one above 1 (``shapes (nan,) (3,)``), and pairs two unknown lengths chunk by
+    chunk, though their chunks need not line up (a chunk of one element would silently
+    broadcast against one of two). Such calls go through :func:`joined_call` instead.
+    """
+    shapes = [_shape(o) for o in operands]
+    for i, a in enumerate(shapes):
+        for b in shapes[i + 1 :]:
+            for m, n in zip(reversed(a), reversed(b), strict=False):
+                if (m != m and n != 1) or (n != n and m != 1):
+                    return True
+    return False
+
+
+def _joined_shape(shapes: Sequence[tuple[float, ...]]) -> tuple[float, ...]:
+    """The broadcast shape, NaN where unknown: a known length above 1 decides an unknown one."""
+    out: list[float] = []
+    for dims in itertools.zip_longest(*(reversed(s) for s in shapes), fillvalue=1):
+        known = [d for d in dims if d == d and d != 1]
+        out.append(known[0] if known else (math.nan if any(d != d for d in dims) else 1))
+    return tuple(reversed(out))
+
+
+def joined_call(fn: Callable[..., Any], operands: Sequence[Any], *, dtype: Any) -> Any:
+    """``fn(*operands)`` on NumPy arrays in one task, each dask operand joined into one block.
+
+    For a call whose shapes dask cannot broadcast before computing (:func:`unknown_broadcast`),
+    lazily, as :func:`_whole_svdvals` joins a matrix: ``fn`` is anyclip's own function, which
+    then sees the real shapes, so it gives NumPy's values (TF's) or raises its own shape error
+    (naming the argument) when the graph is computed. The whole array must fit in one task.
+    Inside :class:`~anyclip.flush_subnormals` at call time, the task flushes too.
+    """
+    import dask.array as da
+    from dask.delayed import delayed as delayed_
+
+    delayed: Callable[..., Any] = delayed_  # untyped in dask
+    dask_args = [isinstance(o, da.Array) for o in operands]
+    parts = [o.to_delayed().tolist() if d else o for o, d in zip(operands, dask_args, strict=True)]
+    flush = bool(OPEN and flushing())
+    value = delayed(_joined_call, pure=True)(fn, flush, dask_args, *parts)
+    from_delayed: Callable[..., Any] = da.from_delayed  # untyped in dask
+    shape = _joined_shape([_shape(o) for o in operands])
+    return from_delayed(value, shape=shape, dtype=dtype)
+
+
+def _joined_call(fn: Callable[..., Any], flush: bool, dask_args: list[bool], *parts: Any) -> Any:
+    """:func:`joined_call`'s task: join the blocks, call ``fn``, say when a shape error came."""
+    import numpy as np
+
+    args = [np.block(p) if d else p for p, d in zip(parts, dask_args, strict=True)]
+    try:
+        with flush_subnormals(flush):
+            return fn(*args)
+    except ValueError as exc:
+        msg = (
+            f"{exc} [checked when the dask graph was computed: a dask array of unknown chunk "
+            "sizes (such as `x[x > 0]`) has no shape before]"
+        )
+        raise ValueError(msg) from exc
 
 
 def _known_shape(a: Any) -> bool:

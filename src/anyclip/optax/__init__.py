@@ -46,6 +46,7 @@ from anyclip.optax._history import (
     skip_on_spike,
     zclip,
 )
+from anyclip.optax._if_finite import apply_if_finite
 from anyclip.optax._scheduled import ScheduledClipState
 from anyclip.optax._tf_clip import (
     ClipByGlobalNormState,
@@ -60,6 +61,7 @@ __all__ = [
     "ClipByGlobalNormState",
     "ScheduledClipState",
     "adaptive_grad_clip",
+    "apply_if_finite",
     "clip_by_block_rms",
     "QuantileClipState",
     "SkipOnSpikeState",

@@ -39,15 +39,18 @@ from anyclip.torch._clip_grad import clip_grad_norm_, clip_grads_with_norm_, get
 from anyclip.torch._clip_value import clip_grad_by_norm_, clip_grad_by_value_, clip_grad_value_
 from anyclip.torch._constraints import constrain_, constrain_after_step
 from anyclip.torch._history import QuantileClip, SkipOnSpike, ZClip, skip_on_spike
+from anyclip.torch._if_finite import ApplyIfFinite, apply_if_finite
 from anyclip.torch._keras import keras_clipping
 from anyclip.torch._total_norm import NonfiniteNormError
 
 __all__ = [
+    "ApplyIfFinite",
     "NonfiniteNormError",
     "QuantileClip",
     "SkipOnSpike",
     "ZClip",
     "adaptive_clip_grad_",
+    "apply_if_finite",
     "clip_grad_by_norm_",
     "clip_grad_by_value_",
     "clip_grad_norm_",

@@ -577,7 +577,10 @@ class _Skipper:
             raise TypeError(msg)
         if grad_norm is None:
             grad_norm = _norm(_grads(params), params, self.group)
-        apply = self._decide(_local(grad_norm), loss)
+        return self._save(params, self._decide(_local(grad_norm), loss))
+
+    def _save(self, params: list[torch.Tensor], apply: torch.Tensor) -> Any:
+        """Keep the decision and snapshot what the step may write (for :meth:`after_step`)."""
         self.last_step_applied = apply
         live = [p for p in params if p.grad is not None]
         state = self.optimizer.state

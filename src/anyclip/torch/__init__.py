@@ -46,10 +46,17 @@ from anyclip.torch._clip_grad import (
     keras_clipping,
 )
 from anyclip.torch._constraints import constrain_, constrain_after_step
-from anyclip.torch._history import QuantileClip, SkipOnSpike, ZClip, skip_on_spike
+from anyclip.torch._history import (
+    OptimizerWithClipping,
+    QuantileClip,
+    SkipOnSpike,
+    ZClip,
+    skip_on_spike,
+)
 
 __all__ = [
     "NonfiniteNormError",
+    "OptimizerWithClipping",
     "QuantileClip",
     "SkipOnSpike",
     "ZClip",

@@ -10,7 +10,7 @@ them compiles with ``torch.compile(fullgraph=True)``.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -23,7 +23,7 @@ from anyclip._sparse import values_of
 from anyclip.torch import _optim_state
 from anyclip.torch._clip_grad import _join_group, _local, _mul_, _tensors, _total_norm
 
-__all__ = ["QuantileClip", "SkipOnSpike", "ZClip", "skip_on_spike"]
+__all__ = ["OptimizerWithClipping", "QuantileClip", "SkipOnSpike", "ZClip", "skip_on_spike"]
 
 _FIELDS = History._fields
 
@@ -118,6 +118,13 @@ class ZClip:
     back to the host (zclip calls ``.item()`` and branches in Python every step): the state is
     four tensors on the gradients' device and the decision a ``torch.where``.
 
+    zclip's attributes that user code reads are here, each a host read only when read:
+    ``initialized``, ``mean`` and ``var`` (Python floats, ``None`` during the warm-up; settable,
+    as in zclip), ``buffer`` (the warm-up norms so far); with zclip's
+    :meth:`apply_in_place_clipping` and its ``_compute_grad_norm`` hook (which :meth:`step`
+    calls). A bad ``mode`` or ``clip_option`` raises zclip's sentence in an error that is both a
+    ``ValueError`` and an ``AssertionError`` (zclip raises one for each).
+
     Parameters
     ----------
     alpha, z_thresh, max_grad_norm, eps, warmup_steps, mode, clip_option, clip_factor, \
@@ -174,12 +181,7 @@ skip_update_on_spike
         self.max_grad_norm = check_real(max_grad_norm, "max_grad_norm", none=True)
         self.eps = check_real(eps, "eps")
         self.warmup_steps = check_int(warmup_steps, "warmup_steps", minimum=0)
-        self.mode = check_choice(mode, "mode", ("zscore", "percentile"))
-        self.clip_option: str | None = None
-        if self.mode == "zscore":
-            self.clip_option = check_choice(
-                clip_option, "clip_option", ("mean", "adaptive_scaling")
-            )
+        self.mode, self.clip_option = _history.check_zclip_options(mode, clip_option)
         self.clip_factor = check_real(clip_factor, "clip_factor")
         self.skip_update_on_spike = bool(skip_update_on_spike)
         self.formula = check_choice(formula, "formula", ("zclip", "tf"))
@@ -187,6 +189,8 @@ skip_update_on_spike
         self.dtype = dtype
         self._history: History | None = None
         self.threshold: torch.Tensor | None = None  # the last limit, for logging
+        #: values set (``mean``, ``var``, ``initialized``) before the first step made the state
+        self._pending: dict[str, Any] = {}
 
     @torch.no_grad()
     def step(self, model_or_parameters: Any) -> torch.Tensor:
@@ -197,12 +201,15 @@ skip_update_on_spike
         """
         params = _parameters(model_or_parameters)
         values = _grads(params)
-        norm = _norm(values, params, self.group)
+        raw: Any = self._compute_grad_norm(model_or_parameters)  # an override may give a number
+        if isinstance(raw, torch.Tensor):
+            norm = raw
+        else:  # filled on the device: no host copy
+            device = values[0].device if values else params[0].device if params else None
+            norm = torch.full((), float(raw), device=device)
         xp = namespace(norm)
-        if self._history is None:
-            dt = _state_dtype(norm, self.dtype)
-            h = _history.init_history(xp, self.warmup_steps, dt, norm.device)
-            self._history = _store(h)
+        self._state(norm)
+        assert self._history is not None
         out = _history.zclip_step(
             xp,
             _view(self._history),
@@ -222,6 +229,182 @@ skip_update_on_spike
         self.threshold = out.threshold
         _mul_(values, out.factor)
         return norm
+
+    def _compute_grad_norm(self, model_or_parameters: Any) -> torch.Tensor:
+        """The pre-clip global 2-norm of the gradients (a 0-d tensor), as :meth:`step` reads it.
+
+        zclip's hook of the same name: :meth:`step` calls it, so a subclass (or a test that
+        replaces it on the instance, as zclip's own tests do) can supply the norm; a Python
+        number returned there is filled on the gradients' device.
+        """
+        params = _parameters(model_or_parameters)
+        return _norm(_grads(params), params, self.group)
+
+    def _state(self, norm: torch.Tensor) -> History:
+        """The stored statistics, made at the first step (norm's device, :attr:`dtype`)."""
+        if self._history is None:
+            dt = _state_dtype(norm, self.dtype)
+            h = _history.init_history(namespace(norm), self.warmup_steps, dt, norm.device)
+            self._history = _store(h)
+            pending, self._pending = self._pending, {}
+            for name, value in pending.items():
+                setattr(self, name, value)
+        return self._history
+
+    def _compute_clip_val(self, grad_norm: Any) -> float | None:
+        """Zclip's threshold for ``grad_norm`` from the current statistics, or None (no clip).
+
+        zclip's method of the same name (mode, ``clip_option``, ``clip_factor``; not capped by
+        ``max_grad_norm``), for code that calls it: a host read. :meth:`step` does not call it
+        (its decision stays on the device), so replacing it does not change :meth:`step`.
+        """
+        if not self.initialized:
+            return None
+        if self._history is None:  # statistics set before the first step: on the CPU
+            dt = self.dtype or torch.float32
+            h = _history.init_history(namespace(torch.zeros(())), self.warmup_steps, dt)
+            count = torch.full((), h.window.shape[-1], dtype=h.count.dtype)
+            stats = {k: torch.as_tensor(self._pending.get(k, 0.0), dtype=dt) for k in _FIELDS[1:3]}
+            h = History(count, stats["mean"], stats["var"], h.window)
+        else:
+            h = _view(self._history)
+        norm = torch.as_tensor(grad_norm, dtype=h.mean.dtype, device=h.mean.device)
+        out = _history.zclip_step(
+            namespace(norm),
+            h,
+            norm,
+            alpha=self.alpha,
+            z_thresh=self.z_thresh,
+            max_grad_norm=None,
+            eps=self.eps,
+            warmup_steps=self.warmup_steps,
+            mode=self.mode,
+            clip_option=self.clip_option,
+            clip_factor=self.clip_factor,
+            skip_update_on_spike=self.skip_update_on_spike,
+        )
+        return float(out.threshold) if bool(out.spike) else None
+
+    @torch.no_grad()
+    def apply_in_place_clipping(
+        self, model_or_parameters: Any, global_norm: Any, max_global_norm: Any
+    ) -> None:
+        """Scale the gradients in place by zclip's ``max_global_norm / (global_norm + 1e-6)``.
+
+        zclip's method: the factor applies where ``global_norm > max_global_norm`` (else the
+        gradients are left as they are). ``global_norm`` and ``max_global_norm``: numbers (the
+        factor is computed on the host, as zclip does) or tensors (on the device, with
+        ``torch.where``: no host sync).
+        """
+        values = _grads(_parameters(model_or_parameters))
+        if not values:
+            return
+        numbers_given = all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool)
+            for v in (global_norm, max_global_norm)
+        )
+        if numbers_given:
+            norm, limit = float(global_norm), float(max_global_norm)
+            coef = limit / (norm + 1e-6) if norm > limit else 1.0
+            if coef < 1.0:
+                for v in values:
+                    _local(v).mul_(coef)
+            return
+        for name, v in (("global_norm", global_norm), ("max_global_norm", max_global_norm)):
+            if isinstance(v, bool) or not isinstance(v, (torch.Tensor, numbers.Real)):
+                msg = (
+                    f"`{name}` must be a number or a 0-d tensor, got {type(v).__name__}; pass "
+                    "the norm step() returned and the limit"
+                )
+                raise TypeError(msg)
+        if isinstance(global_norm, torch.Tensor):
+            norm_t = _local(global_norm)
+        else:  # filled on the device: no host copy
+            norm_t = torch.full((), float(global_norm), device=values[0].device)
+        if isinstance(max_global_norm, torch.Tensor):
+            limit_t = _local(max_global_norm).to(device=norm_t.device, dtype=norm_t.dtype)
+        else:
+            limit_t = torch.full(
+                (), float(max_global_norm), dtype=norm_t.dtype, device=norm_t.device
+            )
+        _mul_(values, _history.zclip_factor(namespace(norm_t), limit_t, norm_t))
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the warm-up is over (zclip's attribute): a host read of the step count.
+
+        Settable, as in zclip: ``True`` ends the warm-up now (the EMA then starts from
+        :attr:`mean` and :attr:`var`), ``False`` starts it again.
+        """
+        if self._history is None:
+            return bool(self._pending.get("initialized", False))
+        return bool(self._history.count[0] >= self._history.window.shape[-1])
+
+    @initialized.setter
+    def initialized(self, value: bool) -> None:
+        if self._history is None:
+            self._pending["initialized"] = bool(value)
+            return
+        self._history.count.fill_(self._history.window.shape[-1] if value else 0)
+
+    def _statistic(self, name: str) -> float | None:
+        if not self.initialized:
+            return None
+        if self._history is None:
+            return float(self._pending[name]) if name in self._pending else None
+        return float(getattr(self._history, name)[0])
+
+    def _set_statistic(self, name: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (numbers.Real, torch.Tensor)):
+            msg = (
+                f"`{name}` must be a real number or a 0-d tensor, got {type(value).__name__}; "
+                f"set e.g. zclip.{name} = 1.0"
+            )
+            raise TypeError(msg)
+        if self._history is None:
+            self._pending[name] = value
+            return
+        target = getattr(self._history, name)
+        if isinstance(value, torch.Tensor):
+            target.copy_(value.reshape(target.shape))
+        else:
+            target.fill_(float(value))
+
+    @property
+    def mean(self) -> float | None:
+        """The EMA mean of the norm as a Python float (zclip's attribute), None in warm-up.
+
+        A host read of the device value, made only when read; settable (a number or a
+        tensor, written on the device). :attr:`history` holds the device tensor.
+        """
+        return self._statistic("mean")
+
+    @mean.setter
+    def mean(self, value: Any) -> None:
+        self._set_statistic("mean", value)
+
+    @property
+    def var(self) -> float | None:
+        """The EMA variance of the norm as a Python float (zclip's attribute), None in warm-up.
+
+        A host read, as :attr:`mean`; settable.
+        """
+        return self._statistic("var")
+
+    @var.setter
+    def var(self, value: Any) -> None:
+        self._set_statistic("var", value)
+
+    @property
+    def buffer(self) -> list[float]:
+        """The warm-up norms recorded so far (zclip's attribute): a host read, a new list.
+
+        Empty once :attr:`initialized` (as zclip's); changing the list changes nothing.
+        """
+        if self._history is None or self.initialized:
+            return []
+        h = _view(self._history)
+        return [float(v) for v in h.window[: int(h.count)]]
 
     @property
     def history(self) -> History | None:
@@ -254,19 +437,8 @@ def _on_device(flags: list[bool], device: torch.device) -> torch.Tensor:
 
 
 def _check_quantile(quantile: Any, history_length: Any) -> None:
-    """Autoclip 0.2's checks, with anyclip's messages."""
-    if not isinstance(quantile, (float, torch.Tensor)):
-        msg = f"`quantile` must be a float or a tensor (as autoclip), got {quantile!r}"
-        raise TypeError(msg)
-    if not isinstance(history_length, int):
-        msg = f"`history_length` must be an int, got {history_length!r}"
-        raise TypeError(msg)
-    if not 0.0 <= float(quantile) <= 1.0:
-        msg = f"`quantile` must lie in [0, 1], got {float(quantile)}"
-        raise ValueError(msg)
-    if history_length <= 0:
-        msg = f"`history_length` must be greater than zero, got {history_length}"
-        raise ValueError(msg)
+    """Autoclip 0.2's checks (a tensor quantile accepted, as there), with anyclip's messages."""
+    _history.check_quantile_arguments(quantile, history_length, torch.Tensor)
 
 
 class QuantileClip:
@@ -330,24 +502,126 @@ class QuantileClip:
         self.history_length = history_length
         self.formula = check_choice(formula, "formula", ("torch", "tf"))
         self.group = group
-        if isinstance(parameters, torch.Tensor):
-            parameters = [parameters]
-        groups = list(parameters)
+        self.defaults: dict[str, Any] = {"quantile": quantile, "history_length": history_length}
+        if isinstance(parameters, torch.nn.Module) or not isinstance(parameters, Iterable):
+            msg = (
+                "`parameters` must be an iterable of tensors or of dicts (parameter groups), "
+                f"got {type(parameters).__module__}.{type(parameters).__qualname__}; pass "
+                "model.parameters()"
+            )
+            raise TypeError(msg)
+        groups = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         if not groups:
             msg = "`parameters` is empty; pass the model's parameters (or parameter groups)"
             raise ValueError(msg)
-        if not isinstance(groups[0], dict):
+        if not isinstance(groups[0], Mapping):
             groups = [{"params": groups}]
         self.param_groups: list[dict[str, Any]] = []
-        for g in groups:
-            g = dict(g)
-            g["params"] = _tensors(g["params"], "parameters")
-            g.setdefault("quantile", quantile)
-            g.setdefault("history_length", history_length)
-            _check_quantile(g["quantile"], g["history_length"])
-            self.param_groups.append(g)
-        self.histories: list[History | None] = [None] * len(self.param_groups)
+        self.histories: list[History | None] = []
         self.global_history: History | None = None
+        for g in groups:
+            self.add_param_group(g)
+
+    @property
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """:attr:`param_groups` under autoclip's name."""
+        return self.param_groups
+
+    def add_param_group(
+        self,
+        parameter_group: Any,
+        quantile: float | None = None,
+        history_length: int | None = None,
+    ) -> None:
+        """Add a parameter group (autoclip's ``add_param_group``, with its checks).
+
+        ``parameter_group``: a dict with ``"params"`` (and optionally its own ``"quantile"``
+        and ``"history_length"``), or the parameters themselves; ``quantile`` and
+        ``history_length`` override the group's (default: the constructor's). Refused, as by
+        autoclip: a set of parameters (its order changes between runs), a non-tensor, a
+        non-leaf tensor, a parameter twice or already in another group, bad settings.
+        """
+        group = dict(parameter_group) if isinstance(parameter_group, Mapping) else None
+        if group is None:
+            group = {"params": parameter_group}
+        if "params" not in group:
+            msg = (
+                "`parameter_group` must hold the key 'params' (the group's tensors), its keys: "
+                f"{list(group)}; pass {{'params': [...], 'quantile': ...}}"
+            )
+            raise KeyError(msg)
+        if isinstance(group["params"], set):
+            msg = (
+                "`parameter_group['params']` must be an ordered collection of tensors, got a "
+                "set (the order of tensors in a set changes between runs); pass a list"
+            )
+            raise TypeError(msg)
+        params = _tensors(group["params"], "parameter_group['params']")
+        for i, p in enumerate(params):
+            if not p.is_leaf:
+                msg = (
+                    f"`parameter_group['params'][{i}]` must be a leaf tensor (gradients to clip "
+                    "accumulate on leaf tensors only), got a non-leaf tensor; pass the model's "
+                    "parameters"
+                )
+                raise ValueError(msg)
+        group["params"] = params
+        for name, default in self.defaults.items():
+            group.setdefault(name, default)
+        if quantile is not None:
+            group["quantile"] = quantile
+        if history_length is not None:
+            group["history_length"] = history_length
+        _check_quantile(group["quantile"], group["history_length"])
+        if len({id(p) for p in params}) != len(params):
+            msg = (
+                "`parameter_group['params']` holds a parameter more than once; pass each "
+                "parameter once"
+            )
+            raise ValueError(msg)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in params):
+            msg = (
+                "`parameter_group['params']` holds parameters already in another group of "
+                "this clipper; put each parameter in one group"
+            )
+            raise ValueError(msg)
+        self.param_groups.append(group)
+        self.histories.append(None)
+
+    @classmethod
+    def as_optimizer(
+        cls,
+        optimizer: torch.optim.Optimizer,
+        quantile: float = 0.9,
+        history_length: int = 1000,
+        global_threshold: bool = False,
+        *,
+        formula: str = "torch",
+        group: Any = None,
+    ) -> OptimizerWithClipping:
+        """``optimizer`` wrapped to clip its parameters' gradients before each step (autoclip's).
+
+        The clipper is made on every parameter of ``optimizer``'s groups with these arguments;
+        see :class:`OptimizerWithClipping`.
+        """
+        given: Any = optimizer  # checked at run time, whatever the annotation says
+        if not isinstance(given, torch.optim.Optimizer):
+            msg = (
+                f"`optimizer` must be a torch.optim.Optimizer, got {type(given).__name__}; "
+                "pass e.g. torch.optim.AdamW(model.parameters())"
+            )
+            raise TypeError(msg)
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        clipper = cls(
+            params,
+            quantile=quantile,
+            history_length=history_length,
+            global_threshold=global_threshold,
+            formula=formula,
+            group=group,
+        )
+        return OptimizerWithClipping(optimizer, clipper)
 
     @torch.no_grad()
     def step(self) -> None:
@@ -436,6 +710,127 @@ class QuantileClip:
         self.global_history = _load_history(
             dict(state_dict["global"]), self.global_history, "global"
         )
+
+
+class _Wrapper(torch.optim.Optimizer):
+    """A ``torch.optim.Optimizer`` around ``self.optimizer``, whose hooks it registers.
+
+    Its subclasses do not call ``Optimizer.__init__`` (the state is the wrapped optimizer's);
+    the hook registrations, which would act on this wrapper's absent state, go to the wrapped
+    optimizer (its hooks run around its own step, inside the wrapper's).
+    """
+
+    optimizer: torch.optim.Optimizer
+
+    def register_step_pre_hook(self, hook: Any) -> Any:
+        """The wrapped optimizer's ``register_step_pre_hook``."""
+        return self.optimizer.register_step_pre_hook(hook)
+
+    def register_step_post_hook(self, hook: Any) -> Any:
+        """The wrapped optimizer's ``register_step_post_hook``."""
+        return self.optimizer.register_step_post_hook(hook)
+
+    def register_state_dict_pre_hook(self, hook: Any, prepend: bool = False) -> Any:
+        """The wrapped optimizer's ``register_state_dict_pre_hook``."""
+        return self.optimizer.register_state_dict_pre_hook(hook, prepend)
+
+    def register_state_dict_post_hook(self, hook: Any, prepend: bool = False) -> Any:
+        """The wrapped optimizer's ``register_state_dict_post_hook``."""
+        return self.optimizer.register_state_dict_post_hook(hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook: Any, prepend: bool = False) -> Any:
+        """The wrapped optimizer's ``register_load_state_dict_pre_hook``."""
+        return self.optimizer.register_load_state_dict_pre_hook(hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook: Any, prepend: bool = False) -> Any:
+        """The wrapped optimizer's ``register_load_state_dict_post_hook``."""
+        return self.optimizer.register_load_state_dict_post_hook(hook, prepend)
+
+
+class OptimizerWithClipping(_Wrapper):
+    """An optimizer that clips the gradients before each step (autoclip's wrapper).
+
+    Made by :meth:`QuantileClip.as_optimizer`. ``step(closure)`` runs the clipper's
+    :meth:`~QuantileClip.step`, then the wrapped optimizer's ``step(closure)``, as autoclip's
+    ``OptimizerWithClipping`` (a closure that recomputes the gradients, as LBFGS's, gets them
+    unclipped, as there). A ``torch.optim.Optimizer`` (LR schedulers take it) with no state
+    of its own: ``param_groups``, ``state``, ``defaults`` and the hook registrations are the
+    wrapped optimizer's; ``clipper`` is the :class:`QuantileClip`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from anyclip.torch import QuantileClip
+    >>> p = torch.nn.Parameter(torch.zeros(2))
+    >>> sgd = torch.optim.SGD([p], lr=1.0)
+    >>> opt = QuantileClip.as_optimizer(sgd, quantile=0.5, history_length=10)
+    >>> for g in ([3.0, 4.0], [6.0, 8.0], [30.0, 40.0]):
+    ...     p.grad = torch.tensor(g)
+    ...     opt.step()  # clip (to the median of the past norms), then SGD's step
+    >>> p.detach()
+    tensor([-10.5000, -14.0000])
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, clipper: QuantileClip) -> None:
+        # torch.optim.Optimizer.__init__ is not called: the state is the wrapped one's
+        self.optimizer = optimizer
+        self.clipper = clipper
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            optimizer = self.__dict__["optimizer"]
+        except KeyError:  # while unpickling
+            raise AttributeError(name) from None
+        return getattr(optimizer, name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer, "clipper": self.clipper}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return f"OptimizerWithClipping({self.optimizer!r}, {self.clipper!r})"
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Clip the gradients (the clipper's ``step``), then take the optimizer's step."""
+        self.clipper.step()
+        return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+
+    def add_param_group(
+        self,
+        param_group: dict[str, Any],
+        quantile: float | None = None,
+        history_length: int | None = None,
+    ) -> None:
+        """Add the group to the optimizer, then to the clipper (with ``quantile``, ...)."""
+        self.optimizer.add_param_group(param_group)
+        added = self.optimizer.param_groups[-1]
+        keys = ("params", "quantile", "history_length")  # the clipper's settings, if given
+        self.clipper.add_param_group(
+            {k: added[k] for k in keys if k in added},
+            quantile=quantile,
+            history_length=history_length,
+        )
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """The wrapped optimizer's ``zero_grad``; ``set_to_none`` False by default, as autoclip's.
+
+        A gradient of zeros is clipped and recorded (its norm 0 enters the history), a
+        ``None`` one is not.
+        """
+        self.optimizer.zero_grad(set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"optimizer": the optimizer's state_dict, "clipper": the clipper's}``."""
+        return {"optimizer": self.optimizer.state_dict(), "clipper": self.clipper.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load what :meth:`state_dict` returned."""
+        what = "what QuantileClip.as_optimizer(...).state_dict() returned"
+        state = check_mapping(state_dict, "state_dict", ("optimizer", "clipper"), what)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.clipper.load_state_dict(state["clipper"])
 
 
 class _Skipper:
@@ -712,7 +1107,7 @@ class _Skipper:
         }
 
 
-class SkipOnSpike(torch.optim.Optimizer):
+class SkipOnSpike(_Wrapper):
     """An optimizer that skips a step on a spike or a non-finite norm, with no host sync.
 
     Made by :func:`skip_on_spike`. A ``torch.optim.Optimizer`` (so LR schedulers,
@@ -819,30 +1214,6 @@ class SkipOnSpike(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """The wrapped optimizer's ``add_param_group``."""
         self.optimizer.add_param_group(param_group)
-
-    def register_step_pre_hook(self, hook: Any) -> Any:
-        """The wrapped optimizer's ``register_step_pre_hook``."""
-        return self.optimizer.register_step_pre_hook(hook)
-
-    def register_step_post_hook(self, hook: Any) -> Any:
-        """The wrapped optimizer's ``register_step_post_hook``."""
-        return self.optimizer.register_step_post_hook(hook)
-
-    def register_state_dict_pre_hook(self, hook: Any, prepend: bool = False) -> Any:
-        """The wrapped optimizer's ``register_state_dict_pre_hook``."""
-        return self.optimizer.register_state_dict_pre_hook(hook, prepend)
-
-    def register_state_dict_post_hook(self, hook: Any, prepend: bool = False) -> Any:
-        """The wrapped optimizer's ``register_state_dict_post_hook``."""
-        return self.optimizer.register_state_dict_post_hook(hook, prepend)
-
-    def register_load_state_dict_pre_hook(self, hook: Any, prepend: bool = False) -> Any:
-        """The wrapped optimizer's ``register_load_state_dict_pre_hook``."""
-        return self.optimizer.register_load_state_dict_pre_hook(hook, prepend)
-
-    def register_load_state_dict_post_hook(self, hook: Any, prepend: bool = False) -> Any:
-        """The wrapped optimizer's ``register_load_state_dict_post_hook``."""
-        return self.optimizer.register_load_state_dict_post_hook(hook, prepend)
 
 
 @hints_keywords

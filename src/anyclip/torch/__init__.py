@@ -46,13 +46,9 @@ from anyclip.torch._clip_grad import (
     keras_clipping,
 )
 from anyclip.torch._constraints import constrain_, constrain_after_step
-from anyclip.torch._history import (
-    OptimizerWithClipping,
-    QuantileClip,
-    SkipOnSpike,
-    ZClip,
-    skip_on_spike,
-)
+from anyclip.torch._quantile_clip import OptimizerWithClipping, QuantileClip
+from anyclip.torch._skip_on_spike import SkipOnSpike, skip_on_spike
+from anyclip.torch._zclip import ZClip
 
 __all__ = [
     "NonfiniteNormError",

@@ -350,7 +350,11 @@ skip_update_on_spike
         return _history_state(self._history)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load what :meth:`state_dict` returned (into the existing tensors, if any)."""
+        """Load what :meth:`state_dict` returned (into the existing tensors, if any).
+
+        Statistics set before the first step (``mean``, ``var``, ``initialized``) are replaced.
+        """
         what = "what ZClip.state_dict() returned"
         state = check_mapping(state_dict, "state_dict", _FIELDS if state_dict else (), what)
         self._history = _load_history(state, self._history, "history")
+        self._pending = {}

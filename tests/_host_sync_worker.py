@@ -168,6 +168,26 @@ def _zclip(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
     return lambda: z.step(ps)
 
 
+def _zclip_in_place(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
+    """``apply_in_place_clipping`` with the norm ``step`` returned (a device tensor)."""
+    import anyclip.torch as at
+
+    ps = _params(torch, dev, dtype)
+    z = at.ZClip(warmup_steps=1)
+    norm = z.step(ps)
+    return lambda: z.apply_in_place_clipping(ps, norm, 0.5)
+
+
+def _quantile_optimizer(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
+    """``QuantileClip.as_optimizer(SGD)``: a call is the wrapper's ``step`` (clip, then SGD)."""
+    import anyclip.torch as at
+
+    ps = _params(torch, dev, dtype)
+    opt = torch.optim.SGD(ps, lr=0.1, momentum=0.9)
+    wrapped = at.QuantileClip.as_optimizer(opt, quantile=0.5, history_length=4)
+    return wrapped.step
+
+
 def _quantile(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
     import anyclip.torch as at
 
@@ -419,7 +439,9 @@ def _scenarios() -> dict[str, Scenario]:
             _optimizer_hook(lambda at, opt, ps: at.keras_clipping(opt, clipnorm=lambda n: 2.0))
         ),
         "torch.ZClip.step": s(_zclip),
+        "torch.ZClip.apply_in_place_clipping": s(_zclip_in_place),
         "torch.QuantileClip.step": s(_quantile),
+        "torch.OptimizerWithClipping.step": s(_quantile_optimizer),
         "torch.skip_on_spike.step": s(_spike(on_loss=False)),
         "torch.skip_on_spike.step-on_loss": s(_spike(on_loss=True)),
         "torch.skip_on_spike.step-on_loss-number": s(_spike(on_loss="number")),

@@ -219,6 +219,45 @@ def _global_norm(leaves: list) -> Any:
     return tree.global_norm(leaves)
 
 
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("seed_before_first_step", [True, False], ids=["before", "after"])
+def test_torch_zclip_seeded_statistics_match_zclip(backend, seed_before_first_step):
+    # zclip's attributes set by user code (as zclip's own tests do): the same steps after it
+    torch = backend.module
+    zclip = pytest.importorskip("zclip")
+    at = pytest.importorskip("anyclip.torch")
+    ref = zclip.ZClip(z_thresh=2.0, warmup_steps=3, max_grad_norm=None)
+    ours = at.ZClip(z_thresh=2.0, warmup_steps=3, max_grad_norm=None, dtype=torch.float64)
+    theirs_p = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    ours_p = torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    grads = [[0.6, 0.8], [3.0, 4.0], [0.3, 0.4], [30.0, 40.0], [1.2, 1.6]]
+    model = torch.nn.Module()
+    model.p = theirs_p
+    for i, g in enumerate(grads):
+        if i == (0 if seed_before_first_step else 1):
+            for z in (ref, ours):
+                z.mean, z.var, z.initialized = 1.0, 0.25, True
+        theirs_p.grad = torch.tensor(g, dtype=torch.float64)
+        ours_p.grad = theirs_p.grad.clone()
+        want = ref.step(model)
+        got = ours.step([ours_p])
+        assert float(got) == pytest.approx(want, rel=1e-12)
+        torch.testing.assert_close(ours_p.grad, theirs_p.grad, rtol=1e-12, atol=0)
+        assert ours.initialized == ref.initialized
+        if not ref.initialized:  # zclip keeps stale norms there once set initialized
+            assert ours.buffer == pytest.approx(ref.buffer, rel=1e-12)
+        for name in ("mean", "var"):
+            if getattr(ref, name) is None:
+                assert getattr(ours, name) is None
+            else:
+                assert getattr(ours, name) == pytest.approx(getattr(ref, name), rel=1e-12)
+    fresh = at.ZClip()
+    fresh.mean, fresh.initialized = 5.0, True
+    fresh.load_state_dict(at.ZClip().state_dict())  # a loaded state replaces what was set
+    assert not fresh.initialized
+    assert fresh.mean is None
+
+
 @torch_backends
 def test_torch_zclip_formula_tf_and_group(backend, zclip_ref):
     # formula="tf": TF's factor limit * min(1 / norm, 1 / limit) on zclip's limit, in float32

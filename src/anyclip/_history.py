@@ -58,12 +58,16 @@ __all__ = [
     "record",
     "spike_step",
     "ZClipStep",
+    "ZClipOptionError",
     "check_choice",
     "check_spike_arguments",
     "check_int",
     "check_mapping",
+    "check_quantile_arguments",
     "check_real",
+    "check_zclip_options",
     "window_quantile",
+    "zclip_factor",
     "zclip_step",
 ]
 
@@ -81,6 +85,41 @@ def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
         msg = f"`{name}` must be one of {choices}, got {value!r}"
         raise ValueError(msg)
     return value.lower()
+
+
+class ZClipOptionError(ValueError, AssertionError):
+    """A bad ``mode`` or ``clip_option`` of ZClip: a ``ValueError``, and an ``AssertionError``.
+
+    zclip 1.0 raises ``ValueError`` for ``mode`` and ``AssertionError`` (an ``assert``) for
+    ``clip_option``; code written against it catches either, anyclip's own code ``ValueError``
+    (as NumPy's ``AxisError`` is both a ``ValueError`` and an ``IndexError``).
+    """
+
+
+def check_zclip_options(mode: Any, clip_option: Any) -> tuple[str, str | None]:
+    """ZClip's ``mode`` and ``clip_option`` lower-cased (``clip_option`` None in percentile mode).
+
+    The messages hold zclip 1.0's own sentence (code and tests match on it), then the argument,
+    what came and the fix.
+    """
+    modes = ("zscore", "percentile")
+    if not isinstance(mode, str) or mode.lower() not in modes:
+        msg = (
+            f"mode must be either 'zscore' or 'percentile'. `mode` got {mode!r}; pass "
+            "mode='zscore' (the default) or mode='percentile' (either case)"
+        )
+        raise ZClipOptionError(msg)
+    if mode.lower() == "percentile":
+        return "percentile", None
+    options = ("mean", "adaptive_scaling")
+    if not isinstance(clip_option, str) or clip_option.lower() not in options:
+        msg = (
+            "For zscore mode, clip_option must be either 'mean' or 'adaptive_scaling'. "
+            f"`clip_option` got {clip_option!r}; pass clip_option='adaptive_scaling' (the "
+            "default) or clip_option='mean', or mode='percentile' (which takes none)"
+        )
+        raise ZClipOptionError(msg)
+    return "zscore", clip_option.lower()
 
 
 def _kind_error(value: Any, name: str, kind: str, none: bool) -> TypeError:
@@ -132,6 +171,41 @@ def check_mapping(value: Any, name: str, keys: tuple[str, ...], what: str) -> di
         )
         raise KeyError(msg)
     return dict(value)
+
+
+def check_quantile_arguments(
+    quantile: Any, history_length: Any, tensor: type | None = None
+) -> None:
+    """AutoClip's ``quantile`` and ``history_length``, checked as ``autoclip`` 0.2 checks them.
+
+    ``TypeError`` unless ``quantile`` is a float (or a ``tensor``, the adapter's array type:
+    autoclip takes a torch tensor) and ``history_length`` an int; ``ValueError`` unless the
+    quantile lies in [0, 1] and the length is positive. Both adapters call it.
+    """
+    kinds: tuple[type, ...] = (float,) if tensor is None else (float, tensor)
+    if not isinstance(quantile, kinds):
+        what = "a float" if tensor is None else "a float or a tensor"
+        msg = (
+            f"`quantile` must be {what} (as autoclip), got {quantile!r} "
+            f"({type(quantile).__name__}); pass e.g. quantile=0.9"
+        )
+        raise TypeError(msg)
+    if isinstance(history_length, bool) or not isinstance(history_length, int):
+        msg = (
+            f"`history_length` must be an int, got {history_length!r} "
+            f"({type(history_length).__name__}); pass e.g. history_length=1000"
+        )
+        raise TypeError(msg)
+    q = float(quantile)  # type: ignore[arg-type]  # a float or a 1-element tensor
+    if not 0.0 <= q <= 1.0:
+        msg = f"`quantile` must lie in [0, 1], got {q}; pass e.g. quantile=0.9"
+        raise ValueError(msg)
+    if history_length <= 0:
+        msg = (
+            f"`history_length` must be greater than zero, got {history_length}; pass e.g. "
+            "history_length=1000"
+        )
+        raise ValueError(msg)
 
 
 def check_spike_arguments(
@@ -273,6 +347,14 @@ def quantile_step(
     return factor, record(xp, h, norm, where=where)
 
 
+def zclip_factor(xp: Namespace, limit: Any, norm: Any) -> Any:
+    """Zclip's in-place factor: ``limit / (norm + 1e-6)`` where ``norm > limit``, else 1.
+
+    ``ZClip.apply_in_place_clipping``'s ``clip_coef`` (a NaN ``norm`` or ``limit`` gives 1).
+    """
+    return xp.where(norm > limit, limit / (norm + _c(xp, 1e-6, norm)), _c(xp, 1.0, norm))
+
+
 class ZClipStep(NamedTuple):
     """What :func:`zclip_step` returns: factor, new history, threshold, spike flag."""
 
@@ -357,7 +439,7 @@ def zclip_step(
     if formula == "tf":
         factor = global_scale(xp, limit, x, "tf")
     else:
-        factor = xp.where(x > limit, limit / (x + _c(xp, 1e-6, x)), one)
+        factor = zclip_factor(xp, limit, x)
     a = _c(xp, alpha, x)
     new_mean = a * mean + (one - a) * adaptive
     new_var = a * var + (one - a) * (adaptive - new_mean) ** 2

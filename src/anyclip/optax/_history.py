@@ -104,10 +104,7 @@ skip_update_on_spike
     >>> u
     Array([2.1191492, 2.8255322], dtype=float32)
     """
-    m = check_choice(mode, "mode", ("zscore", "percentile"))
-    option = None
-    if m == "zscore":
-        option = check_choice(clip_option, "clip_option", ("mean", "adaptive_scaling"))
+    m, option = _history.check_zclip_options(mode, clip_option)
     f = check_choice(formula, "formula", ("zclip", "tf"))
     cap = check_real(max_grad_norm, "max_grad_norm", none=True)
     a = check_real(alpha, "alpha")
@@ -205,12 +202,7 @@ def quantile_clip(
     >>> u
     Array([4.5, 6. ], dtype=float32)
     """
-    if not isinstance(quantile, float) or not 0.0 <= quantile <= 1.0:
-        msg = f"`quantile` must be a float in [0, 1], got {quantile!r}"
-        raise ValueError(msg)
-    if not isinstance(history_length, int) or history_length <= 0:
-        msg = f"`history_length` must be an int greater than zero, got {history_length!r}"
-        raise ValueError(msg)
+    _history.check_quantile_arguments(quantile, history_length)
     f = check_choice(formula, "formula", ("torch", "tf"))
 
     def init_fn(params: Any) -> QuantileClipState:

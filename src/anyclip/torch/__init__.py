@@ -38,14 +38,17 @@ from anyclip.torch._adaptive import adaptive_clip_grad_
 from anyclip.torch._clip_grad import clip_grad_norm_, clip_grads_with_norm_, get_total_norm
 from anyclip.torch._clip_value import clip_grad_by_norm_, clip_grad_by_value_, clip_grad_value_
 from anyclip.torch._constraints import constrain_, constrain_after_step
-from anyclip.torch._history import QuantileClip, SkipOnSpike, ZClip, skip_on_spike
 from anyclip.torch._if_finite import ApplyIfFinite, apply_if_finite
 from anyclip.torch._keras import keras_clipping
+from anyclip.torch._quantile_clip import OptimizerWithClipping, QuantileClip
+from anyclip.torch._skip_on_spike import SkipOnSpike, skip_on_spike
 from anyclip.torch._total_norm import NonfiniteNormError
+from anyclip.torch._zclip import ZClip
 
 __all__ = [
     "ApplyIfFinite",
     "NonfiniteNormError",
+    "OptimizerWithClipping",
     "QuantileClip",
     "SkipOnSpike",
     "ZClip",

@@ -1,7 +1,7 @@
 """``optax.apply_if_finite`` for a torch optimizer: :func:`apply_if_finite`, no host sync.
 
 Layer: public adapter over :mod:`anyclip._if_finite` (the rule); the undo of a skipped step
-is :class:`~anyclip.torch._history.SkipOnSpike`'s (a snapshot, then ``torch.where`` on the
+is :class:`~anyclip.torch._skip_on_spike.SkipOnSpike`'s (a snapshot, then ``torch.where`` on the
 device, with state that a skipped first step created left as never created).
 :mod:`anyclip.torch` re-exports the names in ``__all__``.
 """
@@ -19,7 +19,8 @@ from anyclip._history import check_mapping
 from anyclip._keywords import hints_keywords
 from anyclip._sparse import values_of
 from anyclip.torch._common import _local
-from anyclip.torch._history import _Skipper
+from anyclip.torch._history import _Wrapper
+from anyclip.torch._skip_on_spike import _Skipper
 
 __all__ = ["ApplyIfFinite", "apply_if_finite"]
 
@@ -108,7 +109,7 @@ class _FiniteSkipper(_Skipper):
         }
 
 
-class ApplyIfFinite(torch.optim.Optimizer):
+class ApplyIfFinite(_Wrapper):
     """An optimizer that skips a step whose gradients hold an inf or a NaN, with no host sync.
 
     Made by :func:`apply_if_finite`. A ``torch.optim.Optimizer`` (so LR schedulers,
@@ -201,30 +202,6 @@ class ApplyIfFinite(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """The wrapped optimizer's ``add_param_group``."""
         self.optimizer.add_param_group(param_group)
-
-    def register_step_pre_hook(self, hook: Any) -> Any:
-        """The wrapped optimizer's ``register_step_pre_hook``."""
-        return self.optimizer.register_step_pre_hook(hook)
-
-    def register_step_post_hook(self, hook: Any) -> Any:
-        """The wrapped optimizer's ``register_step_post_hook``."""
-        return self.optimizer.register_step_post_hook(hook)
-
-    def register_state_dict_pre_hook(self, hook: Any, prepend: bool = False) -> Any:
-        """The wrapped optimizer's ``register_state_dict_pre_hook``."""
-        return self.optimizer.register_state_dict_pre_hook(hook, prepend)
-
-    def register_state_dict_post_hook(self, hook: Any, prepend: bool = False) -> Any:
-        """The wrapped optimizer's ``register_state_dict_post_hook``."""
-        return self.optimizer.register_state_dict_post_hook(hook, prepend)
-
-    def register_load_state_dict_pre_hook(self, hook: Any, prepend: bool = False) -> Any:
-        """The wrapped optimizer's ``register_load_state_dict_pre_hook``."""
-        return self.optimizer.register_load_state_dict_pre_hook(hook, prepend)
-
-    def register_load_state_dict_post_hook(self, hook: Any, prepend: bool = False) -> Any:
-        """The wrapped optimizer's ``register_load_state_dict_post_hook``."""
-        return self.optimizer.register_load_state_dict_post_hook(hook, prepend)
 
 
 @hints_keywords

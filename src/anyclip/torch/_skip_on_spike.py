@@ -1,0 +1,500 @@
+"""Skipping a step on a spike or a non-finite norm for torch: :func:`skip_on_spike`.
+
+Layer: public adapter over :func:`anyclip._history.spike_step` (OLMo-core's rule with
+``optax.apply_if_finite``'s), the shared helpers of :mod:`anyclip.torch._history` and
+:mod:`anyclip.torch._optim_state` (the optimizers' initial state); :mod:`anyclip.torch`
+re-exports the names in ``__all__``. The decision is a device tensor: a skipped step is undone
+with ``torch.where``, without a host sync (:class:`SkipOnSpike`).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from anyclip import _history
+from anyclip._compat import namespace
+from anyclip._history import History, check_mapping
+from anyclip._keywords import hints_keywords
+from anyclip.torch import _optim_state
+from anyclip.torch._common import _local
+from anyclip.torch._history import (
+    _assign,
+    _grads,
+    _history_state,
+    _load_history,
+    _norm,
+    _store,
+    _view,
+    _Wrapper,
+)
+
+__all__ = ["SkipOnSpike", "skip_on_spike"]
+
+
+class _Skipper:
+    """The state and the two halves of :class:`SkipOnSpike`'s step (a plain object).
+
+    Kept apart from the ``torch.optim.Optimizer`` subclass because torch 2.13's dynamo traces
+    an Optimizer as an ``OptimizerVariable``, which drops attribute writes made in a compiled
+    ``before_step`` (and intercepts every attribute whose name is a substring of
+    ``"_init_group"``, such as ``group``).
+    """
+
+    def __init__(
+        self,
+        optimizer: Any,
+        rolling_interval_length: int,
+        sigma_factor: float,
+        on_loss: bool,
+        max_consecutive_errors: int | None,
+        group: Any,
+    ) -> None:
+        length, sigma, errors = _history.check_spike_arguments(
+            rolling_interval_length, sigma_factor, max_consecutive_errors
+        )
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            msg = (
+                f"`optimizer` must be a torch.optim.Optimizer, got {type(optimizer).__name__}; "
+                "pass e.g. torch.optim.AdamW(model.parameters())"
+            )
+            raise TypeError(msg)
+        self.optimizer = optimizer
+        self.rolling_interval_length = length
+        self.sigma_factor = sigma
+        self.on_loss = bool(on_loss)
+        self.max_consecutive_errors = errors
+        self.group = group
+        self.norms: History | None = None
+        self.losses: History | None = None
+        self.counters: dict[str, torch.Tensor] = {}
+        self._buffers: list[torch.Tensor] = []
+        #: SGD parameters whose momentum buffer may be a placeholder (its first step skipped)
+        self._fresh: dict[torch.Tensor, torch.Tensor] = {}
+        #: the last step's decision (a bool tensor: the step was taken), for logging
+        self.last_step_applied: torch.Tensor | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            optimizer = self.__dict__["optimizer"]
+        except KeyError:  # while copying or unpickling
+            raise AttributeError(name) from None
+        return getattr(optimizer, name)
+
+    @property
+    def skipped(self) -> torch.Tensor:
+        """How many steps were skipped so far (an int32 tensor on the device: no host sync)."""
+        if not self.counters:
+            return torch.zeros((), dtype=torch.int32)
+        return self.counters["skipped"]
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def _decide(self, norm: torch.Tensor, loss: Any) -> torch.Tensor:
+        xp = namespace(norm)
+        dt = torch.promote_types(norm.dtype, torch.float32)
+        if self.norms is None:
+            length = self.rolling_interval_length
+            self.norms = _store(_history.init_history(xp, length, dt, norm.device))
+            if self.on_loss:
+                self.losses = _store(_history.init_history(xp, length, dt, norm.device))
+            zero = torch.zeros((), dtype=torch.int32, device=norm.device)
+            self.counters = {
+                k: zero.clone() for k in ("notfinite_count", "total_notfinite", "skipped")
+            }
+        if self.on_loss:
+            if loss is None:
+                msg = "`loss` is needed at every step with on_loss=True; pass step(loss=loss)"
+                raise TypeError(msg)
+            if not isinstance(loss, torch.Tensor) and (
+                isinstance(loss, bool) or not isinstance(loss, numbers.Real)
+            ):
+                msg = (
+                    "`loss` must be a tensor (this step's loss) or a real number, got "
+                    f"{type(loss).__name__}"
+                )
+                raise TypeError(msg)
+            if not isinstance(loss, torch.Tensor):  # filled on the device: no host copy
+                loss = torch.full((), float(loss), device=norm.device)
+            loss = torch.as_tensor(loss, device=norm.device).detach()
+        d = _history.spike_step(
+            xp,
+            _view(self.norms),
+            norm,
+            self.counters["notfinite_count"],
+            self.counters["total_notfinite"],
+            self.counters["skipped"],
+            sigma_factor=self.sigma_factor,
+            losses=None if self.losses is None else _view(self.losses),
+            loss=loss if self.on_loss else None,
+            max_consecutive_errors=self.max_consecutive_errors,
+        )
+        _assign(self.norms, d.norms)
+        if self.losses is not None and d.losses is not None:
+            _assign(self.losses, d.losses)
+        self.counters["notfinite_count"].copy_(d.notfinite_count)
+        self.counters["total_notfinite"].copy_(d.total_notfinite)
+        self.counters["skipped"].copy_(d.skipped)
+        return d.apply  # type: ignore[no-any-return]
+
+    def step(
+        self,
+        closure: Callable[[], Any] | None = None,
+        *,
+        loss: Any = None,
+        grad_norm: torch.Tensor | None = None,
+    ) -> Any:
+        """:meth:`SkipOnSpike.step` (which documents it): decide, step, undo if skipped."""
+        saved = self.before_step(loss=loss, grad_norm=grad_norm)
+        out = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+        self.after_step(saved)
+        return out
+
+    @torch.no_grad()
+    def before_step(self, *, loss: Any = None, grad_norm: Any = None) -> Any:
+        """Decide and snapshot: the first half of :meth:`step`.
+
+        Returns what :meth:`after_step` needs. Both halves compile with
+        ``torch.compile(fullgraph=True)``; torch's own ``Optimizer.step`` between them holds a
+        deliberate graph break (``torch._dynamo.graph_break()``, not a host sync).
+        """
+        params = self._params()
+        if grad_norm is not None and not isinstance(grad_norm, torch.Tensor):
+            msg = (
+                "`grad_norm` must be a tensor (the norm clip_grad_norm_ returned), got "
+                f"{type(grad_norm).__name__}; a host number would be copied to the device at "
+                "every step: pass torch.as_tensor(value, device=...) or leave it out"
+            )
+            raise TypeError(msg)
+        if grad_norm is None:
+            grad_norm = _norm(_grads(params), params, self.group)
+        return self._save(params, self._decide(_local(grad_norm), loss))
+
+    def _save(self, params: list[torch.Tensor], apply: torch.Tensor) -> Any:
+        """Keep the decision and snapshot what the step may write (for :meth:`after_step`)."""
+        self.last_step_applied = apply
+        live = [p for p in params if p.grad is not None]
+        state = self.optimizer.state
+        keys = [
+            [k for k, v in state.get(p, {}).items() if isinstance(v, torch.Tensor)] for p in live
+        ]
+        # local tensors: a DTensor's shard shares its storage, so writing it writes the DTensor
+        sources = [_local(p.detach()) for p in live]
+        sources += [_local(state[p][k]) for p, ks in zip(live, keys, strict=True) for k in ks]
+        buffers = self._snapshot(sources)
+        return torch.logical_not(apply), live, keys, buffers
+
+    def _snapshot(self, sources: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``sources`` copied into buffers kept between steps, one ``_foreach_copy_`` a device.
+
+        The buffers are allocated at the first step, again only where a shape, dtype or
+        device changes.
+        """
+        buffers = self._buffers
+        if len(buffers) != len(sources):
+            buffers = self._buffers = [torch.empty_like(t) for t in sources]
+        for i, (b, t) in enumerate(zip(buffers, sources, strict=True)):
+            if b.shape != t.shape or b.dtype != t.dtype or b.device != t.device:
+                buffers[i] = torch.empty_like(t)
+        groups: dict[tuple[torch.device, torch.dtype], tuple[list[Any], list[Any]]] = {}
+        for b, t in zip(buffers, sources, strict=True):
+            dst, src = groups.setdefault((t.device, t.dtype), ([], []))
+            dst.append(b)
+            src.append(t)
+        for dst, src in groups.values():
+            torch._foreach_copy_(dst, src)
+        return list(buffers)
+
+    @torch.no_grad()
+    def after_step(self, saved: Any) -> None:
+        """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`.
+
+        One ``torch.where`` per tensor the step wrote (the decision moved once per device);
+        state the step created is reset to the values torch creates it with
+        (:mod:`anyclip.torch._optim_state`).
+        """
+        skip, live, keys, buffers = saved
+        conds: dict[torch.device, torch.Tensor] = {}
+
+        def cond(t: torch.Tensor) -> torch.Tensor:
+            c = conds.get(t.device)
+            if c is None:
+                c = conds[t.device] = skip.to(t.device, non_blocking=True)
+            return c
+
+        for p, old in zip(live, buffers[: len(live)], strict=True):
+            v = _local(p.detach())
+            torch.where(cond(v), old, v, out=v)
+        pos = len(live)
+        state = self.optimizer.state
+        groups = {id(p): g for g in self.optimizer.param_groups for p in g["params"]}
+        for p, ks in zip(live, keys, strict=True):
+            st = state.get(p, {})
+            for k in ks:
+                v = _local(st[k])
+                torch.where(cond(v), buffers[pos], v, out=v)
+                pos += 1
+            if len(st) != len(ks):  # state created by this step: as never created if skipped
+                group = groups[id(p)]
+                for k, t in st.items():
+                    if k not in ks and isinstance(t, torch.Tensor):
+                        v = _local(t)
+                        _optim_state.reset(
+                            v, cond(v), _optim_state.initial_value(self.optimizer, group, k, p)
+                        )
+                if _optim_state.needs_fresh_step(self.optimizer, group):
+                    self._fresh[p] = cond(_local(p.detach())).clone()
+        self._fresh_steps(live, buffers[: len(live)], keys, cond, groups)
+
+    def _fresh_steps(
+        self,
+        live: list[torch.Tensor],
+        old: list[torch.Tensor],
+        keys: list[list[str]],
+        cond: Callable[[torch.Tensor], torch.Tensor],
+        groups: dict[int, dict[str, Any]],
+    ) -> None:
+        """Redo a taken step from a fresh start where SGD's momentum buffer was never created.
+
+        Where a parameter's first step was skipped its buffer is a placeholder; a taken step
+        there is recomputed with torch's functional SGD on the pre-step parameters (the
+        snapshot) and selected on the device. Runs at every step for SGD with momentum and
+        ``dampening != 0`` (the device flag cannot be read without a host sync).
+        """
+        by_group: dict[int, list[int]] = {}
+        for i, (p, ks) in enumerate(zip(live, keys, strict=True)):
+            if p in self._fresh and ks:  # flagged at an earlier step
+                by_group.setdefault(id(groups[id(p)]), []).append(i)
+        for idx in by_group.values():
+            group = groups[id(live[idx[0]])]
+            params = [old[i] for i in idx]  # the snapshot, free once the undo is done
+            grads = [_local(live[i].grad) for i in idx]
+            bufs = _optim_state.fresh_sgd_step(group, params, grads)
+            for i, fresh_p, buf in zip(idx, params, bufs, strict=True):
+                p = live[i]
+                v = _local(p.detach())
+                flag = self._fresh[p]
+                take = torch.logical_and(flag, torch.logical_not(cond(v)))
+                torch.where(take, fresh_p, v, out=v)
+                b = _local(self.optimizer.state[p]["momentum_buffer"])
+                torch.where(take, buf, b, out=b)
+                flag.copy_(torch.logical_and(flag, cond(v)))
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"optimizer": the optimizer's state_dict, "skip": the histories and counters}``."""
+        skip: dict[str, Any] = {"norms": _history_state(self.norms)}
+        skip["losses"] = _history_state(self.losses)
+        skip.update({k: v.clone() for k, v in self.counters.items()})
+        # SGD's flags of a momentum buffer never created (by index in param_groups' order)
+        skip["fresh"] = {
+            i: self._fresh[p].clone() for i, p in enumerate(self._params()) if p in self._fresh
+        }
+        return {"optimizer": self.optimizer.state_dict(), "skip": skip}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load what :meth:`state_dict` returned."""
+        what = "what skip_on_spike(...).state_dict() returned"
+        state_dict = check_mapping(state_dict, "state_dict", ("optimizer", "skip"), what)
+        self.optimizer.load_state_dict(state_dict["optimizer"])
+        skip = check_mapping(state_dict["skip"], "state_dict['skip']", ("norms", "losses"), what)
+        self.norms = _load_history(dict(skip["norms"]), self.norms, "norms")
+        self.losses = _load_history(dict(skip["losses"]), self.losses, "losses")
+        names = ("notfinite_count", "total_notfinite", "skipped")
+        if all(k in skip for k in names):
+            self.counters = {k: torch.as_tensor(skip[k]).clone() for k in names}
+        params = self._params()
+        self._fresh = {
+            params[int(i)]: torch.as_tensor(v).clone() for i, v in skip.get("fresh", {}).items()
+        }
+
+
+class SkipOnSpike(_Wrapper):
+    """An optimizer that skips a step on a spike or a non-finite norm, with no host sync.
+
+    Made by :func:`skip_on_spike`. A ``torch.optim.Optimizer`` (so LR schedulers,
+    ``GradScaler.step``, Lightning and accelerate take it) with no state of its own there:
+    ``param_groups``, ``state``, ``defaults``, ``zero_grad``, ``add_param_group`` and the hook
+    registrations are the wrapped optimizer's (its hooks run around its own step, inside this
+    one's); every other attribute is the skip rule's (``skipped``, ``last_step_applied``,
+    ``optimizer``, ...) or else the wrapped optimizer's.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        rolling_interval_length: int,
+        sigma_factor: float,
+        on_loss: bool,
+        max_consecutive_errors: int | None,
+        group: Any,
+    ) -> None:  # torch.optim.Optimizer.__init__ is not called: the state is the wrapped one's
+        self._skipper = _Skipper(
+            optimizer,
+            rolling_interval_length,
+            sigma_factor,
+            on_loss,
+            max_consecutive_errors,
+            group,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            skipper = self.__dict__["_skipper"]
+        except KeyError:  # while unpickling
+            raise AttributeError(name) from None
+        return getattr(skipper, name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        s = self._skipper
+        return (
+            f"SkipOnSpike({s.optimizer!r}, rolling_interval_length="
+            f"{s.rolling_interval_length}, sigma_factor={s.sigma_factor})"
+        )
+
+    @property
+    def skipped(self) -> torch.Tensor:
+        """How many steps were skipped so far (an int32 tensor on the device: no host sync)."""
+        return self._skipper.skipped
+
+    def step(
+        self,
+        closure: Callable[[], Any] | None = None,
+        *,
+        loss: Any = None,
+        grad_norm: torch.Tensor | None = None,
+    ) -> Any:
+        """Take the wrapped optimizer's step unless the norm (or loss) spikes or is not finite.
+
+        ``grad_norm``: the global gradient norm, if already computed (e.g. the value
+        :func:`anyclip.torch.clip_grad_norm_` returned: its pre-clip norm); otherwise anyclip's
+        global norm of all gradients is computed here. ``loss``: this step's loss (needed with
+        ``on_loss=True``, ignored otherwise). A skipped step leaves the parameters and every
+        tensor of the optimizer's state as they were (selected with ``torch.where``; state the
+        step created is left as never created: reset to torch's initial values, and SGD's
+        momentum buffer flagged so that its next taken step starts afresh); it returns what
+        the optimizer's ``step`` returned.
+        """
+        return self._skipper.step(closure, loss=loss, grad_norm=grad_norm)
+
+    def before_step(self, *, loss: Any = None, grad_norm: torch.Tensor | None = None) -> Any:
+        """Decide and snapshot: the first half of :meth:`step`.
+
+        Returns what :meth:`after_step` needs. Both halves compile with
+        ``torch.compile(fullgraph=True)``; torch's own ``Optimizer.step`` between them holds a
+        deliberate graph break (``torch._dynamo.graph_break()``, not a host sync).
+        """
+        return self._skipper.before_step(loss=loss, grad_norm=grad_norm)
+
+    def after_step(self, saved: Any) -> None:
+        """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`.
+
+        One ``torch.where`` per tensor the step wrote (the decision moved once per device);
+        state the step created is reset to the values torch creates it with.
+        """
+        self._skipper.after_step(saved)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"optimizer": the optimizer's state_dict, "skip": the histories and counters}``."""
+        return self._skipper.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load what :meth:`state_dict` returned."""
+        self._skipper.load_state_dict(state_dict)
+
+    # torch.optim.Optimizer's own methods, which would act on this wrapper's (absent) state
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """The wrapped optimizer's ``zero_grad``."""
+        self.optimizer.zero_grad(set_to_none)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """The wrapped optimizer's ``add_param_group``."""
+        self.optimizer.add_param_group(param_group)
+
+
+@hints_keywords
+def skip_on_spike(
+    optimizer: torch.optim.Optimizer,
+    rolling_interval_length: int = 128,
+    sigma_factor: float = 6,
+    *,
+    on_loss: bool = False,
+    max_consecutive_errors: int | None = None,
+    group: Any = None,
+) -> SkipOnSpike:
+    """Wrap ``optimizer`` to skip a step on a norm (or loss) spike or a non-finite norm.
+
+    The rule is OLMo-core's ``SkipStepOptimizer.get_step_factor`` (a step is skipped when its
+    value exceeds the mean of the previous ``rolling_interval_length`` values by more than
+    ``sigma_factor`` unbiased standard deviations, once ``max(2, rolling_interval_length //
+    2)`` values, this one included, are seen; one-sided: a dip is taken; on the gradient norm,
+    and on the loss with ``on_loss=True``) and
+    ``optax.apply_if_finite``'s (a step whose norm or loss is inf or NaN is skipped, unless
+    more than ``max_consecutive_errors`` came in a row). Unlike OLMo-core, a non-finite value is
+    not recorded (OLMo-core's window would then give NaN statistics and skip the next
+    ``rolling_interval_length`` steps). The decision is a device tensor: a skipped step is
+    undone with ``torch.where`` (parameters and optimizer state, bit for bit, for SGD, Adam,
+    AdamW and any optimizer whose state is tensors), without a host sync.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The optimizer to wrap.
+    rolling_interval_length : int, optional
+        How many past values the mean and standard deviation are taken over (OLMo-core's).
+    sigma_factor : float, optional
+        How many standard deviations from the mean a value may lie (OLMo-core's).
+    on_loss : bool, optional
+        Also test the loss (pass ``step(loss=loss)``), as OLMo-core does: the loss tensor
+        itself (no copy) or a number (filled on the device); a CPU tensor is copied to the
+        parameters' device at each step (a host sync on a GPU).
+    max_consecutive_errors : int, optional
+        After this many non-finite steps in a row, take the step anyway (optax's
+        ``apply_if_finite``); ``None`` (default): never.
+    group : ProcessGroup, DeviceMesh or sequence of them, optional
+        The processes the gradient norm is reduced over (every process decides the same).
+
+    Returns
+    -------
+    SkipOnSpike
+        The wrapped optimizer; ``skipped`` counts the skipped steps (a device tensor).
+
+    Notes
+    -----
+    The cost over the bare step is one copy of the parameters and of the optimizer's state
+    tensors, and a ``torch.where`` over each (docs/porting.md gives measured times). Adam's
+    ``step`` counter lives on the CPU unless ``capturable=True``: on CUDA, use
+    ``capturable=True`` (or ``fused=True``) to keep the decision on the device.
+
+    See Also
+    --------
+    optax.apply_if_finite, anyclip.optax.skip_on_spike
+
+    Examples
+    --------
+    >>> import torch
+    >>> import anyclip.torch
+    >>> p = torch.nn.Parameter(torch.ones(2))
+    >>> opt = anyclip.torch.skip_on_spike(torch.optim.SGD([p], lr=0.1))
+    >>> p.grad = torch.tensor([float("nan"), 1.0])
+    >>> opt.step()
+    >>> p.data, opt.skipped
+    (tensor([1., 1.]), tensor(1, dtype=torch.int32))
+    """
+    return SkipOnSpike(
+        optimizer,
+        rolling_interval_length,
+        sigma_factor,
+        on_loss,
+        max_consecutive_errors,
+        group,
+    )

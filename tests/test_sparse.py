@@ -438,3 +438,53 @@ def test_scipy_sparse_is_refused(call, name):
 def test_committed_reference_is_tfs(tmp_path):
     # the committed file is still what TF 2.21 gives (run with --live-tf)
     assert_live_reference(SCRIPT, REF, tmp_path)
+
+
+def _ptb_steps() -> list[int]:
+    from anyclip_conformance.reference import load_real_gradients
+
+    provenance, _ = load_real_gradients()
+    steps: list[int] = provenance["models"]["ptb_lstm"]["steps"]
+    return steps
+
+
+def _ptb_step(step: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    from anyclip_conformance.reference import load_real_gradients
+
+    provenance, arrays = load_real_gradients()
+    return provenance["models"]["ptb_lstm"], {
+        k.split("|", 2)[2]: v for k, v in arrays.items() if k.startswith(f"ptb_lstm|{step}|")
+    }
+
+
+def _sparse_embedding(backend: Backend, values: np.ndarray, ids: np.ndarray, rows: int) -> Any:
+    """The embedding's ``IndexedSlices`` as the backend's sparse layout, repeated ids kept."""
+    if backend.library == "torch":
+        torch = backend.module
+        index = torch.as_tensor(ids.astype(np.int64), device=backend.device)[None]
+        shape = (rows, values.shape[1])
+        return torch.sparse_coo_tensor(index, backend.asarray(values), shape)  # uncoalesced
+    sparse = pytest.importorskip("jax.experimental.sparse")
+    jnp = backend.xp
+    index = jnp.asarray(ids.astype(np.int32)[:, None])
+    return sparse.BCOO((jnp.asarray(values), index), shape=(rows, values.shape[1]))
+
+
+@pytest.mark.parametrize("backend", ["torch", "torch-cuda", "jax"], indirect=True)
+@pytest.mark.parametrize("step", _ptb_steps())
+def test_ptb_embedding_gradient_with_repeated_ids(backend, step):
+    """tensorflow/models' PTB LSTM: its ``IndexedSlices`` embedding gradient (80 rows, about
+    40 distinct ids) as a sparse array, with the dense gradients, through
+    ``clip_by_global_norm``: TF's norm within 1 ulp, its clipped values within 3
+    (``anyclip_conformance.real_programs``, run on TF 2.21)."""
+    meta, arrays = _ptb_step(step)
+    ids = arrays["indices|0"]
+    assert len(np.unique(ids)) < len(ids)  # repeated ids: TF squares each occurrence
+    emb = _sparse_embedding(backend, arrays["grad|0"], ids, int(arrays["dense_shape|0"][0]))
+    dense = [backend.asarray(arrays[f"grad|{i}"]) for i in range(1, len(meta["kinds"]))]
+    clipped, norm = anyclip.clip_by_global_norm([emb, *dense], meta["clip_norm"])
+    assert_array(norm, arrays["norm"], backend=backend, dtype="float32", ulp=1)
+    got = clipped[0]._values() if backend.library == "torch" else clipped[0].data
+    assert_array(got, arrays["clipped|0"], backend=backend, dtype="float32", ulp=3)
+    for i, out in enumerate(clipped[1:], start=1):
+        assert_array(out, arrays[f"clipped|{i}"], backend=backend, dtype="float32", ulp=3)

@@ -340,6 +340,11 @@ Written by `python -m anyclip_conformance.generate` (do not edit by hand).
   generator): the raw gradients of real Keras models trained with TensorFlow 2.21, and TF's
   `global_norm` and `clip_by_global_norm` of every step; its `provenance` member records the
   versions, seed, `clip_norm` and each model's gradient dtypes.
+- `real_programs.npz`: written by `python -m anyclip_conformance.real_programs` (not by the
+  generator): the same for two programs in raw TF ops, tensorflow/models' PTB word-level LSTM
+  (its embedding gradient an `IndexedSlices` of 80 rows with repeated ids, stored as its
+  `values` and `indices`) and openai/baselines' PPO2 update (policy and value MLPs), 60 steps
+  run with TF's default threads, a few of them kept; each program has its own `clip_norm`.
 
 ## Regenerate
 

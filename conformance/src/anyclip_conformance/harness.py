@@ -360,7 +360,8 @@ def check_real_gradients(
         raise LookupError(f"{backend.name} has no {', '.join(missing)}")
     grads = [backend.asarray(arrays[f"{model}|{step}|grad|{i}"], d) for i, d in enumerate(dtypes)]
     fn = getattr(impl, function)
-    args: tuple[Any, ...] = (provenance["clip_norm"],) if function == "clip_by_global_norm" else ()
+    clip_norm = provenance["models"][model].get("clip_norm", provenance["clip_norm"])
+    args: tuple[Any, ...] = (clip_norm,) if function == "clip_by_global_norm" else ()
     call = (lambda *g: fn(list(g), *args)) if variant == "jit" else None
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -76,23 +76,38 @@ def load_arrays(function: str) -> dict[str, np.ndarray]:
 
 @cache
 def load_real_gradients() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``data/real_gradients.npz``: its provenance and its arrays (see ``real_models.py``).
+    """``data/real_gradients.npz`` and ``data/real_programs.npz``: provenance and arrays.
 
     Members: ``<model>|<step>|grad|<i>`` (TF's raw gradients), ``<model>|<step>|clipped|<i>``
     (``tf.clip_by_global_norm``'s output), ``<model>|<step>|norm`` (``tf.linalg.global_norm``),
     and ``provenance`` (JSON: versions, seed, ``clip_norm``, each model's gradient dtypes).
+    The programs of ``real_programs.py`` (an ``IndexedSlices`` gradient also has
+    ``<model>|<step>|indices|<i>``) join the models, each with its own ``clip_norm`` and
+    recorded ``steps``; ``provenance["programs"]`` is that file's provenance.
     """
-    raw = _package_file("data", "real_gradients.npz").read_bytes()
-    with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
-    provenance = json.loads(str(arrays.pop("provenance")))
+    provenance, arrays = _load_npz("real_gradients.npz")
+    programs, more = _load_npz("real_programs.npz")
+    arrays.update(more)
+    provenance["models"].update(programs.pop("programs"))
+    provenance["programs"] = programs
     return provenance, arrays
+
+
+def _load_npz(name: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A data file's ``provenance`` (JSON) and its other arrays, by member name."""
+    raw = _package_file("data", name).read_bytes()
+    with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+        arrays = {member: npz[member] for member in npz.files}
+    return json.loads(str(arrays.pop("provenance"))), arrays
 
 
 def real_gradient_cases() -> list[str]:
     """``<model>/step<k>`` for every recorded training step of every model."""
     provenance, _ = load_real_gradients()
-    return [f"{m}/step{k}" for m in provenance["models"] for k in range(provenance["steps"])]
+    every = range(provenance["steps"])
+    return [
+        f"{m}/step{k}" for m, meta in provenance["models"].items() for k in meta.get("steps", every)
+    ]
 
 
 def in_jit_sample(case_id: str) -> bool:

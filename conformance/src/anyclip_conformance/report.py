@@ -209,7 +209,8 @@ def document(matrix: Matrix, backends: list[Backend], missing: list[str]) -> str
             "",
             "`(jit)` rows run the case under `jax.jit`; `(grad)` rows compare the gradients of "
             "`sum(f(x) * w)` with TF's `GradientTape` ones; `(real gradients)` rows run every "
-            "recorded training step of real TF models (`data/real_gradients.npz`) within the "
+            "recorded training step of real TF models and programs (`data/real_gradients.npz`, "
+            "`data/real_programs.npz`) within the "
             "tighter budgets at the end of the budget table; `(tree)` and `(... adapter)` rows run "
             "the case through `anyclip.tree`, `anyclip.torch` or `anyclip.optax`. `max ulp` is "
             "the largest error seen, in units in the last place of the reference dtype.",

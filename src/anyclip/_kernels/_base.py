@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._compat import device, dtype_name, is_functorch_wrapped, library
+from anyclip._kernels._tforder import tf_order_dtype
 from anyclip._kernels._tforder_xp import rounded_apart, tf_order_squares
 from anyclip._numerics import constant, reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
@@ -110,11 +111,12 @@ class Kernels:
         """The float64 sum of squares of ``arrays`` in TF's order, 0-d, or None.
 
         :func:`~anyclip._kernels._tforder_xp.tf_order_squares` (with ``half``, the sum of
-        their ``l2_loss``) for float64 arrays of the libraries in :data:`_TF_ORDER`
-        (array-API operations: ``take``, ``where``, slices, additions); None for the others
-        (their sums keep the library's own order).
+        their ``l2_loss``) for float64 arrays of the libraries in :data:`_TF_ORDER`, and
+        float32 ones with ``half`` (``tf.linalg.global_norm``) (array-API operations:
+        ``take``, ``where``, slices, additions); None for the others (their sums keep the
+        library's own order).
         """
-        if library(xp) not in _TF_ORDER or dtype_name(arrays[0].dtype) != "float64":
+        if library(xp) not in _TF_ORDER or not tf_order_dtype(arrays[0].dtype, half=half):
             return None
         return tf_order_squares(xp, arrays, half=half)
 
@@ -469,11 +471,12 @@ def groups(
 ) -> list[list[Any]]:
     """The arrays, in order, as groups whose squares are summed together.
 
-    One group per array of ``block`` elements or more; the smaller ones are joined, up to
-    ``join`` elements per group (a group closes once it holds ``join`` or more, so it holds
-    fewer than ``join + block``). ``count`` gives an array's number of elements. Joining
-    replaces a reduction per small array by one per group (the per-array cost dominates for
-    thousands of small arrays); the cap bounds the temporary a group is joined into.
+    One group per array of ``block`` elements or more; the smaller ones between two such are
+    joined, up to ``join`` elements per group (a group closes once it holds ``join`` or more,
+    so it holds fewer than ``join + block``). ``count`` gives an array's number of elements.
+    Joining replaces a reduction per small array by one per group (the per-array cost
+    dominates for thousands of small arrays); the cap bounds the temporary a group is joined
+    into. The groups keep the list's order (TF's order adds the arrays' sums in it).
     """
     sizes = list(map(count, arrays))
     if not sizes:
@@ -494,7 +497,10 @@ def groups(
     batch: list[Any] = []
     size = 0
     for a, n in zip(arrays, sizes, strict=True):
-        if n >= block:
+        if n >= block:  # the smaller arrays before it first: the groups keep the list's order
+            if batch:
+                out.append(batch)
+                batch, size = [], 0
             out.append([a])
             continue
         batch.append(a)

@@ -37,9 +37,15 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import dtype_name
 from anyclip._kernels._base import Kernels
-from anyclip._kernels._tforder import tf_order_nodes, tf_order_sums, tf_order_total, tf_order_walk
+from anyclip._kernels._tforder import (
+    eigen_packet,
+    tf_order_dtype,
+    tf_order_nodes,
+    tf_order_sums,
+    tf_order_total,
+    tf_order_walk,
+)
 from anyclip._numerics import reduce_sum
 from anyclip._subnormals import OPEN, flush_subnormals, flushing
 from anyclip._typing import Namespace
@@ -71,9 +77,10 @@ class DaskKernels(Kernels):
         dask's own (each chunk's, then dask's tree of partial sums). One last task adds
         the nodes' sums as TF's tree does, then the arrays' sums (halved, with ``half``) as
         ``tf.linalg.global_norm`` does (:func:`~anyclip._kernels._tforder.tf_order_total`):
-        bit-equal to the NumPy kernels where every shape is known. None for other dtypes.
+        bit-equal to the NumPy kernels where every shape is known. float32 arrays too with
+        ``half`` (``tf.linalg.global_norm``), in float32. None for other dtypes.
         """
-        if dtype_name(arrays[0].dtype) != "float64":
+        if not tf_order_dtype(arrays[0].dtype, half=half):
             return None
         return _tf_order_squares(xp, arrays, half=half)
 
@@ -216,6 +223,9 @@ def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
     import dask.array as da
     import numpy as np
 
+    dtype = np.dtype(arrays[0].dtype)
+    packet, _ = eigen_packet(dtype)
+
     nodes: list[tuple[int, int]] = []  # the known arrays' nodes, in order: one sum each
     # per array: ("tree", its tree over its nodes' positions), ("own", the position of its
     # sum in ``owns``) for an unknown shape, or ("empty", None)
@@ -233,15 +243,15 @@ def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
             continue
         flat = a.reshape(-1)  # dask's reshape (row-major), lazy
         first = len(nodes)
-        trees.append(("tree", tf_order_nodes(n, max(flat.chunks[0]), nodes)))
+        trees.append(("tree", tf_order_nodes(n, max(flat.chunks[0]), nodes, packet)))
         cut = tuple(length for _, length in nodes[first:])
         map_blocks: Callable[..., Any] = flat.rechunk((cut,)).map_blocks  # untyped in dask
         parts.append(
             map_blocks(
                 _node_sum,
                 chunks=((1,) * len(cut),),
-                dtype=np.float64,
-                meta=np.empty((0,), dtype=np.float64),
+                dtype=dtype,
+                meta=np.empty((0,), dtype=dtype),
                 token="anyclip-tf-order-node",
             )
         )
@@ -253,7 +263,7 @@ def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
     if owns:
         inputs += [stack(owns), "j"]
     if not inputs:  # only empty arrays
-        return da.zeros((), dtype=np.float64)
+        return da.zeros((), dtype=dtype)
     blockwise: Callable[..., Any] = da.blockwise  # untyped in dask
     total = functools.partial(_tf_order_total, trees=trees, half=half, nodes=bool(parts))
     return blockwise(
@@ -261,8 +271,8 @@ def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
         "",
         *inputs,
         concatenate=True,
-        dtype=np.float64,
-        meta=np.empty((), dtype=np.float64),
+        dtype=dtype,
+        meta=np.empty((), dtype=dtype),
         token="anyclip-tf-order-total",
     )
 
@@ -273,7 +283,7 @@ def _node_sum(block: Any) -> Any:
 
     with np.errstate(all="ignore"):  # TF's arithmetic: inf and NaN without warnings
         sums = tf_order_sums(np, block, [int(block.size)], square=True)
-    return np.asarray(sums, dtype=np.float64)
+    return np.asarray(sums, dtype=block.dtype)
 
 
 def _tf_order_total(*sums: Any, trees: list[tuple[str, Any]], half: bool, nodes: bool) -> Any:
@@ -284,13 +294,16 @@ def _tf_order_total(*sums: Any, trees: list[tuple[str, Any]], half: bool, nodes:
     """
     import numpy as np
 
-    values = sums[0].tolist() if nodes else []
-    owns = sums[-1].tolist() if len(sums) > int(nodes) else []
+    dtype = sums[0].dtype
+    # NumPy scalars: float32 nodes are added in float32 (Python floats would add in float64)
+    values = list(sums[0]) if nodes else []
+    owns = list(sums[-1]) if len(sums) > int(nodes) else []
     per_array = [
         tf_order_walk(at, values) if kind == "tree" else owns[at] if kind == "own" else 0.0
         for kind, at in trees
     ]
-    return np.asarray(tf_order_total(np, per_array, half=half), dtype=np.float64)
+    total = tf_order_total(np, per_array, half=half, dtype=dtype)
+    return np.asarray(total, dtype=dtype)
 
 
 def _cast_map_chunk(block: Any, *operands: Any, fn: Any, acc: Any) -> Any:

@@ -34,6 +34,7 @@ from typing import Any
 from anyclip._compat import dtype_name, may_be_sharded
 from anyclip._kernels import _base
 from anyclip._kernels._base import Kernels, groups
+from anyclip._kernels._tforder import tf_order_dtype
 from anyclip._kernels._tforder_xp import (
     square_list,
     tf_order_row_sums,
@@ -249,6 +250,8 @@ class JaxKernels(Kernels):
     def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
         """As :meth:`Kernels.tf_order_squares`, for float64 arrays on the CPU, not sharded.
 
+        float32 arrays too with ``half`` (``tf.linalg.global_norm``).
+
         Two compiled programs per shapes, the squares in the first: bit-equal to TF eagerly,
         and under an eager ``jax.grad`` or ``vmap`` (JAX differentiates and batches a ``jit``
         as a whole: one program, where the order's operations one at a time took 12 s for the
@@ -259,7 +262,7 @@ class JaxKernels(Kernels):
         arrays keep XLA's own reduction (a gather of their leaves would gather them), and so
         do arrays on another platform (TF's order is its CPU kernels').
         """
-        if dtype_name(arrays[0].dtype) != "float64" or not _tf_order_ok(arrays):
+        if not tf_order_dtype(arrays[0].dtype, half=half) or not _tf_order_ok(arrays):
             return None
         squares = _tf_jit(("squares", False, xp.__name__), lambda *a: square_list(xp, a))
         sizes = tuple(int(a.size) for a in arrays)

@@ -79,12 +79,14 @@ def squared_sum(np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool) -> An
         group[0].reshape(-1) if len(group) == 1 else np.concatenate(group, axis=None)
         for group in grouped
     ]
-    if dtype == np.float64:  # TF's order: its float64 error, not the rows' own
+    # TF's order: its float64 error, not the rows' own; float32 in global_norm (``half``),
+    # where the rows' sums were up to 2 ulp from TF's norm on real gradients
+    if dtype == np.float64 or (half and dtype == np.float32):
         per_array: list[float] = []
         for flat, group in zip(flats, grouped, strict=True):
             sizes = [int(a.size) for a in group]
             per_array += tf_order_sums(np, flat, sizes, square=True)
-        return np.float64(tf_order_total(np, per_array, half=half))
+        return dtype.type(tf_order_total(np, per_array, half=half, dtype=dtype))
     sums = []
     for flat in flats:
         rows = flat.size // ROW

@@ -24,10 +24,14 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from anyclip._compat import dtype_name
+
 __all__ = [
     "SMALL",
+    "eigen_packet",
     "numpy_rows_in_order",
     "small_sum",
+    "tf_order_dtype",
     "tf_order_nodes",
     "tf_order_sums",
     "tf_order_total",
@@ -38,13 +42,41 @@ __all__ = [
 _PACKET = 4
 _LEAF = 1024 * _PACKET
 
+#: float32's packet (AVX: 8 floats) and leaf (1024 packets): :func:`eigen_packet`.
+_PACKET32 = 8
+_LEAF32 = 1024 * _PACKET32
+
 #: Segments of at most this many elements are summed in Python floats (:func:`small_sum`):
 #: fewer steps than the vectorised leaves for a short array.
 SMALL = 64
 
 
+def tf_order_dtype(dtype: Any, *, half: bool) -> bool:
+    """Whether sums of squares of ``dtype`` take TF's order: float64, and float32 with ``half``.
+
+    ``half``: the sum of every array's ``l2_loss`` (``tf.linalg.global_norm``). In float32
+    another order (rows of 256, then pairwise) was up to 2 ulp from TF's global norm on
+    the gradients of real programs, whose arrays are mostly under TF's 8,192-element leaf;
+    the float32 norms of one array (``tf.norm``, ``clip_by_norm``) keep the faster sums.
+    """
+    name = dtype_name(dtype)
+    return name == "float64" or (half and name == "float32")
+
+
+def eigen_packet(dtype: Any) -> tuple[int, int]:
+    """Eigen's ``(packet, leaf)`` in elements for a float32 or float64 sum on x86-64 (AVX).
+
+    float32 sums take packets of 8 floats, float64 sums packets of 4 doubles; the tree's
+    leaf is 1024 packets either way.
+    """
+    return (_PACKET32, _LEAF32) if dtype_name(dtype) == "float32" else (_PACKET, _LEAF)
+
+
 def tf_order_sums(np: Any, flat: Any, sizes: Sequence[int], *, square: bool) -> list[float]:
     """The sums of consecutive segments of ``sizes`` elements of the 1-D float64 ``flat``.
+
+    A float32 ``flat`` is summed in float32 with float32's packets (:func:`eigen_packet`: 8
+    lanes, leaves of 8,192 elements), as TF's float32 ``l2_loss`` and ``reduce_sum``.
 
     ``np`` is NumPy and ``flat`` a NumPy array (the torch kernels pass a view of a CPU
     tensor's memory). Each segment is summed (its squares with ``square``) in TF 2.21's
@@ -72,10 +104,11 @@ def tf_order_sums(np: Any, flat: Any, sizes: Sequence[int], *, square: bool) -> 
     >>> tf_order_sums(np, np.full(1000, 1.7), [1000], square=True)
     [2889.9999999999964]
     """
-    if len(sizes) == 1 and sizes[0] <= SMALL:
+    packet, leaf = eigen_packet(flat.dtype)
+    if len(sizes) == 1 and sizes[0] <= SMALL and packet == _PACKET:
         return [small_sum(flat.tolist(), square=square)]
-    plan = _plan(np, tuple(sizes))
-    values = np.empty(plan.nodes + 1, dtype=np.float64)
+    plan = _plan(np, tuple(sizes), packet, leaf)
+    values = np.empty(plan.nodes + 1, dtype=flat.dtype)
     values[: len(plan.starts)] = _leaf_sums(np, np.ascontiguousarray(flat), plan, square=square)
     for lo, left, right in plan.levels:
         np.add(values[left], values[right], out=values[lo : lo + len(left)])
@@ -103,6 +136,8 @@ class _Plan(NamedTuple):
     roots: Any
     #: The number of leaves and nodes: ``values`` holds them, then a 0.
     nodes: int
+    #: Eigen's packet, in elements (:func:`eigen_packet`).
+    packet: int = _PACKET
 
 
 def _levels(
@@ -144,7 +179,7 @@ def _pos(start: list[int], ref: Any) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(np: Any, sizes: tuple[int, ...]) -> _Plan:
+def _plan(np: Any, sizes: tuple[int, ...], packet: int = _PACKET, leaf: int = _LEAF) -> _Plan:
     """TF's trees over consecutive segments of ``sizes`` elements, as index arrays.
 
     Kept for the last 1,024 ``sizes`` (a training loop asks for the same ones every step:
@@ -156,12 +191,12 @@ def _plan(np: Any, sizes: tuple[int, ...]) -> _Plan:
     trees: list[Any] = []
     first = 0
     for n in sizes:
-        trees.append(_leaves(first, 0, n, leaves) if n else None)
+        trees.append(_leaves(first, 0, n, leaves, leaf, packet) if n else None)
         first += n
     levels, refs, lo = _levels(trees, len(leaves))
     pos = functools.partial(_pos, lo)
 
-    wide = 4 * _PACKET
+    wide = 4 * packet
     heads: dict[tuple[int, int], list[int]] = {}
     rests: dict[int, list[int]] = {}
     for i, (start, length) in enumerate(leaves):
@@ -192,6 +227,7 @@ def _plan(np: Any, sizes: tuple[int, ...]) -> _Plan:
         ],
         roots=np.asarray([lo[-1] if r is None else pos(r) for r in refs], dtype=np.intp),
         nodes=lo[-1],
+        packet=packet,
     )
     # shared by every call (and thread) with these sizes: read-only
     arrays = [plan.starts, plan.roots]
@@ -219,10 +255,10 @@ def _leaf_sums(np: Any, flat: Any, plan: _Plan, *, square: bool) -> Any:
     every leaf at once. Then, as arrays, :func:`_finish`: the 16 sums into the first
     packet, the packets after the rows, the lanes, and the last ``< _PACKET`` elements.
     """
-    p = _PACKET
+    p = plan.packet
     wide = 4 * p
     k = len(plan.starts)
-    acc = np.zeros((k, wide), dtype=np.float64)
+    acc = np.zeros((k, wide), dtype=flat.dtype)
     for rows, phase, leaves, first_rows in plan.heads:
         view = flat[phase : phase + (flat.size - phase) // wide * wide].reshape(-1, wide)
         down = np.arange(rows, dtype=np.intp)[:, None]
@@ -235,7 +271,7 @@ def _leaf_sums(np: Any, flat: Any, plan: _Plan, *, square: bool) -> Any:
     lanes = acc[:, :p] + acc[:, p : 2 * p]
     lanes = lanes + acc[:, 2 * p : 3 * p]
     lanes = lanes + acc[:, 3 * p :]
-    tails = np.zeros(k, dtype=np.float64)
+    tails = np.zeros(k, dtype=flat.dtype)
     for count, leaves, at in plan.rests:
         rest = flat[at[:, None] + np.arange(count, dtype=np.intp)]
         if square:
@@ -246,11 +282,13 @@ def _leaf_sums(np: Any, flat: Any, plan: _Plan, *, square: bool) -> Any:
             for j in range(0, packets, p):
                 some = some + rest[:, j : j + p]
             lanes[leaves] = some
-        tail = np.zeros(len(leaves), dtype=np.float64)
+        tail = np.zeros(len(leaves), dtype=flat.dtype)
         for j in range(packets, count):
             tail = tail + rest[:, j]
         tails[leaves] = tail
-    return tails + ((lanes[:, 0] + lanes[:, 2]) + (lanes[:, 1] + lanes[:, 3]))
+    while lanes.shape[1] > 1:  # Eigen's predux: by halves ((a0 + a2) + (a1 + a3) for 4)
+        lanes = lanes[:, : lanes.shape[1] // 2] + lanes[:, lanes.shape[1] // 2 :]
+    return tails + lanes[:, 0]
 
 
 def small_sum(values: list[float], *, square: bool) -> float:
@@ -322,7 +360,7 @@ def _leaves(
     return node
 
 
-def tf_order_nodes(n: int, most: int, out: list[tuple[int, int]]) -> Any:
+def tf_order_nodes(n: int, most: int, out: list[tuple[int, int]], packet: int = _PACKET) -> Any:
     """The nodes of TF's tree over ``n`` elements that hold at most ``most`` each, in order.
 
     Appends each node's ``(start, length)`` to ``out`` and returns the tree above them: a
@@ -332,6 +370,7 @@ def tf_order_nodes(n: int, most: int, out: list[tuple[int, int]]) -> Any:
     splits fall as in an array of its own: its sum is :func:`tf_order_sums` of its elements
     alone. The nodes hold more than ``most // 2`` elements each (but the last of a short
     array), so they partition the array into about ``n / most`` to ``2 n / most`` pieces.
+    ``packet``: Eigen's packet of the sum's dtype (:func:`eigen_packet`; a leaf is 1024).
 
     Examples
     --------
@@ -342,7 +381,7 @@ def tf_order_nodes(n: int, most: int, out: list[tuple[int, int]]) -> Any:
     >>> nodes
     [(0, 5000), (5000, 5000), (10000, 5000), (15000, 5000)]
     """
-    return _leaves(0, 0, n, out, max(most, _LEAF))
+    return _leaves(0, 0, n, out, max(most, 1024 * packet), packet=packet)
 
 
 def tf_order_walk(tree: Any, values: Sequence[float]) -> float:
@@ -363,19 +402,20 @@ def _walk(node: Any, values: Sequence[Any]) -> Any:
     return total + _walk(node[1], values) if len(node) > 1 else total
 
 
-def tf_order_total(np: Any, per_array: list[float], *, half: bool) -> float:
+def tf_order_total(np: Any, per_array: list[float], *, half: bool, dtype: Any = None) -> float:
     """The total of the arrays' sums of squares ``per_array``, added as TF adds them.
 
     Without ``half`` (one array: ``tf.norm``), its sum; with ``half``
     (``tf.linalg.global_norm``), each array's ``l2_loss`` (its sum halved: exact in float64
     away from subnormals) summed in TF's order, as ``reduce_sum`` of their stack. ``np`` is
-    NumPy.
+    NumPy. ``dtype``: the sums' dtype, float64 (None) or float32 (the halves then summed in
+    float32, as TF's float32 ``reduce_sum``).
     """
     if not half:
         return per_array[0] if len(per_array) == 1 else math.fsum(per_array)
     if len(per_array) == 1:
         return per_array[0] * 0.5
-    halves = np.asarray([v * 0.5 for v in per_array], dtype=np.float64)
+    halves = np.asarray([v * 0.5 for v in per_array], dtype=np.float64 if dtype is None else dtype)
     return tf_order_sums(np, halves, [len(per_array)], square=False)[0]
 
 

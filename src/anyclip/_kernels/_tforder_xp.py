@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from anyclip._compat import device, library
-from anyclip._kernels._tforder import _LEAF, _PACKET, _leaves, _levels, _pos, _walk
+from anyclip._kernels._tforder import _LEAF, _PACKET, _leaves, _levels, _pos, _walk, eigen_packet
 from anyclip._numerics import constant
 
 __all__ = [
@@ -73,13 +73,14 @@ def tf_order_sum_of(xp: Any, squares: Any, sizes: Sequence[int], *, half: bool) 
     own: in one program XLA:CPU contracts a square and the addition it feeds into one fused
     multiply-add (it always allows that), which rounds once where TF rounds twice.
     """
-    sums = _segment_sums(xp, squares, sizes)
+    packet, leaf = eigen_packet(squares.dtype)
+    sums = _segment_sums(xp, squares, sizes, packet, leaf)
     if not half:
         return sums[0]
     halves = sums * xp.asarray(0.5, dtype=sums.dtype)
     if len(sizes) == 1:
         return halves[0]
-    return _segment_sums(xp, halves, [len(sizes)])[0]
+    return _segment_sums(xp, halves, [len(sizes)], packet, leaf)[0]
 
 
 def _segment_sums(

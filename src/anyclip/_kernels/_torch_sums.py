@@ -231,6 +231,10 @@ def _half_groups(arrays: Sequence[Any]) -> list[list[Any]]:
 def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -> Any | None:
     """The sum of squares of float64 CPU ``arrays`` in TF's order, as a 0-d tensor, or None.
 
+    float32 ``arrays`` too with ``half`` (``tf.linalg.global_norm``: each ``l2_loss`` and
+    their sum in float32, in TF's float32 order; the row sums were up to 2 ulp from TF's
+    global norm on real gradients).
+
     As the NumPy kernels (:mod:`anyclip._kernels._tforder`), on a NumPy view of each
     (joined) tensor's memory (``Tensor.numpy(force=True)``: no copy for a CPU tensor): each
     array's sum of squares in TF 2.21's order, then (``half``) their halves summed as
@@ -238,7 +242,10 @@ def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -
     (:func:`~anyclip._kernels._tforder_xp.tf_order_squares`, slower). None for other dtypes,
     other devices (the sums are read on the host), and while ``torch.compile`` traces.
     """
-    if arrays[0].dtype != torch.float64 or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
+        return None
+    half32 = half and arrays[0].dtype == torch.float32
+    if arrays[0].dtype != torch.float64 and not half32:
         return None
     if not all([a.is_cpu for a in arrays]):
         return None
@@ -252,12 +259,14 @@ def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -
     # small tensors joined fewer than 2 * SERIAL elements at a time: torch's `cat` then
     # copies on the calling thread (a larger one waited 50 ms for its threads on a busy
     # machine, for ResNet-50's 119 small tensors)
-    for group in groups(arrays, torch.Tensor.numel, block=SERIAL, join=SERIAL):
-        flat = group[0].reshape(-1) if len(group) == 1 else flatten(group)
-        sizes = [int(a.numel()) for a in group]
-        per_array += tf_order_sums(np, flat.numpy(force=True), sizes, square=True)
-    total = tf_order_total(np, per_array, half=half)
-    return torch.tensor(total, dtype=torch.float64)
+    with np.errstate(all="ignore"):  # TF's arithmetic: inf and NaN without warnings
+        for group in groups(arrays, torch.Tensor.numel, block=SERIAL, join=SERIAL):
+            flat = group[0].reshape(-1) if len(group) == 1 else flatten(group)
+            sizes = [int(a.numel()) for a in group]
+            per_array += tf_order_sums(np, flat.numpy(force=True), sizes, square=True)
+        dtype = arrays[0].dtype
+        total = tf_order_total(np, per_array, half=half, dtype=np.float32 if half32 else None)
+    return torch.tensor(total, dtype=dtype)
 
 
 def torch_numpy_rows(rows: Any) -> Any | None:

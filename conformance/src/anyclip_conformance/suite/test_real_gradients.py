@@ -4,7 +4,10 @@
 raw gradients of four small Keras models trained with TensorFlow 2.21 (an LSTM language model
 with an embedding, a convnet also in mixed precision, a transformer block, an MLP policy also
 in float16 and bfloat16) and what ``tf.linalg.global_norm`` and ``tf.clip_by_global_norm``
-returned for them. anyclip must give the same within ``budgets.REAL_GRADIENT_BUDGETS``.
+returned for them; ``data/real_programs.npz`` (``python -m anyclip_conformance.real_programs``)
+the same for two programs written in raw TF ops: tensorflow/models' PTB word-level LSTM (its
+embedding gradient an ``IndexedSlices`` with repeated ids) and openai/baselines' PPO2 update.
+anyclip must give the same within ``budgets.REAL_GRADIENT_BUDGETS``.
 """
 
 from __future__ import annotations
@@ -52,7 +55,23 @@ def test_real_gradient_data() -> None:
     dtypes = {d for m in models.values() for d in m["dtypes"]}
     assert {"float32", "float16", "bfloat16"} <= dtypes
     assert provenance["steps"] >= 3
-    assert len(CASES) == len(models) * provenance["steps"]
+    steps = [len(m.get("steps", range(provenance["steps"]))) for m in models.values()]
+    assert len(CASES) == sum(steps)
     # the LSTM's first gradient is the embedding's IndexedSlices values: one row per id
     embedding = arrays["lstm_lm|0|grad|0"]
     assert embedding.shape == (8 * 12, 32)
+
+
+def test_real_program_data() -> None:
+    """The two programs of ``real_programs.py``: the PTB LSTM's embedding gradient repeats ids."""
+    provenance, arrays = reference.load_real_gradients()
+    assert provenance["programs"]["tensorflow"] == "2.21.0"
+    models = provenance["models"]
+    assert {"ptb_lstm", "ppo2_mlp"} <= set(models)
+    ptb = models["ptb_lstm"]
+    assert ptb["kinds"][0] == "indexed_slices" and ptb["clip_norm"] == 5.0
+    for step in ptb["steps"]:
+        ids = arrays[f"ptb_lstm|{step}|indices|0"]
+        assert arrays[f"ptb_lstm|{step}|grad|0"].shape[0] == len(ids) == 80
+        assert len(set(ids.tolist())) < 60  # about 40 distinct ids: each repeated one counts
+    assert set(models["ppo2_mlp"]["kinds"]) == {"dense"}

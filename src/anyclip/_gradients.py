@@ -69,9 +69,14 @@ def _torch_function(name: str) -> Any:
 def _rsqrt_rounded_once(xp: Any, x: Any) -> Any:
     """``1 / sqrt(x)``; float16 and bfloat16 computed in float32 and rounded once, as TF's."""
     name = str(getattr(x.dtype, "name", x.dtype)).rsplit(".", 1)[-1]
-    if name in ("float16", "bfloat16"):
-        return xp.astype(1 / xp.sqrt(xp.astype(x, xp.float32)), x.dtype)
-    return 1 / xp.sqrt(x)
+    half = name in ("float16", "bfloat16")
+    s = xp.sqrt(xp.astype(x, xp.float32) if half else x)
+    r = 1 / s
+    if r.dtype != s.dtype:
+        # NumPy 1.x divides 1 by a float32 scalar (a 0-d input's sqrt) in float64; rounding
+        # that to float32 gives the float32 quotient (53 >= 2 * 24 + 2 bits: no double rounding)
+        r = xp.astype(r, s.dtype)
+    return xp.astype(r, x.dtype) if half else r
 
 
 def _tf_rsqrt_grad(mod: Any, r: Any, dy: Any) -> Any:

@@ -253,18 +253,22 @@ def as_array(result: Any) -> Any:
     return result
 
 
-_THRESHOLDS: dict[tuple[str, Any], float] = {}
+_THRESHOLDS: dict[str, dict[Any, float]] = {}
 
 
 def float_overflow_threshold(xp: Namespace, dtype: Any) -> float:
     """The smallest magnitude that rounds to infinity when converted to ``dtype``."""
-    key = (xp.__name__, dtype)  # a string key: torch.compile cannot hash modules
-    if key not in _THRESHOLDS:  # a dict, not lru_cache: torch.compile traces through it
+    # dicts, not lru_cache: torch.compile traces through them; one per namespace, by its name
+    # (torch.compile cannot hash modules), as in memo_by_dtype
+    per_dtype = _THRESHOLDS.get(xp.__name__)
+    if per_dtype is None:
+        per_dtype = _THRESHOLDS[xp.__name__] = {}
+    if dtype not in per_dtype:
         info = xp.finfo(dtype)
         big = float(info.max)
         _, exp = math.frexp(big)
-        _THRESHOLDS[key] = big + float(info.eps) * 2.0 ** (exp - 1) / 2
-    return _THRESHOLDS[key]
+        per_dtype[dtype] = big + float(info.eps) * 2.0 ** (exp - 1) / 2
+    return per_dtype[dtype]
 
 
 def tf_cast(xp: Namespace, x: Any, dtype: Any) -> Any:

@@ -31,7 +31,7 @@ LINTED := src tests conformance benchmarks examples docs conftest.py
 # and a backend that happens to be installed besides them does not change the report.
 REPORT_BACKENDS := numpy,array_api_strict,torch,jax,dask
 
-.PHONY: demo test check docs bench conformance-report conformance-data clean
+.PHONY: demo test check test-floors docs bench conformance-report conformance-data clean
 
 $(STAMP): pyproject.toml conformance/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -72,6 +72,18 @@ check: $(STAMP)
 	$(BIN)/python -m mypy
 	$(BIN)/python tests/changed_tests.py $(if $(CHECK_BASE),--base $(CHECK_BASE)) $(XDIST) $(PYTEST_ARGS)
 
+## test-floors: the oldest versions pyproject.toml accepts (constraints-floors.txt), installed into
+## .venv-floors, run on tests/version_sample.py's sample (every docstring example, every test
+## function once, every module on every CPU backend; it fails when a public function was never
+## called). Not part of `make test` or CI: torch 2.11 from PyPI is several GB of CUDA packages.
+## The results, and those at the newest releases, are in docs/quickstart.md ("Tested versions").
+FLOORS_VENV := .venv-floors
+test-floors:
+	test -x $(FLOORS_VENV)/bin/python || $(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(FLOORS_VENV)/bin/python -m pip install --quiet -c constraints-floors.txt -e ".[numpy,torch,jax,optax,test]" -e ./conformance
+	$(FLOORS_VENV)/bin/python tests/version_sample.py $(PYTEST_ARGS)
+
 ## docs: build the documentation site into site/; a warning is an error
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
@@ -89,4 +101,4 @@ conformance-data: $(STAMP)
 	$(BIN)/python -m anyclip_conformance.generate
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build dist site src/*.egg-info conformance/build conformance/src/*.egg-info
+	rm -rf $(VENV) $(FLOORS_VENV) .pytest_cache .hypothesis build dist site src/*.egg-info conformance/build conformance/src/*.egg-info

@@ -265,24 +265,29 @@ def to_device(x: Any, dev: Any) -> Any:
 
 
 def memo_by_dtype(
-    cache: dict[tuple[str, Any], T],
+    cache: dict[str, dict[Any, T]],
     xp: Namespace,
     dtype: Any,
     compute: Callable[[Namespace, Any], T],
 ) -> T:
-    """``compute(xp, dtype)``, remembered in ``cache`` per (namespace, dtype).
+    """``compute(xp, dtype)``, remembered in ``cache`` per namespace, then per dtype.
 
     A dict lookup per call keeps the per-call choices (kernels, dtype kinds) cheap and lets
-    torch.compile trace them; an unhashable dtype object is computed every time.
+    torch.compile trace them; an unhashable dtype object is computed every time. One dict per
+    namespace: Dynamo before torch 2.13 cannot trace a lookup in a dict that also holds NumPy
+    dtypes ("cannot determine whether ... NumpyDTypeVariable() is hashable", after NumPy or JAX
+    arrays went through anyclip in the same process).
     """
-    key = (xp.__name__, dtype)
+    per_dtype = cache.get(xp.__name__)
+    if per_dtype is None:
+        per_dtype = cache[xp.__name__] = {}
     try:
-        return cache[key]
+        return per_dtype[dtype]
     except KeyError:
         value = compute(xp, dtype)
     except TypeError:  # an unhashable dtype object
         return compute(xp, dtype)
-    cache[key] = value
+    per_dtype[dtype] = value
     return value
 
 

@@ -442,7 +442,8 @@ def zclip_step(
         factor = zclip_factor(xp, limit, x)
     a = _c(xp, alpha, x)
     new_mean = a * mean + (one - a) * adaptive
-    new_var = a * var + (one - a) * (adaptive - new_mean) ** 2
+    d = adaptive - new_mean
+    new_var = a * var + (one - a) * (d * d)  # not `** 2`: NumPy 1.x squares a scalar in float64
     if skip_update_on_spike:
         new_mean = xp.where(spike, mean, new_mean)
         new_var = xp.where(spike, var, new_var)

@@ -258,18 +258,22 @@ def as_array(result: Any) -> Any:
     return result
 
 
-_THRESHOLDS: dict[tuple[str, Any], float] = {}
+_THRESHOLDS: dict[str, dict[Any, float]] = {}
 
 
 def float_overflow_threshold(xp: Namespace, dtype: Any) -> float:
     """The smallest magnitude that rounds to infinity when converted to ``dtype``."""
-    key = (xp.__name__, dtype)  # a string key: torch.compile cannot hash modules
-    if key not in _THRESHOLDS:  # a dict, not lru_cache: torch.compile traces through it
+    # dicts, not lru_cache: torch.compile traces through them; one per namespace, by its name
+    # (torch.compile cannot hash modules), as in memo_by_dtype
+    per_dtype = _THRESHOLDS.get(xp.__name__)
+    if per_dtype is None:
+        per_dtype = _THRESHOLDS[xp.__name__] = {}
+    if dtype not in per_dtype:
         info = xp.finfo(dtype)
         big = float(info.max)
         _, exp = math.frexp(big)
-        _THRESHOLDS[key] = big + float(info.eps) * 2.0 ** (exp - 1) / 2
-    return _THRESHOLDS[key]
+        per_dtype[dtype] = big + float(info.eps) * 2.0 ** (exp - 1) / 2
+    return per_dtype[dtype]
 
 
 def tf_cast(xp: Namespace, x: Any, dtype: Any) -> Any:
@@ -331,9 +335,14 @@ def _low_32_bits(xp: Namespace, t: Any) -> Any:
 def rsqrt_rounded_once(xp: Any, x: Any) -> Any:
     """``1 / sqrt(x)``; float16 and bfloat16 computed in float32 and rounded once, as TF's."""
     name = str(getattr(x.dtype, "name", x.dtype)).rsplit(".", 1)[-1]
-    if name in ("float16", "bfloat16"):
-        return xp.astype(1 / xp.sqrt(xp.astype(x, xp.float32)), x.dtype)
-    return 1 / xp.sqrt(x)
+    half = name in ("float16", "bfloat16")
+    s = xp.sqrt(xp.astype(x, xp.float32) if half else x)
+    r = 1 / s
+    if r.dtype != s.dtype:
+        # NumPy 1.x divides 1 by a float32 scalar (a 0-d input's sqrt) in float64; rounding
+        # that to float32 gives the float32 quotient (53 >= 2 * 24 + 2 bits: no double rounding)
+        r = xp.astype(r, s.dtype)
+    return xp.astype(r, x.dtype) if half else r
 
 
 def tf_rsqrt_grad(mod: Any, r: Any, dy: Any) -> Any:

@@ -31,7 +31,7 @@ __all__ = [
 
 
 #: dtype_kind's answers, by (namespace name, dtype): string keys, which torch.compile can hash.
-_KINDS: dict[tuple[str, Any], str] = {}
+_KINDS: dict[str, dict[Any, str]] = {}
 
 
 def dtype_kind(xp: Namespace, dtype: Any) -> str:

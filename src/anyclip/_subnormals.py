@@ -144,7 +144,7 @@ _FLUSHED = ("float32", "float64")
 _FLUSH_LIMITS: dict[str, tuple[float, float, float]] = {}
 
 #: :func:`_flush_info`'s answers, by (namespace name, dtype).
-_FLUSH_INFO: dict[tuple[str, Any], tuple[float, float, float] | None] = {}
+_FLUSH_INFO: dict[str, dict[Any, tuple[float, float, float] | None]] = {}
 
 
 def _flush_info(xp: Namespace, x: Any) -> tuple[float, float, float] | None:

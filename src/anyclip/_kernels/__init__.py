@@ -90,8 +90,8 @@ FLUSH_JAX = FlushKernels(JAX)
 
 #: The kernels of each (namespace name, dtype) met so far: string keys, which torch.compile
 #: can hash, and one dict lookup per call; inside ``flush_subnormals``, from the other dict.
-_CHOSEN: dict[tuple[str, Any], Kernels] = {}
-_CHOSEN_FLUSHING: dict[tuple[str, Any], Kernels] = {}
+_CHOSEN: dict[str, dict[Any, Kernels]] = {}
+_CHOSEN_FLUSHING: dict[str, dict[Any, Kernels]] = {}
 
 #: Libraries whose kernels are for float32 and float64 only.
 _FLOAT_ONLY = {"numpy": NUMPY, "jax": JAX}

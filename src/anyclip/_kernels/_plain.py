@@ -5,8 +5,9 @@ array or torch tensor (exact types) of a float dtype with Python-number bounds a
 arguments skips the general argument checks, whose Python cost is several times that of the
 arithmetic on small arrays (benchmark W5). Anything else returns ``None`` and takes the
 general path, which also raises every error. ``clip_by_value`` becomes one ``clamp`` only when
-``min <= max``, where ``maximum(minimum(t, max), min)`` and ``clamp`` agree in values and in
-``t``'s gradient (both pass it on at the bounds and drop it at NaN).
+``min <= max``, where ``maximum(minimum(t, max), min)`` and ``clamp`` agree in values, and on
+torch only for a tensor that needs no gradient (torch 2.15's ``clamp`` passes none on at the
+bounds, where TF's and earlier torch's do).
 """
 
 from __future__ import annotations
@@ -104,6 +105,10 @@ def plain_clip_by_value(t: Any, lo: Any, hi: Any) -> Any | None:
         import torch
 
         if t.layout != torch.strided or t.is_nested:  # the general path says what to do
+            return None
+        if t.requires_grad:
+            # torch 2.15's clamp with number bounds passes no gradient at the bounds (TF and
+            # torch 2.13 pass it on): the general path gives TF's on every version
             return None
         return torch.clamp(t, lo, hi)
     if t.ndim == 0:  # NumPy would return a scalar

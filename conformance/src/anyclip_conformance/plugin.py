@@ -150,6 +150,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [i for i in items if _item_backend(i) in (None, *wanted)]
+    _collapse_skipped_backends(config, items)
     sampled = _selected(config, "--anyclip-sample")
     if sampled:
         dropped = [i for i in items if not _in_sample(i, sampled)]
@@ -183,6 +184,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if reason is not None:
             item.add_marker(pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError))
     _xdist_groups(config, items)
+
+
+#: Tests deselected per backend by :func:`_collapse_skipped_backends` (the one kept test's
+#: skip reason gives the number).
+_COLLAPSED: dict[str, int] = {}
+
+
+def _skip_reason(name: str) -> str | None:
+    """Why every test on backend ``name`` would skip here (None: they run, or fail as required)."""
+    if name in required_backends():
+        return None
+    if name in OPT_IN:
+        return f"backend {name!r} is opt-in: name it in ANYCLIP_REQUIRE_BACKENDS"
+    loaded = try_backend(name)
+    return loaded if isinstance(loaded, str) else None
+
+
+def _collapse_skipped_backends(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One visible skip per backend that cannot run here, not one per test.
+
+    A backend that is not there (``torch-cuda``, ``jax-gpu`` and ``cupy`` on a machine without
+    a GPU) or is opt-in and not required would skip each of its tests: about 40,000 on a CPU
+    machine, each costing a fixture setup, a skip report and, under pytest-xdist, a message to
+    the controller. Its first test is kept and skips as before (its reason says how many more
+    were deselected); the others are deselected. A backend named in
+    ``ANYCLIP_REQUIRE_BACKENDS`` is never collapsed: each of its tests fails as before. The
+    backends are loaded here, once per process (:func:`try_backend`), as the tests would.
+    """
+    names = {_item_backend(i) for i in items} - {None}
+    skipped = {n for n in names if n in BACKEND_IDS and _skip_reason(n) is not None}
+    if not skipped:
+        return
+    kept: set[str] = set()
+    keep, dropped = [], []
+    for item in items:
+        name = _item_backend(item)
+        if name not in skipped or name not in kept:
+            keep.append(item)
+            if name in skipped:
+                kept.add(name)
+        else:
+            dropped.append(item)
+            _COLLAPSED[name] = _COLLAPSED.get(name, 0) + 1
+    config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
 
 
 def _xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -281,14 +327,15 @@ OPT_IN = frozenset({"dask"})
 
 def get_backend(name: str) -> Backend:
     """Backend ``name``; skip the test when it is unavailable (fail when it is required)."""
+    more = f"; {_COLLAPSED[name]:,} more tests on it deselected" if name in _COLLAPSED else ""
     if name in OPT_IN and name not in required_backends():
-        pytest.skip(f"backend {name!r} is opt-in: name it in ANYCLIP_REQUIRE_BACKENDS")
+        pytest.skip(f"backend {name!r} is opt-in: name it in ANYCLIP_REQUIRE_BACKENDS{more}")
     loaded = try_backend(name)
     if isinstance(loaded, str):
         msg = f"backend {name!r} is unavailable ({loaded})"
         if name in required_backends():
             pytest.fail(msg + "; it is listed in ANYCLIP_REQUIRE_BACKENDS", pytrace=False)
-        pytest.skip(msg)
+        pytest.skip(msg + more)
     return loaded
 
 

@@ -190,11 +190,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _xdist_groups(config, items)
 
 
-#: Tests deselected per backend by :func:`_collapse_skipped_backends` (the one kept test's
-#: skip reason gives the number).
-_COLLAPSED: dict[str, int] = {}
-
-
 def _skip_reason(name: str) -> str | None:
     """Why every test on backend ``name`` would skip here (None: they run, or fail as required)."""
     if name in required_backends():
@@ -202,7 +197,7 @@ def _skip_reason(name: str) -> str | None:
     if name in OPT_IN:
         return f"backend {name!r} is opt-in: name it in ANYCLIP_REQUIRE_BACKENDS"
     loaded = try_backend(name)
-    return loaded if isinstance(loaded, str) else None
+    return f"backend {name!r} is unavailable ({loaded})" if isinstance(loaded, str) else None
 
 
 def _collapse_skipped_backends(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -211,26 +206,30 @@ def _collapse_skipped_backends(config: pytest.Config, items: list[pytest.Item]) 
     A backend that is not there (``torch-cuda``, ``jax-gpu`` and ``cupy`` on a machine without
     a GPU) or is opt-in and not required would skip each of its tests: about 40,000 on a CPU
     machine, each costing a fixture setup, a skip report and, under pytest-xdist, a message to
-    the controller. Its first test is kept and skips as before (its reason says how many more
-    were deselected); the others are deselected. A backend named in
+    the controller. Its first test is kept and skips with the reason its fixture gives, plus
+    how many more were deselected; the others are deselected. A backend named in
     ``ANYCLIP_REQUIRE_BACKENDS`` is never collapsed: each of its tests fails as before. The
     backends are loaded here, once per process (:func:`try_backend`), as the tests would.
     """
     names = {_item_backend(i) for i in items} - {None}
-    skipped = {n for n in names if n in BACKEND_IDS and _skip_reason(n) is not None}
+    reasons = {n: _skip_reason(n) for n in sorted(n for n in names if n in BACKEND_IDS)}
+    skipped = {n: why for n, why in reasons.items() if why is not None}
     if not skipped:
         return
-    kept: set[str] = set()
+    first: dict[str, pytest.Item] = {}
     keep, dropped = [], []
     for item in items:
         name = _item_backend(item)
-        if name not in skipped or name not in kept:
+        if name in skipped and name in first:
+            dropped.append(item)
+        else:
             keep.append(item)
             if name in skipped:
-                kept.add(name)
-        else:
-            dropped.append(item)
-            _COLLAPSED[name] = _COLLAPSED.get(name, 0) + 1
+                first[name] = item
+    for name, item in first.items():
+        more = sum(_item_backend(i) == name for i in dropped)
+        reason = f"{skipped[name]}; {more:,} more tests on it deselected"
+        item.add_marker(pytest.mark.skip(reason=reason))
     config.hook.pytest_deselected(items=dropped)
     items[:] = keep
 
@@ -340,15 +339,14 @@ OPT_IN = frozenset({"dask"})
 
 def get_backend(name: str) -> Backend:
     """Backend ``name``; skip the test when it is unavailable (fail when it is required)."""
-    more = f"; {_COLLAPSED[name]:,} more tests on it deselected" if name in _COLLAPSED else ""
     if name in OPT_IN and name not in required_backends():
-        pytest.skip(f"backend {name!r} is opt-in: name it in ANYCLIP_REQUIRE_BACKENDS{more}")
+        pytest.skip(f"backend {name!r} is opt-in: name it in ANYCLIP_REQUIRE_BACKENDS")
     loaded = try_backend(name)
     if isinstance(loaded, str):
         msg = f"backend {name!r} is unavailable ({loaded})"
         if name in required_backends():
             pytest.fail(msg + "; it is listed in ANYCLIP_REQUIRE_BACKENDS", pytrace=False)
-        pytest.skip(msg + more)
+        pytest.skip(msg)
     return loaded
 
 

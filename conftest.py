@@ -6,10 +6,77 @@ markers, the xfail lists, ``--anyclip-backends``, ``--live-tf`` and ``ANYCLIP_RE
 JAX's persistent compilation cache is switched on here, before anything imports JAX
 (:func:`anyclip_conformance.jax_cache.enable`: ``$XDG_CACHE_HOME/anyclip/jax`` unless
 ``JAX_COMPILATION_CACHE_DIR`` is set); a rerun of ``tests/test_jit.py`` went from 12.7 s to 3.5 s.
+
+Under pytest-xdist's ``--dist loadgroup`` (``make test``) the controller schedules with
+:class:`_GroupScheduling`, which does per test what xdist 3.8's own scheduler does with work
+proportional to the whole run (see its docstring).
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
 
 from anyclip_conformance import jax_cache
 
 jax_cache.enable()
 
 pytest_plugins = ["anyclip_conformance.plugin"]
+
+
+def _group_scheduling() -> Any:
+    """xdist's ``LoadGroupScheduling`` with constant work per finished test (None: no xdist)."""
+    try:
+        from xdist.scheduler import LoadGroupScheduling
+    except ImportError:
+        return None
+
+    class _GroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
+        """``--dist loadgroup`` as xdist schedules it, without two costs that grow with the run.
+
+        Every test is its own work unit here, except an ``xdist_group`` (some 54,000 units).
+        xdist 3.8 keeps every unit a worker has finished and, after each test, counts the
+        worker's pending tests over all of them (``_pending_of``), and finds each test it sends
+        by ``list.index`` in the worker's collection: both grow with the run, so the
+        controller's work grows with its square. Here a unit is forgotten once every test of it
+        has finished (what is pending is all that the scheduler reads of it: a crashed worker's
+        unfinished units still go back to the queue), and the indices come from a dict. Which
+        worker runs what, and in which order, is unchanged.
+        """
+
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            self._indices: dict[Any, dict[str, int]] = {}
+
+        def add_node_collection(self, node: Any, collection: Any) -> None:
+            super().add_node_collection(node, collection)
+            if node in self.registered_collections:
+                ids = self.registered_collections[node]
+                self._indices[node] = {nodeid: i for i, nodeid in enumerate(ids)}
+
+        def _assign_work_unit(self, node: Any) -> None:
+            scope, work_unit = self.workqueue.popitem(last=False)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            indices = self._indices[node]
+            node.send_runtest_some([indices[n] for n, done in work_unit.items() if not done])
+
+        def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+            nodeid = self.registered_collections[node][item_index]
+            workload = self.assigned_work[node]
+            scope = self._split_scope(nodeid)
+            workload[scope][nodeid] = True
+            if all(workload[scope].values()):
+                del workload[scope]
+            self._reschedule(node)
+
+    return _GroupScheduling
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """:class:`_GroupScheduling` for ``--dist loadgroup``; xdist's own otherwise."""
+    scheduling = _group_scheduling()
+    if scheduling is None or config.getvalue("dist") != "loadgroup":
+        return None
+    return scheduling(config, log)

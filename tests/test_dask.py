@@ -315,7 +315,10 @@ def test_out_of_core_two_passes_on_a_local_cluster():
             processes=True,
             host="127.0.0.1",
             memory_limit="256MiB",
-            dashboard_address=None,
+            # the scheduler's HTTP server on any free port: its default 8787 may be held by
+            # another test's cluster (an xdist worker beside this one), and the warning that
+            # it moved elsewhere is an error under the test settings
+            dashboard_address="127.0.0.1:0",
             worker_dashboard_address=None,
             silence_logs=50,
         ) as cluster,

@@ -77,7 +77,7 @@ def tf_order_sum_of(xp: Any, squares: Any, sizes: Sequence[int], *, half: bool) 
     sums = _segment_sums(xp, squares, sizes, packet, leaf)
     if not half:
         return sums[0]
-    halves = sums * xp.asarray(0.5, dtype=sums.dtype)
+    halves = sums * constant(xp, 0.5, sums.dtype, sums)
     if len(sizes) == 1:
         return halves[0]
     return _segment_sums(xp, halves, [len(sizes)], packet, leaf)[0]

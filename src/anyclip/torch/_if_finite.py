@@ -19,8 +19,7 @@ from anyclip._history import check_mapping
 from anyclip._keywords import hints_keywords
 from anyclip._sparse import values_of
 from anyclip.torch._common import _local
-from anyclip.torch._history import _Wrapper
-from anyclip.torch._skip_on_spike import _Skipper
+from anyclip.torch._skip_on_spike import _Skipper, _SkipperWrapper
 
 __all__ = ["ApplyIfFinite", "apply_if_finite"]
 
@@ -109,7 +108,7 @@ class _FiniteSkipper(_Skipper):
         }
 
 
-class ApplyIfFinite(_Wrapper):
+class ApplyIfFinite(_SkipperWrapper):
     """An optimizer that skips a step whose gradients hold an inf or a NaN, with no host sync.
 
     Made by :func:`apply_if_finite`. A ``torch.optim.Optimizer`` (so LR schedulers,
@@ -123,19 +122,6 @@ class ApplyIfFinite(_Wrapper):
     def __init__(self, optimizer: torch.optim.Optimizer, max_consecutive_errors: int) -> None:
         # torch.optim.Optimizer.__init__ is not called: the state is the wrapped one's
         self._skipper = _FiniteSkipper(optimizer, max_consecutive_errors)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            skipper = self.__dict__["_skipper"]
-        except KeyError:  # while unpickling
-            raise AttributeError(name) from None
-        return getattr(skipper, name)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return self.__dict__.copy()
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
 
     def __repr__(self) -> str:
         s = self._skipper
@@ -181,27 +167,6 @@ class ApplyIfFinite(_Wrapper):
         ``step`` between them, as :meth:`SkipOnSpike.before_step`'s.
         """
         return self._skipper.before_step()
-
-    def after_step(self, saved: Any) -> None:
-        """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`."""
-        self._skipper.after_step(saved)
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"optimizer": the optimizer's state_dict, "if_finite": the counters}``."""
-        return self._skipper.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load what :meth:`state_dict` returned."""
-        self._skipper.load_state_dict(state_dict)
-
-    # torch.optim.Optimizer's own methods, which would act on this wrapper's (absent) state
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """The wrapped optimizer's ``zero_grad``."""
-        self.optimizer.zero_grad(set_to_none)
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """The wrapped optimizer's ``add_param_group``."""
-        self.optimizer.add_param_group(param_group)
 
 
 @hints_keywords

@@ -312,7 +312,56 @@ class _Skipper:
         }
 
 
-class SkipOnSpike(_Wrapper):
+class _SkipperWrapper(_Wrapper):
+    """The optimizer front of a :class:`_Skipper` (``self._skipper``): what both rules share.
+
+    Attributes not found here are the skipper's (and through it the wrapped optimizer's);
+    ``after_step``, ``state_dict`` and ``load_state_dict`` are the skipper's; ``zero_grad`` and
+    ``add_param_group`` the wrapped optimizer's (torch.optim.Optimizer's own would act on this
+    wrapper's absent state).
+    """
+
+    _skipper: _Skipper
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            skipper = self.__dict__["_skipper"]
+        except KeyError:  # while unpickling
+            raise AttributeError(name) from None
+        return getattr(skipper, name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def after_step(self, saved: Any) -> None:
+        """Undo the optimizer's step where it is to be skipped: the second half of ``step``.
+
+        One ``torch.where`` per tensor the step wrote (the decision moved once per device);
+        state the step created is reset to the values torch creates it with.
+        """
+        self._skipper.after_step(saved)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"optimizer": the optimizer's state_dict, <the rule's name>: its state}``."""
+        return self._skipper.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load what :meth:`state_dict` returned."""
+        self._skipper.load_state_dict(state_dict)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """The wrapped optimizer's ``zero_grad``."""
+        self.optimizer.zero_grad(set_to_none)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """The wrapped optimizer's ``add_param_group``."""
+        self.optimizer.add_param_group(param_group)
+
+
+class SkipOnSpike(_SkipperWrapper):
     """An optimizer that skips a step on a spike or a non-finite norm, with no host sync.
 
     Made by :func:`skip_on_spike`. A ``torch.optim.Optimizer`` (so LR schedulers,
@@ -340,19 +389,6 @@ class SkipOnSpike(_Wrapper):
             max_consecutive_errors,
             group,
         )
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            skipper = self.__dict__["_skipper"]
-        except KeyError:  # while unpickling
-            raise AttributeError(name) from None
-        return getattr(skipper, name)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return self.__dict__.copy()
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
 
     def __repr__(self) -> str:
         s = self._skipper
@@ -394,31 +430,6 @@ class SkipOnSpike(_Wrapper):
         deliberate graph break (``torch._dynamo.graph_break()``, not a host sync).
         """
         return self._skipper.before_step(loss=loss, grad_norm=grad_norm)
-
-    def after_step(self, saved: Any) -> None:
-        """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`.
-
-        One ``torch.where`` per tensor the step wrote (the decision moved once per device);
-        state the step created is reset to the values torch creates it with.
-        """
-        self._skipper.after_step(saved)
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"optimizer": the optimizer's state_dict, "skip": the histories and counters}``."""
-        return self._skipper.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load what :meth:`state_dict` returned."""
-        self._skipper.load_state_dict(state_dict)
-
-    # torch.optim.Optimizer's own methods, which would act on this wrapper's (absent) state
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """The wrapped optimizer's ``zero_grad``."""
-        self.optimizer.zero_grad(set_to_none)
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """The wrapped optimizer's ``add_param_group``."""
-        self.optimizer.add_param_group(param_group)
 
 
 @hints_keywords

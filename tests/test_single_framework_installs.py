@@ -604,6 +604,7 @@ BLOCK_RUNNER = textwrap.dedent(
     blocks = json.loads(open(sys.argv[1], encoding="utf-8").read())
     results = {}
     for name, code in blocks:
+        print(f"block: {name}", file=sys.stderr, flush=True)  # names a block that hangs
         out = io.StringIO()
         try:
             with warnings.catch_warnings(), contextlib.redirect_stdout(out):
@@ -634,7 +635,15 @@ def test_docs_examples_run_on_single_framework_install(install, python, tmp_path
     runner = tmp_path / "run_blocks.py"
     runner.write_text(BLOCK_RUNNER, encoding="utf-8")
     out = tmp_path / "printed.json"
-    done = run_in(python, runner, *install.flags, args=(listed, out))
+    try:
+        done = run_in(python, runner, *install.flags, args=(listed, out))
+    except subprocess.TimeoutExpired as exc:  # which block: the last the runner announced
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        started = [line for line in err.splitlines() if line.startswith("block: ")]
+        pytest.fail(
+            f"the docs' blocks took over {exc.timeout} s; the last one started: "
+            f"{started[-1] if started else 'none'}\n{err[-3000:]}"
+        )
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     results = json.loads(out.read_text(encoding="utf-8"))
     assert sorted(results) == sorted(b.id for b in blocks)

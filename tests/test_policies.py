@@ -104,17 +104,21 @@ def test_torch_matches_real_clip_grad_norm(backend, nonfinite_case):
 
 # ---------------------------------------------------------------- "skip"
 #: "skip" multiplies by exactly 1, which keeps every value's bits on the CPU; CUDA's float
-#: arithmetic returns its canonical NaN instead of the input's (measured, torch 2.11 on an
-#: H200: the float32 NaN 0x7fc00000 came back as 0x7fffffff).
+#: arithmetic returns its canonical NaN instead of the input's (measured on an H200: the
+#: float32 NaN 0x7fc00000 came back as 0x7fffffff on torch 2.11, JAX 0.11.2 and CuPy 14.2).
 _CUDA_NAN = "CUDA's arithmetic returns the canonical NaN 0x7fffffff: NaN * 1 changes its bits"
 
 
-@pytest.mark.xfail_backend(
-    "torch-cuda", params={"nonfinite_case": "nan-entry"}, raises=AssertionError, reason=_CUDA_NAN
-)
-@pytest.mark.xfail_backend(
-    "torch-cuda", params={"nonfinite_case": "inf-and-nan"}, raises=AssertionError, reason=_CUDA_NAN
-)
+def _cuda_nan_xfails(test):
+    for name in ("torch-cuda", "jax-gpu", "cupy"):
+        for case in ("nan-entry", "inf-and-nan"):
+            test = pytest.mark.xfail_backend(
+                name, params={"nonfinite_case": case}, raises=AssertionError, reason=_CUDA_NAN
+            )(test)
+    return test
+
+
+@_cuda_nan_xfails
 def test_skip_returns_inputs_unchanged(backend, nonfinite_case):
     a, b, clip, norm = nonfinite_case
     (ca, cb), n = anyclip.clip_by_global_norm([a, b], clip, nonfinite="skip")

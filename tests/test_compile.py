@@ -648,6 +648,31 @@ def test_torch_first_calls_in_inference_mode(backend, first_calls):
     first_calls("torch-inference", at_least=5)
 
 
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_fake_tensors_after_real_calls(backend):
+    # Real calls fill the cache of 0-d constants; the same calls then run under
+    # FakeTensorMode (as torch.export and shape propagation trace). On an H200 a cached real
+    # cuda constant reached such a trace ("Please convert all Tensors to FakeTensors first ...
+    # Found in aten.div.Tensor(tensor(1., device='cuda:0'), FakeTensor(...))"); the same
+    # happened here on the CPU with a cached CPU constant.
+    pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.utils._pytree import tree_leaves
+
+    calls = {name: case.fn for name, case in CASES.items() if case.torch and case.args == [M]}
+    assert len(calls) > 10, calls
+    x = backend.asarray(M, "float32")
+    eager = {name: fn(x) for name, fn in calls.items()}
+    for name, fn in calls.items():
+        with FakeTensorMode() as mode:
+            out = fn(mode.from_tensor(x))
+        fakes, reals = tree_leaves(out), tree_leaves(eager[name])
+        assert len(fakes) == len(reals), name
+        for f, r in zip(fakes, reals, strict=True):
+            assert isinstance(f, FakeTensor), name
+            assert (f.dtype, f.shape, f.device) == (r.dtype, r.shape, r.device), name
+
+
 @pytest.mark.parametrize("backend", ["torch-cuda"], indirect=True)
 def test_cuda_no_sync(backend):
     # with a GPU: no anyclip call may synchronise with the host, except nonfinite="raise"

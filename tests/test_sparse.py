@@ -20,6 +20,7 @@ import pytest
 import anyclip
 from anyclip import tree
 from anyclip_conformance import Backend, assert_array
+from anyclip_conformance.budgets import gpu_budget
 
 from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2, ULP_VALUE, assert_live_reference
 
@@ -492,6 +493,7 @@ def test_ptb_embedding_gradient_with_repeated_ids(backend, step):
     clipped, norm = anyclip.clip_by_global_norm([emb, *dense], meta["clip_norm"])
     assert_array(norm, arrays["norm"], backend=backend, dtype="float32", ulp=1)
     got = clipped[0]._values() if backend.library == "torch" else clipped[0].data
-    assert_array(got, arrays["clipped|0"], backend=backend, dtype="float32", ulp=3)
+    ulp = gpu_budget("device-sum-order", backend.name, 3)  # a GPU's sum order: declared
+    assert_array(got, arrays["clipped|0"], backend=backend, dtype="float32", ulp=ulp)
     for i, out in enumerate(clipped[1:], start=1):
-        assert_array(out, arrays[f"clipped|{i}"], backend=backend, dtype="float32", ulp=3)
+        assert_array(out, arrays[f"clipped|{i}"], backend=backend, dtype="float32", ulp=ulp)

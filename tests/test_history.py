@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from anyclip_conformance import Backend, assert_array
+from anyclip_conformance.budgets import GPU_BACKENDS
 
 #: One pytest-xdist worker runs this module: the reference scripts (module-scoped ``*_ref``)
 #: run once.
@@ -47,10 +48,9 @@ compiled_or_not = pytest.mark.parametrize("compiled", [False, True], ids=["eager
 #: (float64) and anyclip in the norm's dtype; float32 differs by a few ULP per step.
 RTOL = {"float32": 2e-5, "float64": 1e-12}
 
-#: Backends on a GPU: their live references (zclip, the skip-on-spike statistics: torch)
-#: run on torch's ``cuda`` device where torch has one, so that anyclip on a GPU is compared
-#: with the reference on the same GPU (a reduction's bits depend on the device).
-GPU_BACKENDS = frozenset({"torch-cuda", "jax-gpu", "cupy"})
+# Backends on a GPU (GPU_BACKENDS): their live references (zclip, the skip-on-spike
+# statistics: torch) run on torch's ``cuda`` device where torch has one, so that anyclip on a
+# GPU is compared with the reference on the same GPU (a reduction's bits depend on the device).
 
 
 def _reference_device(backend: Backend) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +36,10 @@ jax_backends = pytest.mark.parametrize("backend", ["jax", "jax-gpu"], indirect=T
 
 
 @pytest.fixture
-def optax_ref() -> Iterator[Any]:
+def optax_ref() -> Any:
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)  # float64 references (the jax backend sets it too)
-    optax = pytest.importorskip("optax")
-    # optax's values on the CPU: on a machine with a GPU, JAX's default device, its float32
-    # sqrt(5) was 2.2360678 (an H200), 1 ULP below the correctly rounded 2.236068 that
-    # anyclip (and NumPy, and optax on the CPU) give
-    with jax.default_device(jax.devices("cpu")[0]):
-        yield optax
+    return pytest.importorskip("optax")
 
 
 def _ref(fn: Any, *trees: Any) -> Any:
@@ -90,8 +84,12 @@ def test_tree_norm_python_float_leaves_as_optax(backend, optax_ref, ord):
     import jax
 
     jax.config.update("jax_enable_x64", False)  # optax's weak floats: float32 without x64
+    # optax on the CPU, as anyclip's NumPy result below: on a machine with a GPU (JAX's
+    # default device there) optax's float32 sqrt(5) was 2.2360678 (an H200), 1 ULP below the
+    # correctly rounded 2.236068 that anyclip, NumPy and optax on the CPU give
     try:
-        want = np.asarray(optax_ref.tree.norm(floats, ord=ord))
+        with jax.default_device(jax.devices("cpu")[0]):
+            want = np.asarray(optax_ref.tree.norm(floats, ord=ord))
         x = np.array([3.0, -4.0], np.float32)
         mixed_want = np.asarray(optax_ref.tree.norm((2.0, [x, 0.5]), ord=ord))
     finally:

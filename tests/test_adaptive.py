@@ -22,6 +22,7 @@ import anyclip
 from anyclip import tree
 from anyclip_conformance import Backend, assert_array
 from anyclip_conformance.backends import load_backend
+from anyclip_conformance.budgets import gpu_budget
 
 DATA = Path(__file__).with_name("data")
 TIMM = dict(np.load(DATA / "timm_agc.npz"))
@@ -83,8 +84,12 @@ def test_tree_norm_python_float_leaves_as_optax(backend, optax_ref, ord):
     import jax
 
     jax.config.update("jax_enable_x64", False)  # optax's weak floats: float32 without x64
+    # optax on the CPU, as anyclip's NumPy result below: on a machine with a GPU (JAX's
+    # default device there) optax's float32 sqrt(5) was 2.2360678 (an H200), 1 ULP below the
+    # correctly rounded 2.236068 that anyclip, NumPy and optax on the CPU give
     try:
-        want = np.asarray(optax_ref.tree.norm(floats, ord=ord))
+        with jax.default_device(jax.devices("cpu")[0]):
+            want = np.asarray(optax_ref.tree.norm(floats, ord=ord))
         x = np.array([3.0, -4.0], np.float32)
         mixed_want = np.asarray(optax_ref.tree.norm((2.0, [x, 0.5]), ord=ord))
     finally:
@@ -401,7 +406,8 @@ def test_adaptive_clip_timm_layout_matches_timm(backend, case):
         pytest.skip(f"{backend.name} has no {dtype}")
     g = backend.asarray(TIMM[f"{case}/g"], dtype)
     got = tree.adaptive_clip([g], [p], clip, TIMM_EPS, layout="timm", norm_type=norm_type)
-    assert_array(got[0], TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ULP)
+    ulp = gpu_budget("device-sum-order", backend.name, ULP)  # a GPU's sum order: declared
+    assert_array(got[0], TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ulp)
 
 
 @torch_backends

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import anyclip
+from anyclip_conformance.budgets import gpu_budget
 
 ULP = 2
 NAN = math.nan
@@ -39,7 +40,8 @@ def test_unchanged_and_tie(backend, make, check, clip):
 def test_2d(backend, make, check):
     expected = [[0.31448543, 0.62897086, 0.9434563], [1.2579417, 1.5724272, 1.8869126]]
     out = anyclip.clip_by_average_norm(make([[1, 2, 3], [4, 5, 6]]), 0.5)
-    check(out, expected, "float32", ULP)
+    # XLA:GPU's float32 division and sqrt: a declared GPU difference (3 ULP measured)
+    check(out, expected, "float32", gpu_budget("xla-gpu-float32", backend.name, ULP, "float32"))
 
 
 def test_zero_d(backend, make, check):

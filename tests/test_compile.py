@@ -33,6 +33,7 @@ import pytest
 import anyclip
 from anyclip import tree
 from anyclip_conformance import Backend, assert_array
+from anyclip_conformance.budgets import gpu_budget
 
 INF = math.inf
 NAN = math.nan
@@ -216,18 +217,22 @@ def _inputs(backend: Backend, case: Case, *, requires_grad: bool = False) -> lis
     return out
 
 
-def _assert_same(backend: Backend, compiled: Any, eager: Any, ulp: float) -> None:
+def _assert_same(
+    backend: Backend, compiled: Any, eager: Any, ulp: float, gpu: str | None = None
+) -> None:
+    """Same structure, dtypes and values within ``ulp`` (plus GPU difference ``gpu``'s)."""
     assert _skeleton(compiled) == _skeleton(eager)
     for i, (c, e) in enumerate(zip(_leaves(compiled), _leaves(eager), strict=True)):
         if e is None:
             assert c is None
             continue
+        dtype = backend.dtype_name(e)
         assert_array(
             c,
             backend.to_numpy(e),
             backend=backend,
-            dtype=backend.dtype_name(e),
-            ulp=ulp,
+            dtype=dtype,
+            ulp=ulp if gpu is None else gpu_budget(gpu, backend.name, ulp, dtype),
             what=f"output {i}",
         )
 
@@ -281,7 +286,8 @@ def test_jax_jit(backend, case_id):
     args = _inputs(backend, case)
     eager = case.fn(*args)
     compiled = backend.module.jit(case.fn)(*args)
-    _assert_same(backend, compiled, eager, ulp=JAX_ULP)
+    # on XLA:GPU, float32 division and rsqrt are not correctly rounded: a declared difference
+    _assert_same(backend, compiled, eager, ulp=JAX_ULP, gpu="xla-gpu-float32")
 
 
 GRAD_CASES = [k for k, c in CASES.items() if c.grad and "accumulate" not in k]
@@ -363,8 +369,11 @@ def test_jax_jit_optax_adapters(backend):
         c_leaves = jax.tree_util.tree_leaves(compiled)
         assert jax.tree_util.tree_structure(compiled) == jax.tree_util.tree_structure(eager)
         for i, (c, e) in enumerate(zip(c_leaves, e_leaves, strict=True)):
+            dtype = backend.dtype_name(e)
+            # XLA:GPU's float32 division, fused otherwise under jit: a declared GPU difference
+            ulp = gpu_budget("xla-gpu-float32", backend.name, 0, dtype)
             assert_array(
-                c, np.asarray(e), backend=backend, dtype=backend.dtype_name(e), what=f"{name} {i}"
+                c, np.asarray(e), backend=backend, dtype=dtype, ulp=ulp, what=f"{name} {i}"
             )
 
 
@@ -646,6 +655,31 @@ def test_torch_first_calls_in_inference_mode(backend, first_calls):
     # inference tensors, and backward() failed ("Inference tensors cannot be saved for
     # backward") before they were kept out of the cache.
     first_calls("torch-inference", at_least=5)
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_fake_tensors_after_real_calls(backend):
+    # Real calls fill the cache of 0-d constants; the same calls then run under
+    # FakeTensorMode (as torch.export and shape propagation trace). On an H200 a cached real
+    # cuda constant reached such a trace ("Please convert all Tensors to FakeTensors first ...
+    # Found in aten.div.Tensor(tensor(1., device='cuda:0'), FakeTensor(...))"); the same
+    # happened here on the CPU with a cached CPU constant.
+    pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.utils._pytree import tree_leaves
+
+    calls = {name: case.fn for name, case in CASES.items() if case.torch and case.args == [M]}
+    assert len(calls) > 10, calls
+    x = backend.asarray(M, "float32")
+    eager = {name: fn(x) for name, fn in calls.items()}
+    for name, fn in calls.items():
+        with FakeTensorMode() as mode:
+            out = fn(mode.from_tensor(x))
+        fakes, reals = tree_leaves(out), tree_leaves(eager[name])
+        assert len(fakes) == len(reals), name
+        for f, r in zip(fakes, reals, strict=True):
+            assert isinstance(f, FakeTensor), name
+            assert (f.dtype, f.shape, f.device) == (r.dtype, r.shape, r.device), name
 
 
 @pytest.mark.parametrize("backend", ["torch-cuda"], indirect=True)

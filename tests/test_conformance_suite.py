@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -304,20 +305,25 @@ def _fake_cuda_backend():
 
 
 def test_device_check_fills_in_the_current_cuda_index() -> None:
-    # A tensor on cuda:0 is on the backend's device "cuda" (the current device, 0 without a
-    # CUDA runtime, as torch's); one on cuda:1 or the CPU is not. The check once compared
+    # A tensor on the current CUDA device (0 without a CUDA runtime, as torch's) is on the
+    # backend's device "cuda"; one on another index or the CPU is not. The check once compared
     # torch.device("cuda") with "cuda:0" and failed every torch-cuda comparison.
     torch, cuda = _fake_cuda_backend()
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    current = torch.cuda.current_device() if torch.cuda.is_available() else 0
     with FakeTensorMode():
-        on_0, on_1 = torch.empty(3, device="cuda"), torch.empty(3, device="cuda:1")
-    assert str(on_0.device) == "cuda:0"
-    assert cuda.same_device(on_0)
-    assert not cuda.same_device(on_1)
+        here = torch.empty(3, device="cuda")
+    # The other index need not exist: a fake tensor there was refused on a real one-GPU machine
+    # (an H200: "CUDA error: invalid device ordinal"), so the check reads it from a stand-in
+    # that has only the ``device`` attribute (all that array_api_compat.device reads).
+    elsewhere = types.SimpleNamespace(device=torch.device("cuda", current + 1))
+    assert str(here.device) == f"cuda:{current}"
+    assert cuda.same_device(here)
+    assert not cuda.same_device(elsewhere)
     assert not cuda.same_device(torch.empty(3))
     cpu = cuda.__class__("torch", "torch", cuda.xp, torch.device("cpu"), torch)
-    assert cpu.same_device(torch.empty(3)) and not cpu.same_device(on_0)
+    assert cpu.same_device(torch.empty(3)) and not cpu.same_device(here)
 
 
 def test_host_sync_guard_never_outlives_its_block(monkeypatch) -> None:

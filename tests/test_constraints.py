@@ -261,9 +261,13 @@ def test_optax_constrain_gives_keras_weights(backend, model, optimizer):
     lr = gen.LR[optimizer]
     tx = optax.sgd(lr) if optimizer == "sgd" else optax.adam(lr, eps=gen.ADAM_EPSILON)
 
+    # float32 products in full: JAX's default precision on a GPU multiplies float32 in TF32
+    # (weights ~1e-5 relative from Keras' on an H200, which TF computes in float32)
+    mm = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+
     def loss(p: dict[str, Any]) -> Any:
-        h = jnp.tanh(x @ p["w0"] + p["b0"])
-        return jnp.mean(jnp.square(h @ p["w1"] + p["b1"] - y))
+        h = jnp.tanh(mm(x, p["w0"]) + p["b0"])
+        return jnp.mean(jnp.square(mm(h, p["w1"]) + p["b1"] - y))
 
     @jax.jit
     def step(p: Any, s: Any) -> Any:

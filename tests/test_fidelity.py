@@ -17,6 +17,7 @@ import pytest
 
 import anyclip
 from anyclip_conformance import assert_array
+from anyclip_conformance.budgets import gpu_differs
 
 from .conftest import rounded
 
@@ -227,7 +228,8 @@ def test_recursive_tree_is_a_value_error():
 # sqrt(n) * 1.7 (docs/tf-reference.md 0.5). The float32 norm of one array keeps each backend's
 # own order of additions, which is closer to exact, and declares the difference from TF
 # (docs/tf-behaviour.md); float32 global norms and every float64 sum add in TF's order
-# (tests/test_long_sums.py): the float32 global norm is TF's own value, 11 ULP from exact.
+# (tests/test_long_sums.py): the float32 global norm is TF's own value, 11 ULP from exact
+# (on the CPU backends; on a GPU the device's sum, within the budget of the exact value).
 @pytest.mark.parametrize(("dtype", "budget"), [("float32", 2), ("float64", 10)])
 def test_long_equal_magnitude_sums_stay_close_to_exact(backend, make, check, dtype, budget):
     n = 100_000
@@ -236,7 +238,10 @@ def test_long_equal_magnitude_sums_stay_close_to_exact(backend, make, check, dty
     v = float(np.asarray(1.7, dtype))  # the element as stored
     exact = math.sqrt(float(Fraction(v) ** 2 * n))  # the squares' sum is exact as a Fraction
     check(anyclip.norm(x), exact, dtype, budget)
-    if dtype == "float32":  # TF's order: TF 2.21's tf.linalg.global_norm([x]) is 537.5879
+    # on a GPU the float32 global norm is the device's sum, near the exact value, not TF's
+    # CPU order: a declared GPU difference (anyclip_conformance.budgets.GPU_DIFFERENCES)
+    tf_order = dtype == "float32" and not gpu_differs("float32-global-norm-order", backend.name)
+    if tf_order:  # TF 2.21's tf.linalg.global_norm([x]) is 537.5879
         check(anyclip.global_norm([x]), 537.5879, dtype, 0)
     else:
         check(anyclip.global_norm([x]), exact, dtype, budget)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import anyclip
+from anyclip_conformance.budgets import GPU_DIFFERENCES
 
 from .conftest import assert_live_reference
 
@@ -323,6 +324,14 @@ def _one_element_grads(backend, fn, x, dtype):
     return backend.xp.concat(grads)
 
 
+#: A GPU's rsqrt rounds otherwise than TF's CPU one: declared in anyclip_conformance.budgets.
+DEVICE_RSQRT = GPU_DIFFERENCES["device-rsqrt"].reason
+
+
+@pytest.mark.xfail_backend(
+    "torch-cuda", "jax-gpu", params={"dtype": "float32"}, reason=DEVICE_RSQRT
+)
+@pytest.mark.xfail_backend("torch-cuda", params={"dtype": "float64"}, reason=DEVICE_RSQRT)
 @pytest.mark.parametrize("dtype", ONE_ELEMENT_DTYPES)
 def test_l2_normalize_one_element_is_tfs(grad_backend, check, dtype):
     # Of one element the two terms of the gradient cancel exactly in real arithmetic: what is
@@ -335,6 +344,7 @@ def test_l2_normalize_one_element_is_tfs(grad_backend, check, dtype):
     check(got, ONE_ELEMENT[f"l2_normalize/{dtype}"], dtype)
 
 
+@pytest.mark.xfail_backend("torch-cuda", "jax-gpu", reason=DEVICE_RSQRT)
 @pytest.mark.parametrize("clip", ONE_ELEMENT_CLIPS)
 def test_clip_by_average_norm_one_element_is_tfs(grad_backend, check, clip):
     x = ONE_ELEMENT["x/float32"]

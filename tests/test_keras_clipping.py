@@ -10,6 +10,7 @@ comparison would catch a missing or wrong clip).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import runpy
 import subprocess
@@ -188,9 +189,13 @@ def _optax_run(backend: Backend, data: dict, optimizer: str, options: dict) -> l
     params = [backend.asarray(data[k], "float32") for k in ("w0", "b0", "w1", "b1")]
     x, y = backend.asarray(data["x"], "float32"), backend.asarray(data["y"], "float32")
 
+    # float32 products in full: JAX's default precision on a GPU multiplies float32 in TF32
+    # (weights ~3e-5 relative from Keras' on an H200, which TF computes in float32)
+    mm = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+
     def loss(p):
-        h = jnp.tanh(x @ p[0] + p[1])
-        return jnp.mean(jnp.square(h @ p[2] + p[3] - y))
+        h = jnp.tanh(mm(x, p[0]) + p[1])
+        return jnp.mean(jnp.square(mm(h, p[2]) + p[3] - y))
 
     lr = gen.LR[optimizer]
     inner = optax.sgd(lr) if optimizer == "sgd" else optax.adam(lr, eps=gen.ADAM_EPSILON)

@@ -19,6 +19,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from anyclip_conformance.budgets import gpu_budget
+
 #: One pytest-xdist worker runs this module: TF's script (module-scoped ``tf_ref``) runs once.
 pytestmark = pytest.mark.xdist_group("schedules")
 
@@ -113,9 +115,11 @@ def test_optax_clip_by_norm_schedule_is_tfs(backend, check, optax_mod, tf_ref):
     outs, state = _run_optax(
         backend, ao.clip_by_norm(optax_mod.linear_schedule(0.0, 2.0, 4)), tf_ref
     )
+    # XLA:GPU's float32 division is not correctly rounded: a declared GPU difference
+    ulp = gpu_budget("xla-gpu-float32", backend.name, 2, "float32")
     for step, out in enumerate(outs):
         for o, want in zip(out, expected(tf_ref, "norm", step), strict=True):
-            check(o, want, "float32", 2, f"step {step}")
+            check(o, want, "float32", ulp, f"step {step}")
     assert int(state.count) == STEPS
 
 

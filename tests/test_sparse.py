@@ -20,6 +20,7 @@ import pytest
 import anyclip
 from anyclip import tree
 from anyclip_conformance import Backend, assert_array
+from anyclip_conformance.budgets import gpu_budget
 
 from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2, ULP_VALUE, assert_live_reference
 
@@ -247,6 +248,13 @@ def test_gradient_through_values_is_tfs(backend, layout, function):
     assert_grad(backend, v.grad, REF[f"{name}/grad_{function}"], key)
 
 
+# torch's own backward of to_dense() for a BSR/BSC input masks the dense gradient by
+# converting it to the block layout, which CUDA builds do on the CPU (torch 2.11, an H200:
+# "sparse_compressed_to_sparse_bsr executing on the CPU device"); a plain
+# `t.to_dense().sum().backward()` takes the same steps, and anyclip's forward stays on the device.
+@pytest.mark.filterwarnings(
+    "ignore:sparse_compressed_to_sparse_bs[rc] executing on the CPU device:UserWarning"
+)
 @torch_backends
 @cases(["norm", "l2_normalize", "clip_by_average_norm"])
 def test_gradient_through_densification_is_tfs(backend, layout, function):
@@ -485,6 +493,7 @@ def test_ptb_embedding_gradient_with_repeated_ids(backend, step):
     clipped, norm = anyclip.clip_by_global_norm([emb, *dense], meta["clip_norm"])
     assert_array(norm, arrays["norm"], backend=backend, dtype="float32", ulp=1)
     got = clipped[0]._values() if backend.library == "torch" else clipped[0].data
-    assert_array(got, arrays["clipped|0"], backend=backend, dtype="float32", ulp=3)
+    ulp = gpu_budget("device-sum-order", backend.name, 3)  # a GPU's sum order: declared
+    assert_array(got, arrays["clipped|0"], backend=backend, dtype="float32", ulp=ulp)
     for i, out in enumerate(clipped[1:], start=1):
-        assert_array(out, arrays[f"clipped|{i}"], backend=backend, dtype="float32", ulp=3)
+        assert_array(out, arrays[f"clipped|{i}"], backend=backend, dtype="float32", ulp=ulp)

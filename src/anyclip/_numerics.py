@@ -59,13 +59,25 @@ def _torch_shareable(t: Any) -> bool:
     return type(t) is torch.Tensor and not t.is_inference()
 
 
+def _torch_faking() -> bool:
+    """Whether a ``FakeTensorMode`` is active (``torch.export`` and shape propagation use one).
+
+    A cached real constant meeting a fake tensor there is refused ("Please convert all
+    Tensors to FakeTensors first"), so such a computation gets constants made under the mode.
+    """
+    import torch
+
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
+
+
 def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
     """A constant array of ``dtype`` on ``like``'s device.
 
     JAX constants are left uncommitted (no ``device=``) so that they follow the traced or
     committed array they meet, under ``jax.jit`` included. NumPy and torch constants made from
     a Python scalar are cached (not while torch.compile traces, nor torch inference or fake
-    tensors: see :func:`_torch_shareable`). torch constants are filled on their device
+    tensors: see :func:`_torch_shareable`), and a fake torch computation never gets a cached
+    real one (:func:`_torch_faking`). torch constants are filled on their device
     (:func:`_torch_filled`): no host data is copied, so no host sync, cached or not.
     """
     lib = library(xp)
@@ -78,6 +90,8 @@ def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
         return xp.asarray(value, dtype=dtype, device=dev)
     if lib == "torch" and torch_compiling():
         return xp.asarray(value, dtype=dtype, device=dev)
+    if lib == "torch" and _torch_faking():
+        return _torch_filled(xp, value, dtype, dev)
     key = (value, math.copysign(1.0, value), type(value), dtype, dev)
     try:
         return _CONSTANTS[key]

@@ -363,10 +363,11 @@ def test_per_example_clip_under_torch_compile_fullgraph(backend):
         got, norms = fn(grads)
     finally:
         torch._dynamo.reset()
+    ulp = gpu_budget("inductor-cuda-float32", backend.name, 0, "float32")  # Triton's float32
     for n in LEAVES:
         want = REF[f"tf/float32/0.5/{n}"]
-        assert_array(got[n], want, backend=backend, dtype="float32", ulp=0, what=n)
-    assert_array(norms, REF["tf/float32/norms"], backend=backend, dtype="float32", ulp=0)
+        assert_array(got[n], want, backend=backend, dtype="float32", ulp=ulp, what=n)
+    assert_array(norms, REF["tf/float32/norms"], backend=backend, dtype="float32", ulp=ulp)
 
 
 def test_per_example_clip_gradient_matches_optax(grad_backend, optax_ref):

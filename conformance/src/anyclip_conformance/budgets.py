@@ -170,6 +170,13 @@ GPU_DIFFERENCES: dict[str, GpuDifference] = {
         "H200): 1e5 values of +-1.7 gave 537.5872 (torch-cuda, CuPy) and 537.58716 (jax-gpu), "
         "11 and 12 ULP from TF 2.21's 537.5879, within 1 ULP of the exact 537.58722",
     ),
+    "inductor-cuda-float32": GpuDifference(
+        {"torch-cuda/float32": 1},
+        "under torch.compile, Inductor generates Triton kernels for CUDA, whose float32 "
+        "division and square root are not the correctly rounded ones TF's CPU kernels use "
+        "(Triton's default precision). Run 3 (an H200, torch 2.11): per_example_clip's "
+        "weights under fullgraph compile 1 ULP from TF's (1 > 0); eager torch-cuda gave TF's",
+    ),
     "device-rsqrt": GpuDifference(
         {"torch-cuda/float32": 0, "torch-cuda/float64": 0, "jax-gpu/float32": 0},
         "the gradient of a one-element l2_normalize (and clip_by_average_norm) is the "

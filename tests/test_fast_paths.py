@@ -352,3 +352,35 @@ def test_torch_cuda_norm_on_cpu(backend, make, axes):
     want = GENERIC.norm2(backend.xp, x, axes)
     assert tuple(got.shape) == tuple(want.shape)
     assert_array(got, backend.to_numpy(want), backend=backend, dtype="float32", ulp=ULP_L2)
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+def test_torch_rsqrt_off_the_cpu_is_sqrt_then_reciprocal(backend, dtype):
+    """Off the CPU anyclip's rsqrt is ``reciprocal(sqrt(x))`` (half precision in float32,
+    rounded once), not the device's ``rsqrt``: CUDA's is approximate (GPU run 3). Seen on
+    ``meta`` tensors (the non-CPU path) with a dispatch log; on the CPU it stays
+    ``torch.rsqrt``. The values are checked on a GPU (the one-element gradient tests)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from anyclip._numerics import torch_rsqrt
+
+    torch = backend.module
+    seen: list[str] = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    dt = getattr(torch, dtype)
+    for device in ("meta", "cpu"):
+        seen.clear()
+        x = torch.ones(5, dtype=dt, device=device)
+        with Log():
+            r = torch_rsqrt(torch, x)
+        assert r.dtype == dt and r.shape == x.shape and r.device == x.device
+        if device == "cpu":
+            assert seen == ["rsqrt"]
+        else:
+            assert "rsqrt" not in seen and "sqrt" in seen and "reciprocal" in seen

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from anyclip._compat import library, torch_compiling
-from anyclip._numerics import rsqrt_rounded_once, tf_rsqrt_grad
+from anyclip._numerics import rsqrt_rounded_once, tf_rsqrt_grad, torch_rsqrt
 from anyclip._typing import Namespace
 
 __all__ = ["abs", "maximum", "minimum", "rsqrt"]
@@ -149,14 +149,14 @@ def minimum(xp: Namespace, x: Any, y: Any) -> Any:
 
 
 def rsqrt(xp: Namespace, x: Any) -> Any:
-    """``1 / sqrt(x)`` (TF's scalar rsqrt; ``torch.rsqrt`` on torch) with TF's gradient."""
+    """``1 / sqrt(x)`` (TF's scalar rsqrt; :func:`torch_rsqrt` on torch) with TF's gradient."""
     lib = library(xp)
     if lib == "torch":
         if _torch_needs_grad(x):
             return _torch_function("rsqrt").apply(x)
         import torch
 
-        return torch.rsqrt(x)
+        return torch_rsqrt(torch, x)
     if lib == "jax":
         return _jax_functions()["rsqrt"](x)
     return rsqrt_rounded_once(xp, x)

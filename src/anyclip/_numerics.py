@@ -38,6 +38,8 @@ __all__ = [
     "sqrt",
     "tf_cast",
     "tf_rsqrt_grad",
+    "rsqrt_in_two_steps",
+    "torch_rsqrt",
 ]
 
 #: 0-d constants made from Python scalars, by (value, sign, type, dtype, device). They are
@@ -357,6 +359,28 @@ def rsqrt_rounded_once(xp: Any, x: Any) -> Any:
         # that to float32 gives the float32 quotient (53 >= 2 * 24 + 2 bits: no double rounding)
         r = xp.astype(r, s.dtype)
     return xp.astype(r, x.dtype) if half else r
+
+
+def torch_rsqrt(torch: Any, x: Any) -> Any:
+    """``1 / sqrt(x)`` of a torch tensor as TF's CPU kernels round it, on any device.
+
+    On the CPU ``torch.rsqrt`` is that already (a correctly rounded square root, then a
+    correctly rounded division; half precision in float32, rounded once). CUDA's ``rsqrt`` is
+    the device's approximate ``rsqrtf``/``rsqrt`` (up to 2 ULP): measured on an H200 (GPU run
+    3), the one-element ``l2_normalize`` gradient, whose two terms TF's ``r`` makes cancel
+    exactly, left residues of 2**-37 .. 2**-18 in float32. Off the CPU: ``sqrt`` then
+    ``reciprocal`` (both correctly rounded on CUDA), half precision in float32, rounded once.
+    """
+    if x.device.type == "cpu":
+        return torch.rsqrt(x)
+    return rsqrt_in_two_steps(torch, x)
+
+
+def rsqrt_in_two_steps(torch: Any, x: Any) -> Any:
+    """:func:`torch_rsqrt` off the CPU, on any device: ``reciprocal(sqrt(x))``."""
+    half = x.dtype in (torch.float16, torch.bfloat16)
+    r = torch.reciprocal(torch.sqrt(x.float() if half else x))
+    return r.to(x.dtype) if half else r
 
 
 def tf_rsqrt_grad(mod: Any, r: Any, dy: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from anyclip._numerics import tf_rsqrt_grad
+from anyclip._numerics import tf_rsqrt_grad, torch_rsqrt
 
 __all__ = ["FUNCTIONS", "AllReduce"]
 
@@ -60,7 +60,7 @@ class _Rsqrt(torch.autograd.Function):
 
     @staticmethod
     def forward(x: Any) -> Any:
-        return torch.rsqrt(x)
+        return torch_rsqrt(torch, x)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: Any, output: Any) -> None:

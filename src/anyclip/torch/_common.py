@@ -146,10 +146,11 @@ def _max_norm(max_norm: Any) -> float | torch.Tensor:
 
 def _use_foreach(foreach: bool | None, group: list[torch.Tensor], device: torch.device) -> bool:
     """Torch's rule: ``None`` uses foreach where supported; ``True`` raises where it is not."""
-    from torch.utils._foreach_utils import _device_has_foreach_support, _has_foreach_support
+    from torch.utils._foreach_utils import _device_has_foreach_support, _foreach_supported_types
 
-    if foreach is None:
-        return bool(_has_foreach_support(group, device))
+    if foreach is None:  # torch's _has_foreach_support, one pass over the types
+        types = {type(t) for t in group}
+        return bool(_device_has_foreach_support(device)) and types <= set(_foreach_supported_types)
     if foreach and not _device_has_foreach_support(device):
         msg = f"foreach=True was passed, but can't use the foreach API on {device.type} tensors"
         raise RuntimeError(msg)
@@ -188,7 +189,7 @@ def _plain(tensors: list[torch.Tensor]) -> tuple[torch.device, torch.dtype] | No
     """The one (device, dtype) of ``tensors``, the common case; None for anything else.
 
     The common case: at least one tensor, each a plain ``torch.Tensor`` or ``Parameter`` (no
-    subclass, so no DTensor; torch's ``FakeTensor`` too), strided (not sparse), all on one
+    subclass, so no DTensor; torch's ``FakeTensor`` too), strided and not nested, all on one
     device with one of the floating dtypes float16, bfloat16, float32, float64. Decided with
     one pass over the types, one over the layouts and torch's C++ grouping by device and
     dtype (what torch's own ``clip_grad_norm_`` groups with), instead of a helper call per
@@ -201,8 +202,8 @@ def _plain(tensors: list[torch.Tensor]) -> tuple[torch.device, torch.dtype] | No
     types = {type(t) for t in tensors}
     if not types <= _PLAIN_TYPES and not types <= _fake_types():
         return None
-    if {t.layout for t in tensors} != {torch.strided}:
-        return None
+    if {t.layout for t in tensors} != {torch.strided} or any([t.is_nested for t in tensors]):
+        return None  # sparse or nested: the general code (its refusals and values)
     from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype
 
     grouped = _group_tensors_by_device_and_dtype([cast("list[torch.Tensor | None]", tensors)])

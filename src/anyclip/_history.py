@@ -287,7 +287,7 @@ def _recorded_window(xp: Namespace, h: History, value: Any, where: Any = None) -
     length = h.window.shape[-1]
     slots = xp.arange(length, dtype=h.count.dtype, device=_device(h.window))
     slot = h.count % _c(xp, length, h.count)
-    v = xp.astype(value, h.window.dtype)
+    v = xp.astype(value, h.window.dtype, copy=False)  # read only: no copy
     hit = slots == slot[..., None]
     if where is not None:
         hit = xp.logical_and(hit, where[..., None])
@@ -368,7 +368,7 @@ def quantile_step(
     Works elementwise over a batch of histories (one per parameter); ``where`` (bool, the
     batch shape) records only the entries that had a gradient.
     """
-    norm = xp.astype(norm, h.window.dtype)
+    norm = xp.astype(norm, h.window.dtype, copy=False)
     inf = _c(xp, math.inf, norm)
     threshold = xp.where(h.count == _c(xp, 0, h.count), inf, window_quantile(xp, h, quantile))
     if formula == "tf":
@@ -425,7 +425,7 @@ def zclip_step(
     on a spike when ``skip_update_on_spike``.
     """
     dtype = h.mean.dtype
-    x = xp.astype(norm, dtype)
+    x = xp.astype(norm, dtype, copy=False)  # read only: no copy
     one = _c(xp, 1.0, x)
     warm_len = h.window.shape[-1]
     warm = h.count < _c(xp, warm_len, h.count)

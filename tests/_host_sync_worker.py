@@ -195,6 +195,20 @@ def _quantile(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
     return q.step
 
 
+def _quantile_tensor(global_threshold: bool) -> Build:
+    """``QuantileClip`` with a ``quantile`` tensor on the device (never read on the host)."""
+
+    def build(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
+        import anyclip.torch as at
+
+        q = torch.full((), 0.5, dtype=dtype, device=dev)  # filled there: no host data
+        params = _params(torch, dev, dtype)
+        clip = at.QuantileClip(params, q, history_length=4, global_threshold=global_threshold)
+        return clip.step
+
+    return build
+
+
 def _spike(on_loss: bool | str) -> Build:
     def build(torch: Any, dev: Any, dtype: Any) -> Callable[[], Any]:
         import anyclip.torch as at
@@ -441,6 +455,8 @@ def _scenarios() -> dict[str, Scenario]:
         "torch.ZClip.step": s(_zclip),
         "torch.ZClip.apply_in_place_clipping": s(_zclip_in_place),
         "torch.QuantileClip.step": s(_quantile),
+        "torch.QuantileClip.step-tensor_quantile": s(_quantile_tensor(global_threshold=False)),
+        "torch.QuantileClip.step-tensor_quantile-global": s(_quantile_tensor(True)),
         "torch.OptimizerWithClipping.step": s(_quantile_optimizer),
         "torch.skip_on_spike.step": s(_spike(on_loss=False)),
         "torch.skip_on_spike.step-on_loss": s(_spike(on_loss=True)),

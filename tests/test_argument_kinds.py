@@ -248,6 +248,25 @@ def test_nested_tensor_is_refused_with_anyclips_message(backend, make, name, lay
 
 @torch_backends
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype")
+@pytest.mark.parametrize("beside", [False, True], ids=["alone", "beside-dense"])
+def test_torch_total_norm_refuses_a_strided_nested_tensor(backend, make, beside):
+    """The drop-in's fast path for plain dense tensors steps aside for a nested one.
+
+    A nested tensor of layout ``strided`` is a plain ``torch.Tensor`` with a strided layout:
+    it is refused as :func:`anyclip.global_norm` refuses it (a ``jagged`` one counts through
+    its values, as a sparse tensor does).
+    """
+    torch = backend.module
+    import anyclip.torch
+
+    nt = torch.nested.nested_tensor([make([1.0, 2.0]), make([3.0, 4.0, 5.0])])
+    tensors = [nt, make([1.0])] if beside else [nt]
+    with pytest.raises(TypeError, match=r"`t_list\[0\]` must be a dense or sparse tensor"):
+        anyclip.torch.get_total_norm(tensors)
+
+
+@torch_backends
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype")
 def test_jagged_clip_by_value_needs_0d_bounds(backend, make):
     torch = backend.module
     nt = torch.nested.nested_tensor([make([1.0, 2.0]), make([3.0])], layout=torch.jagged)

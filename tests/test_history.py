@@ -344,6 +344,45 @@ def test_optax_quantile_clip_matches_autoclip(backend, autoclip_ref, case, compi
     _close(np.asarray(out), autoclip_ref[f"{case}/grads"], "float32", case)
 
 
+@pytest.mark.parametrize("q", [0.0, 0.3, 0.9, 1.0])
+def test_core_window_quantile_takes_an_array_quantile(backend, q):
+    """A 0-d array ``q`` (QuantileClip's device tensor, never read) gives torch.quantile's value.
+
+    On every array library: the array is cast to the window's dtype on its device, as
+    ``torch.quantile`` converts a number ``q``.
+    """
+    torch = pytest.importorskip("torch")
+    from anyclip import _history
+
+    xp = backend.xp
+    values = np.array([3.0, 1.0, 4.0, 1.5, 9.0], np.float32)
+    h = _history.init_history(xp, 8, xp.float32, backend.device)
+    for v in values:
+        h = _history.record(xp, h, backend.asarray(v, "float32"))
+    ours = _history.window_quantile(xp, h, backend.asarray(np.float32(q), "float32"))
+    ref = torch.quantile(torch.tensor(values), q).numpy()
+    _close(np.asarray(backend.to_numpy(ours)), ref, "float32", f"quantile {q}")
+
+
+@torch_backends
+def test_torch_quantile_clip_takes_a_tensor_quantile(backend, autoclip_ref):
+    """A quantile tensor on the parameters' device: autoclip's steps (on CUDA it is not read)."""
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    case = next(c for c, v in agen.CASES.items() if not v[2])
+    seq, kwargs, _ = agen.CASES[case]
+    q = torch.full((), float(kwargs.get("quantile", 0.9)), device=backend.device)
+    params = [torch.nn.Parameter(torch.zeros(s, device=backend.device)) for s in agen.SHAPES]
+    clipper = at.QuantileClip(params, **{**kwargs, "quantile": q})
+    out = []
+    for row in autoclip_ref[f"{seq}/grads"]:
+        for p, g in zip(params, _split(row, agen.SHAPES), strict=True):
+            p.grad = torch.tensor(g, device=backend.device)
+        clipper.step()
+        out.append(np.concatenate([backend.to_numpy(p.grad).ravel() for p in params]))
+    _close(np.asarray(out), autoclip_ref[f"{case}/grads"], "float32", case)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "exc", "match"),
     [

@@ -180,7 +180,9 @@ def check_quantile_arguments(
 
     ``TypeError`` unless ``quantile`` is a float (or a ``tensor``, the adapter's array type:
     autoclip takes a torch tensor) and ``history_length`` an int; ``ValueError`` unless the
-    quantile lies in [0, 1] and the length is positive. Both adapters call it.
+    quantile lies in [0, 1] (a tensor: holds one value, and lies in [0, 1] when on the CPU;
+    a tensor on another device is not read, as that would be a host sync, so its range is
+    not checked) and the length is positive. Both adapters call it.
     """
     kinds: tuple[type, ...] = (float,) if tensor is None else (float, tensor)
     if not isinstance(quantile, kinds):
@@ -196,7 +198,21 @@ def check_quantile_arguments(
             f"({type(history_length).__name__}); pass e.g. history_length=1000"
         )
         raise TypeError(msg)
-    q = float(quantile)  # type: ignore[arg-type]  # a float or a 1-element tensor
+    if tensor is not None and isinstance(quantile, tensor):
+        if quantile.numel() != 1:  # type: ignore[attr-defined]
+            msg = (
+                f"`quantile` must hold one value, got a tensor of shape "
+                f"{tuple(quantile.shape)}; pass a 0-d tensor or a float"  # type: ignore[attr-defined]
+            )
+            raise ValueError(msg)
+        if quantile.device.type != "cpu":  # type: ignore[attr-defined]
+            # not read: that would be a host sync (its range is not checked; a value outside
+            # [0, 1] gives the quantile rule's extrapolation instead of an error)
+            q = 0.5
+        else:
+            q = float(quantile)  # type: ignore[arg-type]  # a one-element tensor
+    else:
+        q = float(quantile)  # type: ignore[arg-type]
     if not 0.0 <= q <= 1.0:
         msg = f"`quantile` must lie in [0, 1], got {q}; pass e.g. quantile=0.9"
         raise ValueError(msg)
@@ -257,16 +273,25 @@ def init_history(
 
 def record(xp: Namespace, h: History, value: Any, where: Any = None) -> History:
     """``h`` with ``value`` written into the window's next slot (only where ``where``)."""
+    window = _recorded_window(xp, h, value, where)
+    if where is None:
+        return History(_inc(xp, h.count), h.mean, h.var, window)
+    # the count advances where `where` holds and it has not saturated: one select
+    more = xp.logical_and(where, h.count < _c(xp, INT_MAX, h.count))
+    count = xp.where(more, h.count + _c(xp, 1, h.count), h.count)
+    return History(count, h.mean, h.var, window)
+
+
+def _recorded_window(xp: Namespace, h: History, value: Any, where: Any = None) -> Any:
+    """:func:`record`'s window: ``value`` in the slot ``count % length`` (where ``where``)."""
     length = h.window.shape[-1]
     slots = xp.arange(length, dtype=h.count.dtype, device=_device(h.window))
     slot = h.count % _c(xp, length, h.count)
-    v = xp.astype(value, h.window.dtype)
-    window = xp.where(slots == slot[..., None], v[..., None], h.window)
-    count = _inc(xp, h.count)
+    v = xp.astype(value, h.window.dtype, copy=False)  # read only: no copy
+    hit = slots == slot[..., None]
     if where is not None:
-        window = xp.where(where[..., None], window, h.window)
-        count = xp.where(where, count, h.count)
-    return History(count, h.mean, h.var, window)
+        hit = xp.logical_and(hit, where[..., None])
+    return xp.where(hit, v[..., None], h.window)
 
 
 def _device(x: Any) -> Any:
@@ -284,19 +309,25 @@ def _filled(xp: Namespace, h: History) -> tuple[Any, Any]:
 
 
 @_quiet
-def window_quantile(xp: Namespace, h: History, q: float) -> Any:
+def window_quantile(xp: Namespace, h: History, q: Any) -> Any:
     """``torch.quantile(values, q)`` of the recorded values, over the window's last axis.
 
     torch's ``"linear"`` rule, op for op: rank ``q * (n - 1)`` in the values' dtype, the values
     at its floor and ceiling, ``torch.lerp`` between them; NaN if any value is NaN. The value
-    for an empty window is meaningless (callers select another).
+    for an empty window is meaningless (callers select another). ``q``: a number, or a
+    one-element array (cast to the values' dtype on their device, as ``torch.quantile`` takes
+    a number; never read on the host).
     """
     w = h.window
     n, valid = _filled(xp, h)
     inf = _c(xp, math.inf, w)
     ordered = xp.sort(xp.where(valid, w, inf), axis=-1)
     last = xp.astype(xp.maximum(n - _c(xp, 1, n), _c(xp, 0, n)), w.dtype)
-    rank = _c(xp, q, w) * last
+    if isinstance(q, (int, float)):
+        qw = _c(xp, q, w)
+    else:  # an array: its one value, in the values' dtype and on their device (no host read)
+        qw = xp.reshape(xp.astype(xp.asarray(q, device=_device(w)), w.dtype), ())
+    rank = qw * last
     lo = xp.floor(rank)
     hi = xp.ceil(rank)
     slots = xp.astype(xp.arange(w.shape[-1], device=_device(w)), w.dtype)
@@ -325,7 +356,7 @@ def quantile_step(
     h: History,
     norm: Any,
     *,
-    quantile: float,
+    quantile: Any,
     formula: str = "torch",
     where: Any = None,
 ) -> tuple[Any, History]:
@@ -337,7 +368,7 @@ def quantile_step(
     Works elementwise over a batch of histories (one per parameter); ``where`` (bool, the
     batch shape) records only the entries that had a gradient.
     """
-    norm = xp.astype(norm, h.window.dtype)
+    norm = xp.astype(norm, h.window.dtype, copy=False)
     inf = _c(xp, math.inf, norm)
     threshold = xp.where(h.count == _c(xp, 0, h.count), inf, window_quantile(xp, h, quantile))
     if formula == "tf":
@@ -394,17 +425,18 @@ def zclip_step(
     on a spike when ``skip_update_on_spike``.
     """
     dtype = h.mean.dtype
-    x = xp.astype(norm, dtype)
+    x = xp.astype(norm, dtype, copy=False)  # read only: no copy
     one = _c(xp, 1.0, x)
     warm_len = h.window.shape[-1]
     warm = h.count < _c(xp, warm_len, h.count)
 
-    # warm-up: record, initialise at the last warm-up step
-    rec = record(xp, h, x, where=warm)
-    starts = xp.logical_and(warm, rec.count == _c(xp, warm_len, rec.count))
+    # warm-up: record, initialise at the last warm-up step (the count before it is
+    # warm_len - 1, so it is a warm-up step)
+    window = _recorded_window(xp, h, x, where=warm)
+    starts = h.count == _c(xp, warm_len - 1, h.count)
     n = _c(xp, float(warm_len), x)
-    mean0 = xp.sum(rec.window, axis=-1) / n
-    var0 = xp.sum((rec.window - mean0[..., None]) ** 2, axis=-1) / n
+    mean0 = xp.sum(window, axis=-1) / n
+    var0 = xp.sum((window - mean0[..., None]) ** 2, axis=-1) / n
     if max_grad_norm is None:
         warm_factor = one
         warm_limit = _c(xp, math.inf, x)
@@ -444,15 +476,16 @@ def zclip_step(
     new_mean = a * mean + (one - a) * adaptive
     d = adaptive - new_mean
     new_var = a * var + (one - a) * (d * d)  # not `** 2`: NumPy 1.x squares a scalar in float64
-    if skip_update_on_spike:
-        new_mean = xp.where(spike, mean, new_mean)
-        new_var = xp.where(spike, var, new_var)
+    # the EMA is kept during warm-up (and on a spike with skip_update_on_spike), replaced by
+    # the warm-up's mean and variance at its last step
+    keep = xp.logical_or(warm, spike) if skip_update_on_spike else warm
 
     history = History(
-        count=xp.where(warm, rec.count, _inc(xp, h.count)),
-        mean=xp.where(warm, xp.where(starts, mean0, mean), new_mean),
-        var=xp.where(warm, xp.where(starts, var0, var), new_var),
-        window=rec.window,
+        # a warm-up step counts one more too (the count is then below warm_len: no saturation)
+        count=_inc(xp, h.count),
+        mean=xp.where(starts, mean0, xp.where(keep, mean, new_mean)),
+        var=xp.where(starts, var0, xp.where(keep, var, new_var)),
+        window=window,
     )
     return ZClipStep(
         factor=xp.where(warm, warm_factor, factor),

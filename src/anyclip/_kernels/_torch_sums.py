@@ -218,6 +218,10 @@ def _cpu_half_square_sum(xp: Namespace, torch: Any, v: Any) -> Any:
 
 def _half_groups(arrays: Sequence[Any]) -> list[list[Any]]:
     """``arrays`` in consecutive groups of at most :data:`HALF_JOIN` elements (or one array)."""
+    import torch
+
+    if sum(map(torch.Tensor.numel, arrays)) <= HALF_JOIN:  # the common case: one group
+        return [list(arrays)]
     out: list[list[Any]] = []
     group: list[Any] = []
     size = 0

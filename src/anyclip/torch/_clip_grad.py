@@ -27,6 +27,7 @@ from anyclip.torch._common import (
     _local,
     _max_norm,
     _norm_type,
+    _plain,
     _policy,
     _tensors,
 )
@@ -160,12 +161,14 @@ def get_total_norm(
         )
     each = _foreach(foreach)
     p = _norm_type(norm_type)
-    values = [values_of(t) for t in _tensors(tensors, "tensors")]
+    given = _tensors(tensors, "tensors")
+    plain = _plain(given)  # the common case: its own values, one device and dtype
+    values = given if plain is not None else [values_of(t) for t in given]
     if not values and group is not None:  # still joins its group's all-reduce
         return _join_group(p, accumulate_dtype, group)
     if not values:
         return torch.tensor(0.0)
-    norm = _total_norm(values, p, each, accumulate_dtype, group, name="tensors")
+    norm = _total_norm(values, p, each, accumulate_dtype, group, name="tensors", plain=plain)
     if error_if_nonfinite:
         _raise_nonfinite(norm, p)
     return norm
@@ -228,14 +231,16 @@ def clip_grads_with_norm_(
     """
     each = _foreach(foreach)
     policy = check_nonfinite(nonfinite)
-    values = [values_of(g) for g in _grads(parameters)]
+    grads = _grads(parameters)
+    plain = _plain(grads)  # the common case: its own values, one device and dtype
+    values = grads if plain is not None else [values_of(g) for g in grads]
     c = _max_norm(max_norm)  # torch converts it before looking at the gradients, too
     norm = _total_norm_arg(total_norm)
     if not values:
         return
     if policy == "raise":
         _raise_nonfinite(norm, 2.0)
-    _scale_(values, c, norm, each, policy)
+    _scale_(values, c, norm, each, policy, plain=plain)
 
 
 def _total_norm_arg(total_norm: Any) -> torch.Tensor:
@@ -485,13 +490,15 @@ def _clip_grad_norm(
     params = _tensors(parameters, "parameters")
     c = _max_norm(max_norm)
     resolve_accumulate_dtype(namespace(torch.zeros(())), accumulate_dtype, [])  # no grad too
-    values = [values_of(q.grad) for q in params if q.grad is not None]
+    grads = [q.grad for q in params if q.grad is not None]
+    plain = _plain(grads)  # the common case: its own values, one device and dtype
+    values = grads if plain is not None else [values_of(g) for g in grads]
     if not values and group is not None:  # this stage has no gradient: still joins the group
         return _join_group(p, accumulate_dtype, group)
     if not values:  # torch returns 0 too; on the parameters' device
         return torch.zeros((), device=params[0].device if params else None)
-    norm = _total_norm(values, p, each, accumulate_dtype, group, name="parameters")
+    norm = _total_norm(values, p, each, accumulate_dtype, group, name="parameters", plain=plain)
     if policy == "raise":
         _raise_nonfinite(norm, p)
-    _scale_(values, c, norm, each, policy, unclipped_at_inf)
+    _scale_(values, c, norm, each, policy, unclipped_at_inf, plain=plain)
     return norm

@@ -8,10 +8,11 @@ with torch's rule for ``foreach``.
 
 from __future__ import annotations
 
+import sys
 import types
 import warnings
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -32,6 +33,7 @@ __all__ = [
     "_local",
     "_max_norm",
     "_norm_type",
+    "_plain",
     "_policy",
     "_tensors",
     "_use_foreach",
@@ -144,10 +146,11 @@ def _max_norm(max_norm: Any) -> float | torch.Tensor:
 
 def _use_foreach(foreach: bool | None, group: list[torch.Tensor], device: torch.device) -> bool:
     """Torch's rule: ``None`` uses foreach where supported; ``True`` raises where it is not."""
-    from torch.utils._foreach_utils import _device_has_foreach_support, _has_foreach_support
+    from torch.utils._foreach_utils import _device_has_foreach_support, _foreach_supported_types
 
-    if foreach is None:
-        return bool(_has_foreach_support(group, device))
+    if foreach is None:  # torch's _has_foreach_support, one pass over the types
+        types = {type(t) for t in group}
+        return bool(_device_has_foreach_support(device)) and types <= set(_foreach_supported_types)
     if foreach and not _device_has_foreach_support(device):
         msg = f"foreach=True was passed, but can't use the foreach API on {device.type} tensors"
         raise RuntimeError(msg)
@@ -161,6 +164,53 @@ def _by_device_and_dtype(
     for t in tensors:
         out.setdefault((t.device, t.dtype), []).append(t)
     return out
+
+
+#: The types of a plain dense tensor: no subclass (a DTensor, a jagged nested tensor, a
+#: tensor subclass of another library), whose methods and layout anyclip would have to ask.
+_PLAIN_TYPES = frozenset((torch.Tensor, torch.nn.Parameter))
+
+#: The dtypes :func:`_plain` answers for: those every global-norm route takes as they are.
+_PLAIN_DTYPES = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
+
+
+def _fake_types() -> frozenset[type]:
+    """:data:`_PLAIN_TYPES` and torch's ``FakeTensor``, once torch has loaded it.
+
+    A fake tensor is a dense tensor's stand-in without data, made under ``FakeTensorMode``
+    (torch's tracing, the host-sync tests).
+    """
+    fake = sys.modules.get("torch._subclasses.fake_tensor")
+    cls = getattr(fake, "FakeTensor", None)
+    return _PLAIN_TYPES if cls is None else _PLAIN_TYPES | {cls}
+
+
+def _plain(tensors: list[torch.Tensor]) -> tuple[torch.device, torch.dtype] | None:
+    """The one (device, dtype) of ``tensors``, the common case; None for anything else.
+
+    The common case: at least one tensor, each a plain ``torch.Tensor`` or ``Parameter`` (no
+    subclass, so no DTensor; torch's ``FakeTensor`` too), strided and not nested, all on one
+    device with one of the floating dtypes float16, bfloat16, float32, float64. Decided with
+    one pass over the types, one over the layouts and torch's C++ grouping by device and
+    dtype (what torch's own ``clip_grad_norm_`` groups with), instead of a helper call per
+    tensor (sparse values, DTensor shards, a dict of groups): such a list is its own values
+    and local shards, in one group. None while ``torch.compile`` traces (it traces the
+    general code).
+    """
+    if not tensors or torch.compiler.is_compiling():
+        return None
+    types = {type(t) for t in tensors}
+    if not types <= _PLAIN_TYPES and not types <= _fake_types():
+        return None
+    if {t.layout for t in tensors} != {torch.strided} or any([t.is_nested for t in tensors]):
+        return None  # sparse or nested: the general code (its refusals and values)
+    from torch.utils._foreach_utils import _group_tensors_by_device_and_dtype
+
+    grouped = _group_tensors_by_device_and_dtype([cast("list[torch.Tensor | None]", tensors)])
+    if len(grouped) != 1:
+        return None
+    key: tuple[torch.device, torch.dtype] = next(iter(grouped))
+    return key if key[1] in _PLAIN_DTYPES else None
 
 
 def _check_devices(tensors: list[torch.Tensor], name: str) -> None:

@@ -34,7 +34,11 @@ def _parameters(model_or_parameters: Any) -> list[torch.Tensor]:
 
 
 def _grads(params: list[torch.Tensor]) -> list[torch.Tensor]:
-    return [values_of(p.grad) for p in params if p.grad is not None]
+    """The gradients of ``params`` that exist, sparse ones by their stored values."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if {g.layout for g in grads} <= {torch.strided}:  # the common case: dense, its own values
+        return grads
+    return [values_of(g) for g in grads]
 
 
 def _norm(values: list[torch.Tensor], params: list[torch.Tensor], group: Any) -> torch.Tensor:

@@ -44,6 +44,17 @@ def _on_device(flags: list[bool], device: torch.device) -> torch.Tensor:
     return torch.stack([yes if f else no for f in flags])
 
 
+def _quantile_value(quantile: Any) -> float | torch.Tensor:
+    """A checked ``quantile`` as the rule takes it: a float, or a device tensor itself.
+
+    A tensor on an accelerator is never read (a host sync at every step): the rule casts it
+    to the norms' dtype on their device. A CPU tensor or a number is read as a float.
+    """
+    if isinstance(quantile, torch.Tensor) and quantile.device.type != "cpu":
+        return quantile
+    return float(quantile)
+
+
 def _check_quantile(quantile: Any, history_length: Any) -> None:
     """Autoclip 0.2's checks (a tensor quantile accepted, as there), with anyclip's messages."""
     _history.check_quantile_arguments(quantile, history_length, torch.Tensor)
@@ -64,8 +75,10 @@ class QuantileClip:
     parameters : iterable of tensors or of dicts
         The parameters, or parameter groups (dicts with ``"params"`` and optionally their own
         ``"quantile"`` and ``"history_length"``), as autoclip takes them.
-    quantile : float, optional
-        The quantile of the history the norm is clipped to (0 to 1).
+    quantile : float or Tensor, optional
+        The quantile of the history the norm is clipped to (0 to 1). A one-element tensor
+        too, as autoclip takes: on an accelerator it is never read on the host (no sync, so
+        its range is not checked), and is cast to the norms' dtype on their device.
     history_length : int, optional
         How many past norms are kept.
     global_threshold : bool, optional
@@ -106,7 +119,7 @@ class QuantileClip:
     ) -> None:
         _check_quantile(quantile, history_length)
         self.global_threshold = bool(global_threshold)
-        self.quantile = float(quantile)
+        self.quantile = _quantile_value(quantile)
         self.history_length = history_length
         self.formula = check_choice(formula, "formula", ("torch", "tf"))
         self.group = group
@@ -282,7 +295,12 @@ class QuantileClip:
             self.histories[i] = h
         where = None if all(present) else _on_device(present, device)
         factors, new = _history.quantile_step(
-            xp, _view(h), full, quantile=float(g["quantile"]), formula=self.formula, where=where
+            xp,
+            _view(h),
+            full,
+            quantile=_quantile_value(g["quantile"]),
+            formula=self.formula,
+            where=where,
         )
         _assign(h, new)
         k = 0

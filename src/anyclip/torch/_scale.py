@@ -16,7 +16,7 @@ from anyclip._compat import namespace
 from anyclip._kernels import FLUSH_GENERIC
 from anyclip._policy import as_operand, finite_number
 from anyclip._subnormals import flush, flushing
-from anyclip.torch._common import _by_device_and_dtype, _local, _use_foreach
+from anyclip.torch._common import _by_device_and_dtype, _local, _plain, _use_foreach
 
 __all__ = ["_flush_", "_mul_", "_scale_"]
 
@@ -28,6 +28,7 @@ def _scale_(
     foreach: bool | None,
     policy: Any,
     unclipped_at_inf: bool = True,
+    plain: tuple[torch.device, torch.dtype] | None = None,
 ) -> None:
     """Multiply every tensor of ``values`` in place by TF's factor ``c * min(1/norm, 1/c)``.
 
@@ -41,7 +42,7 @@ def _scale_(
     c = as_operand(max_norm, xp, total_norm, "max_norm", cast_arrays=True)
     k = FLUSH_GENERIC if flushing() else None
     scale = _core.global_scale(xp, c, total_norm, policy, unclipped_at_inf=at_inf, kernels=k)
-    _mul_(values, scale, foreach, ftz=k is not None)
+    _mul_(values, scale, foreach, ftz=k is not None, plain=plain)
 
 
 def _mul_(
@@ -50,12 +51,24 @@ def _mul_(
     foreach: bool | None = None,
     *,
     ftz: bool = False,
+    plain: tuple[torch.device, torch.dtype] | None = None,
 ) -> None:
     """Multiply every tensor of ``values`` in place by the 0-d ``scale``, cast to its dtype.
 
     ``ftz`` (inside :class:`anyclip.flush_subnormals`): subnormal values count as 0 and
-    subnormal products become 0, as in TF.
+    subnormal products become 0, as in TF. ``plain``:
+    :func:`~anyclip.torch._common._plain` of ``values``, where the caller has it.
     """
+    key = None if ftz else _plain(values) if plain is None else plain
+    if key is not None:  # the common case: one device, one dtype, plain dense tensors
+        device, dtype = key
+        s = scale.to(device=device, dtype=dtype, non_blocking=True)
+        if _use_foreach(foreach, values, device):
+            torch._foreach_mul_(values, s)
+        else:
+            for g in values:
+                g.mul_(s)
+        return
     shards = [_local(v) for v in values]  # DTensors scaled shard by shard, in place
     if ftz:
         _flush_(shards)

@@ -20,7 +20,7 @@ from anyclip._kernels._base import partials
 from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor, zero_partial
 from anyclip._kernels._torch import TorchKernels
 from anyclip._policy_dtypes import resolve_accumulate_dtype
-from anyclip.torch._common import _by_device_and_dtype, _check_values, _use_foreach
+from anyclip.torch._common import _by_device_and_dtype, _check_values, _plain, _use_foreach
 
 __all__ = [
     "NonfiniteNormError",
@@ -49,14 +49,24 @@ def _total_norm(
     accumulate_dtype: Any,
     group: Any = None,
     name: str = "parameters",
+    plain: tuple[torch.device, torch.dtype] | None = None,
 ) -> torch.Tensor:
     """The norm of ``values`` (dense, at least one) as one vector.
+
+    ``plain``: :func:`~anyclip.torch._common._plain` of ``values``, where the caller has it.
 
     With ``group``: the 2-norm is :func:`anyclip.global_norm`'s (one all-reduce of the
     partial sum); another order all-reduces this rank's norm (:func:`_across`).
     DTensors of another order: torch's own DTensor norms, made ``Replicate``. ``name`` is the
     caller's argument, for the error messages.
     """
+    key = _plain(values) if plain is None else plain
+    if key is not None and norm_type == 2.0 and group is None:
+        # the common case: one device, one floating dtype, plain dense tensors (no regrouping)
+        if foreach:
+            _use_foreach(foreach, values, key[0])  # torch's foreach=True error, nothing else
+        xp = namespace(values[0])
+        return _clip._global_norm_of(None, xp, values, accumulate_dtype)[0]  # type: ignore[no-any-return]
     _check_values(values, accumulate_dtype, name)
     if norm_type == 2.0:
         for (device, _), grp in _by_device_and_dtype(values).items():

@@ -382,3 +382,25 @@ def test_a_copy_snapshots_its_own_tensors():
             assert torch.equal(a, b)
         changed = [not torch.equal(a, b) for a, b in zip(before[0], after[0], strict=True)]
         assert any(changed) == (g == 1.0)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64]
+)
+def test_the_decision_is_torch_isfinite_of_every_element(dtype):
+    # the finiteness is read per device and dtype in one reduction (the largest magnitude,
+    # NaN propagating): the largest finite values, subnormals and empty gradients are finite
+    # as torch.isfinite says (a complex one whose modulus overflows too), inf and NaN are not
+    real = {torch.complex64: torch.float32}.get(dtype, dtype)
+    big, tiny = torch.finfo(real).max, torch.finfo(real).smallest_normal / 2
+    cases = [[big, -big], [tiny, 0.0], [math.nan, 1.0], [1.0, math.inf], [-math.inf, 0.0]]
+    for values in cases:
+        ps = [torch.nn.Parameter(torch.zeros(2, dtype=dtype)), torch.nn.Parameter(torch.zeros(0))]
+        opt = anyclip.torch.apply_if_finite(torch.optim.SGD(ps, lr=0.1), 3)
+        g = torch.tensor(values, dtype=real)
+        ps[0].grad = torch.complex(g, g) if dtype.is_complex else g.to(dtype)
+        ps[1].grad = torch.zeros(0)
+        opt.step()
+        want = all(bool(torch.isfinite(p.grad).all()) for p in ps)
+        assert bool(opt.last_finite) == want, values
+        assert want == (values[0] in (big, tiny)), values  # the cases do test both

@@ -11,9 +11,10 @@ order rotating), the median of ``--repeats`` calls after warm-up:
 * one 8192 x 8192 tensor: ``anyclip.clip_by_norm`` against
   ``t * clamp(max_norm / vector_norm(t), max=1)``;
 * the stateful rules on ResNet-50's float32 gradients: ``anyclip.torch.ZClip.step``,
-  ``QuantileClip.step`` (global) and ``skip_on_spike(AdamW).step`` against a plain
-  ``clip_grad_norm_`` and the bare AdamW step (and zclip 1.0's / autoclip 0.2's own rules when
-  they are importable);
+  ``QuantileClip.step`` (global), ``skip_on_spike(AdamW).step`` and
+  ``apply_if_finite(AdamW, 5).step`` against a plain ``clip_grad_norm_`` and the bare AdamW
+  step (on CUDA also around ``AdamW(capturable=True)``; and zclip 1.0's / autoclip 0.2's own
+  rules when they are importable);
 * CuPy (when importable, on CUDA): ``anyclip.clip_by_global_norm`` on GPT-2's shapes against
   the same formula written in CuPy;
 * JAX (when importable, on its device of the same kind): ``anyclip.optax.clip_by_global_norm``
@@ -298,18 +299,22 @@ def torch_rule_rows(timer: Timer, device: str, smoke: bool) -> list[Row]:
         impls.append(("autoclip 0.2 `QuantileClip(global).step`", plain, warmed(aq.step, 30)))
     rows += _rows(timer, "rules", "ResNet-50", "float32", impls, None)
 
-    p_bare, p_skip = list(module().parameters()), list(module().parameters())
-    bare = torch.optim.AdamW(p_bare, lr=1e-4)
-    wrapped = anyclip.torch.skip_on_spike(torch.optim.AdamW(p_skip, lr=1e-4))
-    impls = [
-        ("torch `AdamW.step()`", None, warmed(bare.step, 3)),
-        (
-            "anyclip.torch `skip_on_spike(AdamW).step()`",
-            "torch `AdamW.step()`",
-            warmed(wrapped.step, 3),
-        ),
-    ]
-    rows += _rows(timer, "rules", "ResNet-50", "float32", impls, None)
+    # on CUDA, also with AdamW(capturable=True): its step counters on the device, so that the
+    # undo of a skipped step needs no host read
+    for capturable in (False, True) if device == "cuda" else (False,):
+        p_bare, p_skip, p_fin = (list(module().parameters()) for _ in range(3))
+        kw: dict[str, Any] = {"lr": 1e-4, "capturable": True} if capturable else {"lr": 1e-4}
+        bare = torch.optim.AdamW(p_bare, **kw)
+        wrapped = anyclip.torch.skip_on_spike(torch.optim.AdamW(p_skip, **kw))
+        fin = anyclip.torch.apply_if_finite(torch.optim.AdamW(p_fin, **kw), 5)
+        opt = "AdamW(capturable=True)" if capturable else "AdamW"
+        anchor = f"torch `{opt}.step()`"
+        impls = [
+            (anchor, None, warmed(bare.step, 3)),
+            (f"anyclip.torch `skip_on_spike({opt}).step()`", anchor, warmed(wrapped.step, 3)),
+            (f"anyclip.torch `apply_if_finite({opt}, 5).step()`", anchor, warmed(fin.step, 3)),
+        ]
+        rows += _rows(timer, "rules", "ResNet-50", "float32", impls, None)
     return rows
 
 

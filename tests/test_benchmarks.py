@@ -169,7 +169,8 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path):
                 f"| global norm | {workload} | {dtype} | anyclip `clip_by_global_norm` |" in table
             )
     assert "| one tensor | 64 x 64 | bfloat16 | anyclip `clip_by_norm` |" in table
-    for rule in ("`ZClip().step`", "`QuantileClip(global).step`", "`skip_on_spike(AdamW).step()`"):
+    rules = ("`ZClip().step`", "`QuantileClip(global).step`", "`skip_on_spike(AdamW).step()`")
+    for rule in (*rules, "`apply_if_finite(AdamW, 5).step()`"):
         assert f"| rules | ResNet-50 | float32 | anyclip.torch {rule} |" in table
     assert "Copy bandwidth" in table
     # every anyclip row has a ratio to its anchor

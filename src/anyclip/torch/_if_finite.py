@@ -1,7 +1,7 @@
 """``optax.apply_if_finite`` for a torch optimizer: :func:`apply_if_finite`, no host sync.
 
 Layer: public adapter over :mod:`anyclip._if_finite` (the rule); the undo of a skipped step
-is :class:`~anyclip.torch._skip_on_spike.SkipOnSpike`'s (a snapshot, then ``torch.where`` on the
+is :class:`~anyclip.torch._skip_on_spike.SkipOnSpike`'s (a snapshot, then an undo on the
 device, with state that a skipped first step created left as never created).
 :mod:`anyclip.torch` re-exports the names in ``__all__``.
 """
@@ -52,21 +52,40 @@ class _FiniteSkipper(_Skipper):
         return self.counters
 
     def _finite(self, params: list[torch.Tensor]) -> torch.Tensor:
-        """Whether every element of every gradient is finite (one device flag, no host read)."""
-        by_device: dict[torch.device, list[torch.Tensor]] = {}
+        """Whether every element of every gradient is finite (one device flag, no host read).
+
+        Real gradients by ``torch._foreach_norm(..., inf)`` per device and dtype (a NaN
+        propagates through the maximum, an inf is the maximum; exact in every dtype, so a
+        finite gradient never reads as inf): a few operations whatever their number. Complex
+        ones (whose modulus may overflow) by the core's ``isfinite``.
+        """
+        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
         for p in params:
-            if p.grad is not None:
-                g = _local(values_of(p.grad))
-                by_device.setdefault(g.device, []).append(g)
-        if not by_device:
+            g = p.grad
+            if g is None:
+                continue
+            if type(g) is not torch.Tensor or g.layout != torch.strided:
+                g = _local(values_of(g))  # a DTensor's shard, a sparse tensor's values
+            groups.setdefault((g.device, g.dtype), []).append(g)
+        if not groups:
             device = params[0].device if params else torch.device("cpu")
             return torch.ones((), dtype=torch.bool, device=device)
-        flags = [_if_finite.all_finite(namespace(gs[0]), gs) for gs in by_device.values()]
+        flags = []
+        for (_, dtype), gs in groups.items():
+            xp = namespace(gs[0])
+            if dtype.is_complex:
+                flags.append(_if_finite.all_finite(xp, gs))
+                continue
+            gs = [g for g in gs if g.numel()]  # the norm of an empty tensor is refused
+            if gs:
+                flags.append(torch.stack(torch._foreach_norm(gs, float("inf"))).isfinite().all())
+        if not flags:
+            return torch.ones((), dtype=torch.bool, device=next(iter(groups))[0])
         out: torch.Tensor = flags[0]
         if len(flags) == 1:
             return out
         first = out.device
-        return torch.stack([f.to(first, non_blocking=True) for f in flags]).all()
+        return torch.stack([f.to(first, non_blocking=first.type != "cpu") for f in flags]).all()
 
     @torch.no_grad()
     def before_step(self, *, loss: Any = None, grad_norm: Any = None) -> Any:
@@ -155,7 +174,7 @@ class ApplyIfFinite(_SkipperWrapper):
 
         The decision is read from the gradients as they are when ``step`` is called. A
         skipped step leaves the parameters and every tensor of the optimizer's state as they
-        were (selected with ``torch.where``; state the step created is left as never
+        were, bit for bit (restored on the device; state the step created is left as never
         created); it returns what the optimizer's ``step`` returned.
         """
         return self._skipper.step(closure)
@@ -177,8 +196,8 @@ def apply_if_finite(optimizer: torch.optim.Optimizer, max_consecutive_errors: in
     element of a gradient is inf or NaN, unless more than ``max_consecutive_errors`` such steps
     came in a row (then it is taken, inf and NaN included); the counters are optax's. As
     Keras's ``LossScaleOptimizer`` skips a non-finite step (without its loss scale: see
-    ``torch.amp.GradScaler``). The decision is a device tensor: a skipped step is undone with
-    ``torch.where`` (parameters and optimizer state, bit for bit), without a host sync.
+    ``torch.amp.GradScaler``). The decision is a device tensor: a skipped step is undone
+    on the device (parameters and optimizer state, bit for bit), without a host sync.
 
     Parameters
     ----------
@@ -207,7 +226,8 @@ def apply_if_finite(optimizer: torch.optim.Optimizer, max_consecutive_errors: in
     non-finite shard is seen by its own process only, so use
     ``skip_on_spike(..., group=...)``, whose decision is reduced over the group. The cost
     over the bare step is ``skip_on_spike``'s: one copy of the parameters and of the
-    optimizer's state tensors, and a ``torch.where`` over each.
+    optimizer's state tensors, and their undo, a few operations per step however many tensors;
+    the decision is one ``torch._foreach_norm(grads, inf)`` per device and dtype.
 
     See Also
     --------

@@ -4,11 +4,20 @@ Layer: public adapter over :func:`anyclip._history.spike_step` (OLMo-core's rule
 ``optax.apply_if_finite``'s), the shared helpers of :mod:`anyclip.torch._history` and
 :mod:`anyclip.torch._optim_state` (the optimizers' initial state); :mod:`anyclip.torch`
 re-exports the names in ``__all__``. The decision is a device tensor: a skipped step is undone
-with ``torch.where``, without a host sync (:class:`SkipOnSpike`).
+on the device, without a host sync (:class:`SkipOnSpike`).
+
+The undo costs a few operations per step whatever the number of tensors (:class:`_Plan`): the
+parameters and state tensors are snapshot, as integers of their width (their bits), into one
+flat buffer per device and width, and a step is undone in place with integer arithmetic,
+``live * taken + snapshot * skipped``: exact for every bit pattern (NaN and inf included, which
+a float blend would spread). The plan is kept while the tensors it was made for are the ones
+the optimizer holds; a step that creates or replaces state is undone tensor by tensor with
+``torch.where``, as is every step under ``torch.compile`` (whose inductor fuses it).
 """
 
 from __future__ import annotations
 
+import itertools
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +42,202 @@ from anyclip.torch._history import (
 )
 
 __all__ = ["SkipOnSpike", "skip_on_spike"]
+
+#: the integer dtype of each element width: a tensor's bits are viewed as it
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor | None:
+    """``t``'s bits as an integer tensor sharing its storage, or None where none can be made.
+
+    A complex tensor is viewed as its real and imaginary parts first (a trailing axis of 2).
+    """
+    if t.layout != torch.strided:
+        return None
+    try:
+        if t.is_complex():
+            t = torch.view_as_real(t)
+        dt = _BITS.get(t.element_size())
+        if dt is None:
+            return None
+        return t if t.dtype == dt else t.view(dt)
+    except RuntimeError:  # a conjugate view, ...: no integer view of it
+        return None
+
+
+def _unbits(b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The view of ``dtype`` over ``b`` (what :func:`_bits` made of a tensor of ``dtype``)."""
+    if dtype.is_complex:
+        return torch.view_as_complex(b.view(dtype.to_real()))
+    return b if b.dtype == dtype else b.view(dtype)
+
+
+def _sources(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """What a step may write: each parameter with a gradient, then its state tensors.
+
+    The tensors themselves (DTensors too), in ``param_groups``' order: built at every step,
+    so kept lean (no per-tensor call beyond the state lookup).
+    """
+    state = optimizer.state
+    out: list[torch.Tensor] = []
+    add = out.append
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is not None:
+                add(p)
+                st = state.get(p)
+                if st:
+                    for v in st.values():
+                        if isinstance(v, torch.Tensor):
+                            add(v)
+    return out
+
+
+class _Group:
+    """One device and width of a :class:`_Plan`: the live tensors' bits and their snapshot."""
+
+    __slots__ = ("bits", "device", "dtype", "flat", "saved")
+
+    def __init__(self, bits: list[torch.Tensor]) -> None:
+        self.bits = bits
+        self.device, self.dtype = bits[0].device, bits[0].dtype
+        # each tensor's snapshot starts at a multiple of 16 bytes (aligned vector loads, and
+        # the complex view of a snapshot)
+        align = max(1, 16 // bits[0].element_size())
+        starts, end = [], 0
+        for b in bits:
+            starts.append(end)
+            end += -(-b.numel() // align) * align
+        self.flat = torch.empty(end, dtype=self.dtype, device=self.device)
+        self.saved = [
+            self.flat[i : i + b.numel()].view(b.shape) for i, b in zip(starts, bits, strict=True)
+        ]
+
+
+def _move(flag: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``flag`` on ``device``: without waiting, except to the CPU, whose ops read it at once.
+
+    A copy to the CPU is a host sync (Adam's CPU ``step`` counters on CUDA: pass
+    ``capturable=True``); without waiting, the CPU would read its buffer before the copy lands.
+    """
+    if flag.device == device:
+        return flag
+    return flag.to(device, non_blocking=device.type != "cpu")
+
+
+def _span(t: torch.Tensor) -> tuple[int, int, int]:
+    """The bytes ``t`` may touch: its storage (by identity) and ``[start, stop)`` in it."""
+    start = int(t.storage_offset()) * t.element_size()
+    last = sum((int(n) - 1) * int(st) for n, st in zip(t.shape, t.stride(), strict=True))
+    return int(t.untyped_storage()._cdata), start, start + (last + 1) * t.element_size()
+
+
+def _disjoint(tensors: list[torch.Tensor]) -> bool:
+    """Whether no two of ``tensors`` may share memory (each is written once by an undo)."""
+    spans = sorted(_span(t) for t in tensors if t.numel())
+    return all(a[0] != b[0] or a[2] <= b[1] for a, b in itertools.pairwise(spans))
+
+
+#: the tensor types whose ``data_ptr`` tells a replaced ``.data`` (others: a storage check)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+class _Plan:
+    """The snapshot of one set of tensors: made once, reused while the set is unchanged.
+
+    ``sources`` (held, so that their ids stay theirs) as :func:`_sources` lists them; ``live``
+    and ``keys`` the parameters and their state keys; ``views`` each source's snapshot in its
+    own dtype (for the tensor-by-tensor undo). Unchanged means the same tensor objects, in the
+    same order, over the same memory (a parameter whose ``.data`` was replaced is not).
+    """
+
+    __slots__ = ("bits", "groups", "ids", "keys", "live", "plain", "ptrs", "sources", "views")
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        sources: list[torch.Tensor],
+        local: list[torch.Tensor],
+        bits: list[torch.Tensor],
+    ) -> None:
+        state = optimizer.state
+        self.sources = sources
+        self.ids = list(map(id, sources))
+        #: plain tensors are checked by data pointer; DTensors, FakeTensors, ... by storage
+        self.plain = all(type(t) in _PLAIN for t in sources)
+        self.ptrs = list(map(torch.Tensor.data_ptr, sources)) if self.plain else []
+        self.bits = bits
+        self.live = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        self.keys = [
+            [k for k, v in state.get(p, {}).items() if isinstance(v, torch.Tensor)]
+            for p in self.live
+        ]
+        by: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+        for i, b in enumerate(bits):
+            by.setdefault((b.device, b.dtype), []).append(i)
+        self.groups = [_Group([bits[i] for i in idx]) for idx in by.values()]
+        views = list(local)
+        for g, idx in zip(self.groups, by.values(), strict=True):
+            for i, v in zip(idx, g.saved, strict=True):
+                views[i] = _unbits(v, local[i].dtype)
+        # in the order of the tensor-by-tensor undo: the parameters, then their state tensors
+        starts, pos = [], 0
+        for ks in self.keys:
+            starts.append(pos)
+            pos += 1 + len(ks)
+        self.views = [views[i] for i in starts]
+        self.views += [
+            views[i + 1 + j]
+            for i, ks in zip(starts, self.keys, strict=True)
+            for j in range(len(ks))
+        ]
+
+    @classmethod
+    def make(cls, optimizer: torch.optim.Optimizer, sources: list[torch.Tensor]) -> _Plan | None:
+        """The plan of ``sources``, or None: those are then undone tensor by tensor.
+
+        None where a tensor has no integer view (a sparse one), two may share memory (a
+        tensor listed twice, whose undo would add its snapshot twice), or a tensor has no
+        storage to tell (a device whose tensors have no data pointer).
+        """
+        local = [_local(t) for t in sources]
+        bits = [_bits(t) for t in local]
+        kept = [b for b in bits if b is not None]
+        try:
+            if len(kept) != len(bits) or not _disjoint(kept):
+                return None
+            return cls(optimizer, sources, local, kept)
+        except (RuntimeError, NotImplementedError):  # no storage, no data pointer
+            return None
+
+    def holds(self, sources: list[torch.Tensor]) -> bool:
+        """Whether ``sources`` (as :func:`_sources` lists them now) are this plan's tensors."""
+        if list(map(id, sources)) != self.ids:
+            return False
+        if self.plain:
+            return list(map(torch.Tensor.data_ptr, sources)) == self.ptrs
+        # a DTensor's shard, a FakeTensor (no data pointer): does it still share the storage?
+        alias = torch._C._is_alias_of  # type: ignore[attr-defined]  # not in torch's stubs
+        return all(map(alias, map(_local, sources), self.bits))
+
+    def snapshot(self) -> None:
+        """Copy the live tensors' bits into the snapshot: one ``_foreach_copy_`` a group."""
+        for g in self.groups:
+            torch._foreach_copy_(g.saved, g.bits)
+
+    def undo(self, apply: torch.Tensor, skip: torch.Tensor) -> None:
+        """Set each live tensor to its snapshot where ``skip``, in place, bit for bit.
+
+        ``live * apply + snapshot * skip`` in the integers of each group's width (``apply``
+        and ``skip`` are 0 or 1 and each other's complement): exact for any bits, and a few
+        operations a group however many tensors it holds.
+        """
+        for g in self.groups:
+            keep = _move(apply, g.device).to(g.dtype)
+            drop = _move(skip, g.device).to(g.dtype)
+            torch._foreach_mul_(g.bits, keep)
+            g.flat.mul_(drop)
+            torch._foreach_add_(g.bits, g.saved)
 
 
 class _Skipper:
@@ -72,10 +277,16 @@ class _Skipper:
         self.losses: History | None = None
         self.counters: dict[str, torch.Tensor] = {}
         self._buffers: list[torch.Tensor] = []
+        #: the snapshot of the tensors of the last step (None until the first, or unplannable)
+        self._plan: _Plan | None = None
         #: SGD parameters whose momentum buffer may be a placeholder (its first step skipped)
         self._fresh: dict[torch.Tensor, torch.Tensor] = {}
         #: the last step's decision (a bool tensor: the step was taken), for logging
         self.last_step_applied: torch.Tensor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the snapshot is not state: a copy or an unpickled object plans its own
+        return {**self.__dict__, "_plan": None, "_buffers": []}
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -175,8 +386,23 @@ class _Skipper:
         return self._save(params, self._decide(_local(grad_norm), loss))
 
     def _save(self, params: list[torch.Tensor], apply: torch.Tensor) -> Any:
-        """Keep the decision and snapshot what the step may write (for :meth:`after_step`)."""
+        """Keep the decision and snapshot what the step may write (for :meth:`after_step`).
+
+        Eagerly, into the :class:`_Plan` of the tensors (made again where they changed);
+        under ``torch.compile``, tensor by tensor.
+        """
         self.last_step_applied = apply
+        skip = torch.logical_not(apply)
+        if not torch.compiler.is_compiling():
+            sources = _sources(self.optimizer)
+            plan = self._plan
+            if plan is None or not plan.holds(sources):
+                plan = self._plan = None  # its buffers freed before new ones are made
+                plan = self._plan = _Plan.make(self.optimizer, sources)
+            if plan is not None:
+                self._buffers = []  # the tensor-by-tensor snapshot's, if one was made
+                plan.snapshot()
+                return apply, skip, plan.live, plan.keys, plan.views, plan
         live = [p for p in params if p.grad is not None]
         state = self.optimizer.state
         keys = [
@@ -186,7 +412,7 @@ class _Skipper:
         sources = [_local(p.detach()) for p in live]
         sources += [_local(state[p][k]) for p, ks in zip(live, keys, strict=True) for k in ks]
         buffers = self._snapshot(sources)
-        return torch.logical_not(apply), live, keys, buffers
+        return apply, skip, live, keys, buffers, None
 
     def _snapshot(self, sources: list[torch.Tensor]) -> list[torch.Tensor]:
         """``sources`` copied into buffers kept between steps, one ``_foreach_copy_`` a device.
@@ -213,25 +439,37 @@ class _Skipper:
     def after_step(self, saved: Any) -> None:
         """Undo the optimizer's step where it is to be skipped: the second half of :meth:`step`.
 
-        One ``torch.where`` per tensor the step wrote (the decision moved once per device);
-        state the step created is reset to the values torch creates it with
-        (:mod:`anyclip.torch._optim_state`).
+        Where the step wrote the tensors that were snapshot (the same ones, no state
+        created), a few operations for all of them (:meth:`_Plan.undo`); otherwise one
+        ``torch.where`` per tensor (the decision moved once per device), and state the step
+        created is reset to the values torch creates it with (:mod:`anyclip.torch._optim_state`).
         """
-        skip, live, keys, buffers = saved
+        apply, skip, live, keys, buffers, plan = saved
         conds: dict[torch.device, torch.Tensor] = {}
 
         def cond(t: torch.Tensor) -> torch.Tensor:
             c = conds.get(t.device)
             if c is None:
-                c = conds[t.device] = skip.to(t.device, non_blocking=True)
+                c = conds[t.device] = _move(skip, t.device)
             return c
 
+        if plan is not None and plan.holds(_sources(self.optimizer)):
+            if not self._fresh:
+                plan.undo(apply, skip)
+                return
+            # the snapshot of the parameters SGD's fresh step starts from, before the undo
+            pairs = zip(live, buffers[: len(live)], strict=True)
+            old = [b.clone() if p in self._fresh else b for p, b in pairs]
+            plan.undo(apply, skip)
+            groups = {id(p): g for g in self.optimizer.param_groups for p in g["params"]}
+            self._fresh_steps(live, old, keys, cond, groups)
+            return
+        groups = {id(p): g for g in self.optimizer.param_groups for p in g["params"]}
         for p, old in zip(live, buffers[: len(live)], strict=True):
             v = _local(p.detach())
             torch.where(cond(v), old, v, out=v)
         pos = len(live)
         state = self.optimizer.state
-        groups = {id(p): g for g in self.optimizer.param_groups for p in g["params"]}
         for p, ks in zip(live, keys, strict=True):
             st = state.get(p, {})
             for k in ks:
@@ -339,8 +577,9 @@ class _SkipperWrapper(_Wrapper):
     def after_step(self, saved: Any) -> None:
         """Undo the optimizer's step where it is to be skipped: the second half of ``step``.
 
-        One ``torch.where`` per tensor the step wrote (the decision moved once per device);
-        state the step created is reset to the values torch creates it with.
+        A few operations per device and element width however many tensors the step wrote
+        (tensor by tensor at a step that created state, which is reset to the values torch
+        creates it with).
         """
         self._skipper.after_step(saved)
 
@@ -415,10 +654,10 @@ class SkipOnSpike(_SkipperWrapper):
         :func:`anyclip.torch.clip_grad_norm_` returned: its pre-clip norm); otherwise anyclip's
         global norm of all gradients is computed here. ``loss``: this step's loss (needed with
         ``on_loss=True``, ignored otherwise). A skipped step leaves the parameters and every
-        tensor of the optimizer's state as they were (selected with ``torch.where``; state the
-        step created is left as never created: reset to torch's initial values, and SGD's
-        momentum buffer flagged so that its next taken step starts afresh); it returns what
-        the optimizer's ``step`` returned.
+        tensor of the optimizer's state as they were, bit for bit (restored on the device;
+        state the step created is left as never created: reset to torch's initial values, and
+        SGD's momentum buffer flagged so that its next taken step starts afresh); it returns
+        what the optimizer's ``step`` returned.
         """
         return self._skipper.step(closure, loss=loss, grad_norm=grad_norm)
 
@@ -453,8 +692,8 @@ def skip_on_spike(
     more than ``max_consecutive_errors`` came in a row). Unlike OLMo-core, a non-finite value is
     not recorded (OLMo-core's window would then give NaN statistics and skip the next
     ``rolling_interval_length`` steps). The decision is a device tensor: a skipped step is
-    undone with ``torch.where`` (parameters and optimizer state, bit for bit, for SGD, Adam,
-    AdamW and any optimizer whose state is tensors), without a host sync.
+    undone on the device (parameters and optimizer state, bit for bit, NaN and inf included,
+    for SGD, Adam, AdamW and any optimizer whose state is tensors), without a host sync.
 
     Parameters
     ----------
@@ -481,10 +720,14 @@ def skip_on_spike(
 
     Notes
     -----
-    The cost over the bare step is one copy of the parameters and of the optimizer's state
-    tensors, and a ``torch.where`` over each (docs/porting.md gives measured times). Adam's
-    ``step`` counter lives on the CPU unless ``capturable=True``: on CUDA, use
-    ``capturable=True`` (or ``fused=True``) to keep the decision on the device.
+    The cost over the bare step: the snapshot, one copy of the parameters and of the
+    optimizer's state tensors into one buffer per device and element width (kept between
+    steps), and the undo, integer arithmetic over their bits (``live * taken + snapshot *
+    skipped``, exact for every value): a few operations per step however many tensors
+    (docs/porting.md gives measured times), plus the global norm unless ``grad_norm=`` is
+    passed. Adam's ``step`` counter lives on the CPU unless ``capturable=True``: on CUDA,
+    restoring it reads the decision on the host (a sync); use ``capturable=True`` (or
+    ``fused=True``) to keep it on the device.
 
     See Also
     --------

@@ -319,18 +319,16 @@ _CUDA_CASES = [
 
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)
 @pytest.mark.parametrize(("dtype", "case"), _CUDA_CASES)
-@pytest.mark.parametrize("route", ["cuda_half_squares", "compiled_half_squares"])
-def test_torch_cuda_sums_of_squares_on_cpu(backend, make, dtype, case, route):
-    """CUDA's float32/float64 routes, run on the CPU: eager (one ``_foreach_norm`` over the
-    list, accumulated in float64; the norms squared and added in float64) and the one taken
-    under ``torch.compile`` (float64 sums of squares in plain ops): the generic kernels'
+def test_torch_cuda_sums_of_squares_on_cpu(backend, make, dtype, case):
+    """CUDA's float32/float64 route (one ``_foreach_norm`` over the list, accumulated in
+    float64; the norms squared and added in float64), run on the CPU: the generic kernels'
     global norm within its budget, with their inf and NaN, and within one ULP of the exact
     norm over a million float32 elements (torch adds in float64 on the CPU too)."""
-    from anyclip._kernels import _torch_multi
+    from anyclip._kernels._torch_multi import cuda_half_squares
 
     xs = [make(a, dtype) for a in _cuda_lists(dtype)[case]]
     xp, torch = backend.xp, backend.module
-    total = getattr(_torch_multi, route)(torch, xs)
+    total = cuda_half_squares(torch, xs)
     assert total.dtype == xs[0].dtype and total.shape == ()
     want = GENERIC_API.global_norm(xs)
     got = _core_norm(xp, total)

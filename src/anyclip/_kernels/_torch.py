@@ -35,7 +35,7 @@ from anyclip._kernels._dist import (
     is_dtensor,
     replicate_partials,
 )
-from anyclip._kernels._torch_multi import compiled_half_squares, cuda_half_squares, cuda_norm
+from anyclip._kernels._torch_multi import cuda_half_squares, cuda_norm
 from anyclip._kernels._torch_sums import (
     _FAST,
     _HALF,
@@ -163,8 +163,6 @@ class TorchKernels(Kernels):
             return super().half_squares(xp, arrays) if half is None else half
 
         if arrays[0].is_cuda:  # one multi-tensor norm, not a launch per large array
-            if torch.compiler.is_compiling():  # Inductor: no traced _foreach_norm(dtype=)
-                return compiled_half_squares(torch, arrays)
             return cuda_half_squares(torch, arrays)
         total = _tf_order(xp, torch, arrays, half=True)
         if total is not None:

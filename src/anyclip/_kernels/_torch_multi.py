@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["compiled_half_squares", "cpu_half_square_sums", "cuda_half_squares", "cuda_norm"]
+__all__ = ["cpu_half_square_sums", "cuda_half_squares", "cuda_norm"]
 
 #: ATen's ``GRAIN_SIZE``: a CPU operation on fewer elements runs on the calling thread. Runs
 #: joined by :func:`cpu_half_square_sums` hold fewer (their operations then never wait for
@@ -59,22 +59,6 @@ def cuda_half_squares(torch: Any, arrays: Sequence[Any]) -> Any:
     dtype = arrays[0].dtype
     norms = torch.stack(torch._foreach_norm(arrays, 2, dtype=torch.float64))
     return torch.sum(norms * norms * 0.5).to(dtype)
-
-
-def compiled_half_squares(torch: Any, arrays: Sequence[Any]) -> Any:
-    """:func:`cuda_half_squares` for ``torch.compile``: the same float64 sums, in plain ops.
-
-    Under Inductor on CUDA (torch 2.11, H200), the traced ``_foreach_norm(arrays, 2,
-    dtype=float64)`` gave sums far below the true ones (``clip_by_global_norm`` of ``[3, 4]``
-    and ``[12]`` at 6.5 came back unclipped; an inf entry came back finite), where eager
-    gives the right ones. Here each array is cast, squared and summed in float64 by ops
-    Inductor lowers itself (a cast fused into the reduction: no float64 copy is kept), the
-    sums added in float64 and rounded once, as :func:`cuda_half_squares` does up to float64's
-    own rounding. Python's loop over the arrays runs once, while tracing.
-    """
-    dtype = arrays[0].dtype
-    sums = [torch.sum(torch.square(a.to(torch.float64))) for a in arrays]
-    return (torch.sum(torch.stack(sums)) * 0.5).to(dtype)
 
 
 def cuda_norm(torch: Any, x: Any, axes: tuple[int, ...] | None) -> Any:

@@ -179,11 +179,6 @@ def _half_precision_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any
     """
     if not _fast_ok(arrays, one_dtype=True, dtypes=_HALF):
         return None
-    if arrays[0].is_cuda and torch.compiler.is_compiling():
-        # Inductor: no traced foreach reductions with dtype= (wrong sums on CUDA, torch 2.11);
-        # one array at a time, traced once
-        parts = [torch.reshape(_cpu_half_square_sum(xp, torch, v), (1,)) for v in arrays]
-        return reduce_sum(xp, torch.cat(parts), None, keepdims=False)
     if not arrays[0].is_cuda:  # CPU foreach ops loop over the arrays: runs of small ones joined
         parts = cpu_half_square_sums(torch, arrays, lambda v: _cpu_half_square_sum(xp, torch, v))
         halves = parts[0] if len(parts) == 1 else torch.cat(parts)

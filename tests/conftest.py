@@ -57,6 +57,20 @@ def rounded(values: Any, dtype: str) -> np.ndarray:
         return np.asarray(values, dtype=dtype)
 
 
+def jax_divides_exactly() -> bool:
+    """Whether the installed JAX's CPU float32 ``[3, 4] / 13`` is the correctly rounded quotient.
+
+    optax's ``clip_by_global_norm`` divides first (``t / norm * max_norm``), so its value on
+    ``[3, 4]`` and ``[12]`` (norm 13) depends on it: JAX 0.10.2's ``3 / 13`` is one ulp above
+    NumPy's (``0.23076925``), which gives optax's ``[1.5000001, 2]`` at 6.5 where TF gives
+    ``[1.5, 2]``; JAX 0.5.3's is NumPy's, and optax's value is TF's there.
+    """
+    import jax.numpy as jnp
+
+    got = np.asarray(jnp.asarray([3.0, 4.0], dtype=jnp.float32) / jnp.float32(13.0))
+    return bool(np.array_equal(got, np.float32([3.0, 4.0]) / np.float32(13.0)))
+
+
 @pytest.fixture
 def make(backend: Backend) -> Callable[..., Any]:
     """Build a backend array from NumPy data, skipping dtypes the backend lacks."""

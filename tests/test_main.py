@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from .conftest import jax_divides_exactly
+
 #: One pytest-xdist worker runs this module: the demo (module-scoped ``demo``) runs once.
 pytestmark = pytest.mark.xdist_group("main")
 
@@ -299,7 +301,10 @@ def test_demo_optax_look_alike_differs_from_tf(demo):
     clipped, _ = tx.update(grads, tx.init(grads))
     optax_values = np.concatenate([np.asarray(g) for g in clipped])
     assert_float32(rows["optax.clip_by_global_norm"], optax_values, "optax")
-    assert_float32(rows["optax.clip_by_global_norm"], [1.5000001, 2, 6], "optax divides first")
+    # optax divides first: one rounding from TF where JAX's float32 3 / 13 is one ulp off
+    # (JAX 0.10.2), TF's values where it is exact (JAX 0.5.3)
+    want = [1.5, 2, 6] if jax_divides_exactly() else [1.5000001, 2, 6]
+    assert_float32(rows["optax.clip_by_global_norm"], want, "optax divides first")
     assert_float32(rows["anyclip.optax.clip_by_global_norm"], [1.5, 2, 6], "anyclip.optax")
 
 

@@ -1,8 +1,10 @@
 """A sample of the suite for an environment at other versions: ``make test-floors`` runs it.
 
 ``python tests/version_sample.py [--list] [PYTEST_ARGS...]`` runs pytest (in this process, one
-worker) on the CPU backends with the conformance catalogue's sample (``--anyclip-sample``: every
-function, dtype and case family), and keeps of the collected tests:
+worker) on the CPU backends, each required as CI requires them (``ANYCLIP_REQUIRE_BACKENDS``:
+dask's parametrisations run, and a backend that does not load fails), with the conformance
+catalogue's sample (``--anyclip-sample``: every function, dtype and case family), and keeps of
+the collected tests:
 
 * every docstring example (``src/anyclip``: each public function's own example) and every test
   that takes no parameters;
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import sys
 import threading
 import types
@@ -159,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     # packages), not this script's folder
     sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != ROOT / "tests")]
     listing = "--list" in args
+    # every backend required, as CI requires them: dask's fixtures run only then (an opt-in
+    # backend), and a backend that does not load fails rather than skips
+    os.environ["ANYCLIP_REQUIRE_BACKENDS"] = BACKENDS
     args = [a for a in args if a != "--list"]
     sample = Sample()
     pytest_args = [

@@ -429,9 +429,10 @@ def _host(x: Any) -> Any:
     if hasattr(x, "compute"):
         # dask is lazy: NumPy's arithmetic runs here, after anyclip returned and outside the
         # errstate anyclip holds while it builds the graph, so TF's silent inf/NaN needs the
-        # caller's errstate (docs/tf-behaviour.md, "inf and NaN results never warn")
+        # caller's errstate (docs/tf-behaviour.md, "inf and NaN results never warn"), in this
+        # thread: dask's thread pool sees it only from dask 2026.3 with NumPy 2
         with np.errstate(all="ignore"):
-            x = x.compute()
+            x = x.compute(scheduler="synchronous")
     if type(x).__module__.startswith("array_api_strict"):
         return np.asarray(x)
     if hasattr(x, "detach"):

@@ -85,6 +85,9 @@ def _namespace_of(value: object) -> Namespace | None:
         isinstance(value, (dict, list, tuple, set, frozenset))
         or is_numpy_scalar(value)
         or tp.__module__.startswith("numpy.ma")  # a masked array: refused by the policy
+        # an np.matrix: converted by the policy, as TF does (array-api-compat 1.12 takes it
+        # for an array, where `*` is a matrix product; 1.16 no longer does)
+        or (tp.__module__ == "numpy" and tp.__name__ == "matrix")
         or not array_api_compat.is_array_api_obj(value)
     ):
         xp = None

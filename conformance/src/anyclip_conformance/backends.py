@@ -155,9 +155,10 @@ class Backend:
             return x.get()
         if self.library == "dask":
             # dask runs NumPy when the graph is computed, after anyclip returned: TF's silent
-            # inf/NaN cannot be kept there (a declared difference), so the check silences it
+            # inf/NaN cannot be kept there (a declared difference), so the check silences it,
+            # in this thread (dask's threads see this errstate only from dask 2026.3, NumPy 2)
             with np.errstate(all="ignore"):
-                return np.asarray(x.compute())
+                return np.asarray(x.compute(scheduler="synchronous"))
         if self.library == "array_api_strict":
             return np.asarray(self.xp.asarray(x, device=self.xp.Device("CPU_DEVICE")))
         return np.asarray(x)

@@ -226,6 +226,7 @@ def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
     dtype = np.dtype(arrays[0].dtype)
     packet, _ = eigen_packet(dtype)
 
+    blockwise: Callable[..., Any] = da.blockwise  # untyped in dask
     nodes: list[tuple[int, int]] = []  # the known arrays' nodes, in order: one sum each
     # per array: ("tree", its tree over its nodes' positions), ("own", the position of its
     # sum in ``owns``) for an unknown shape, or ("empty", None)
@@ -245,11 +246,16 @@ def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
         first = len(nodes)
         trees.append(("tree", tf_order_nodes(n, max(flat.chunks[0]), nodes, packet)))
         cut = tuple(length for _, length in nodes[first:])
-        map_blocks: Callable[..., Any] = flat.rechunk((cut,)).map_blocks  # untyped in dask
+        # one sum per node, through blockwise: its `token=` names the layer in every dask
+        # accepted (map_blocks's `token=` warns in dask 2024.1, and its `name=`, a prefix
+        # there, is the whole key name in later releases)
         parts.append(
-            map_blocks(
+            blockwise(
                 _node_sum,
-                chunks=((1,) * len(cut),),
+                "i",
+                flat.rechunk((cut,)),
+                "i",
+                adjust_chunks={"i": 1},
                 dtype=dtype,
                 meta=np.empty((0,), dtype=dtype),
                 token="anyclip-tf-order-node",
@@ -264,7 +270,6 @@ def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
         inputs += [stack(owns), "j"]
     if not inputs:  # only empty arrays
         return da.zeros((), dtype=dtype)
-    blockwise: Callable[..., Any] = da.blockwise  # untyped in dask
     total = functools.partial(_tf_order_total, trees=trees, half=half, nodes=bool(parts))
     return blockwise(
         total,

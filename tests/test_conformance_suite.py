@@ -346,3 +346,80 @@ def test_host_sync_guard_never_outlives_its_block(monkeypatch) -> None:
         assert modes == ["error"]
         raise KeyError("a failing check inside the block")
     assert modes == ["error", "default"]
+
+
+_LOWER_BOTH_WAYS = """
+import threading
+import jax
+import jax.numpy as jnp
+from anyclip_conformance import jax_lowering
+import anyclip
+
+jax.config.update("jax_enable_x64", True)
+
+
+def programs():
+    # new function objects each time: nothing comes from JAX's lowering caches
+    fns = [
+        lambda x: anyclip.clip_by_norm(x, 1.0),
+        lambda x: anyclip.global_norm([x, x[:1]]),
+        lambda x: jnp.cumsum(x * jnp.asarray([1.5, 2.5, 3.5], x.dtype)),
+    ]
+    xs = [jnp.arange(3.0, dtype=d) for d in (jnp.float32, jnp.float64, jnp.bfloat16)]
+    lowered = [jax.jit(f).lower(x) for f in fns for x in xs]
+    contexts = []  # the objects, kept alive: ids of freed ones could be reused
+    for low in lowered:
+        context = low.compiler_ir().context
+        if not any(context is c for c in contexts):
+            contexts.append(context)
+    return [low.as_text() for low in lowered], contexts
+
+
+fresh, fresh_contexts = programs()
+assert len(fresh_contexts) == len(fresh), "a context per program before sharing"
+assert jax_lowering.share() and jax_lowering.share()
+jax.clear_caches()
+same, contexts = programs()
+assert same == fresh, "the shared context lowers other programs"
+assert len(contexts) == 1, contexts
+jax_lowering.renew()
+jax.clear_caches()
+again, renewed = programs()
+assert again == fresh and len(renewed) == 1 and renewed[0] is not contexts[0]
+other = []
+thread = threading.Thread(target=lambda: other.append(programs()))
+thread.start()
+thread.join()
+assert other[0][0] == fresh and len(other[0][1]) == 1 and other[0][1][0] is not renewed[0]
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("setting", ["shared", "fresh"])
+def test_shared_mlir_context_lowers_the_same_programs(tmp_path, setting) -> None:
+    """One MLIR context per thread gives JAX's programs character for character; a renewed
+    context and another thread's are other contexts; ``..._MLIR_CONTEXT=fresh`` opts out."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANYCLIP_CONFORMANCE")}
+    script = _LOWER_BOTH_WAYS
+    if setting == "fresh":
+        env["ANYCLIP_CONFORMANCE_MLIR_CONTEXT"] = "fresh"
+        script = (
+            "import jax\nfrom anyclip_conformance import jax_lowering\n"
+            "assert not jax_lowering.share() and not jax_lowering.shared()\nprint('ok')\n"
+        )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["ok"]

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 import anyclip
+from anyclip_conformance import jax_lowering
 from anyclip_conformance.backends import Backend, load_backend
 from anyclip_conformance.budgets import REAL_GRADIENT_BUDGETS, budget, gpu_budget
 from anyclip_conformance.compare import Mismatch, assert_array
@@ -274,6 +275,7 @@ def release_compiled() -> None:
     if jax is None:
         return
     jax.clear_caches()
+    jax_lowering.renew()
     gc.collect()
     if sys.platform.startswith("linux"):
         try:

@@ -16,13 +16,19 @@ independent NumPy float64 formula, or from a mathematical property; never from a
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pytest
@@ -32,6 +38,7 @@ from anyclip_conformance import Backend, assert_array
 #: Scripts run in subprocesses by the distributed tests (not test modules; they import
 #: frameworks at import time and need environment variables set first).
 collect_ignore = [
+    "_docs_runner.py",
     "_torch_dist_worker.py",
     "_jax_sharding_worker.py",
     "_first_call_worker.py",
@@ -170,3 +177,180 @@ def run_json_worker(script: str, *args: str, out: Path, timeout: float = 600) ->
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
+
+
+# ------------------------------------------------------------------ subprocesses
+def start_process(
+    args: Sequence[str | Path], *, log: Path, stdin: int | IO[Any] | None = None, **kwargs: Any
+) -> subprocess.Popen[bytes]:
+    """Start ``args`` with its stdout and stderr written to ``log``.
+
+    On POSIX it leads a process group of its own (a new session), so that :func:`stop_process`
+    reaches whatever it started too (a docs block's workers, a rank's helpers).
+    """
+    with open(log, "wb") as fh:
+        return subprocess.Popen(
+            [str(a) for a in args],
+            stdin=stdin,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=os.name == "posix",
+            **kwargs,
+        )
+
+
+def exited(proc: subprocess.Popen[Any]) -> bool:
+    """Whether ``proc`` has exited; on POSIX without reaping it, so that its process group id
+    cannot be another process's yet when :func:`stop_process` kills the group."""
+    if proc.returncode is not None:
+        return True
+    if hasattr(os, "waitid"):
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        return os.waitid(os.P_PID, proc.pid, flags) is not None
+    return proc.poll() is not None  # pragma: no cover - Windows
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """Kill ``proc`` (a :func:`start_process` process) and its process group; reap it.
+
+    The group is killed only while ``proc`` is not reaped (its id is still ours): a process
+    reaped by ``wait`` or ``poll`` is left as it is.
+    """
+    if proc.returncode is None:
+        if os.name == "posix":
+            with contextlib.suppress(ProcessLookupError):  # the group is already gone
+                os.killpg(proc.pid, signal.SIGKILL)
+        else:  # pragma: no cover - Windows
+            proc.kill()
+    proc.wait()
+
+
+#: The docs block runner (``tests/_docs_runner.py``): a script, standard library only.
+DOCS_RUNNER = Path(__file__).with_name("_docs_runner.py")
+#: Seconds one docs block may run in :class:`DocsBlockRunner` (a torch.distributed block runs in
+#: 1 to 5 s on the 2-core machine, the first one importing torch): generous for a loaded
+#: machine, and bounded, so that a block that hangs fails instead of holding the run.
+DOCS_BLOCK_TIMEOUT = 300.0
+
+
+class DocsBlockFailed(Exception):
+    """A docs block raised, ran over its time, or its Python died; the message says which."""
+
+
+class DocsBlockTimeout(DocsBlockFailed):
+    """A docs block ran over its time: it was stopped, its Python killed."""
+
+
+class DocsBlockRunner:
+    """Docs blocks run one at a time in a Python of its own (``tests/_docs_runner.py``).
+
+    The Python starts at the first block and serves the next ones; each block gets
+    ``timeout`` seconds. A block that runs over them is stopped: the Python is killed with its
+    process group and reaped, :class:`DocsBlockFailed` names the block and shows what it printed
+    so far, and the next block starts a fresh Python. :meth:`close` kills and reaps it too.
+    ``python``, ``flags``, ``cwd`` and ``env`` are the interpreter, its options, its working
+    folder and its environment (``None``: this process's); ``script`` the runner's file;
+    ``workdir`` a folder for its log and results.
+    """
+
+    def __init__(
+        self,
+        python: str | Path,
+        workdir: Path,
+        *,
+        script: Path = DOCS_RUNNER,
+        flags: Sequence[str] = (),
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = DOCS_BLOCK_TIMEOUT,
+    ) -> None:
+        self.args = [python, *flags, script]
+        self.workdir, self.cwd, self.env, self.timeout = workdir, cwd, env, timeout
+        self.log = workdir / "runner.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._requests = 0
+
+    Failed = DocsBlockFailed
+
+    @staticmethod
+    def warning_filters_here() -> list[list[Any]]:
+        """The warning filters in force here (pytest's, inside a test), for :meth:`run`."""
+
+        def regex(pattern: re.Pattern[str] | str | None) -> str:
+            if isinstance(pattern, str):  # the interpreter's own filters match a plain string
+                return re.escape(pattern) + r"\Z"
+            return "" if pattern is None else pattern.pattern
+
+        def name(category: type[Warning]) -> str:
+            return f"{category.__module__}:{category.__qualname__}"
+
+        return [
+            [action, regex(message), name(cat), regex(module), line]  # type: ignore[arg-type]
+            for action, message, cat, module, line in warnings.filters
+        ]
+
+    def _output(self, start: int) -> str:
+        with open(self.log, "rb") as fh:
+            fh.seek(start)
+            return fh.read().decode(errors="replace")[-4000:]
+
+    def run(
+        self, name: str, code: str, warning_filters: list[list[Any]] | None = None
+    ) -> list[str]:
+        """The lines block ``name`` prints; raises :class:`DocsBlockFailed` if it fails.
+
+        ``warning_filters`` (from :meth:`warning_filters_here`) are set around the block;
+        ``None`` leaves the interpreter's own.
+        """
+        if self.proc is None:
+            self.log = self.workdir / f"runner{self._requests}.log"
+            self.proc = start_process(
+                self.args, log=self.log, stdin=subprocess.PIPE, cwd=self.cwd, env=self.env
+            )
+        proc = self.proc
+        assert proc.stdin is not None
+        self._requests += 1
+        result = self.workdir / f"result{self._requests}.json"
+        start = self.log.stat().st_size
+        request = {"name": name, "code": code, "result": str(result), "warnings": warning_filters}
+        with contextlib.suppress(BrokenPipeError):  # it died: told below
+            proc.stdin.write((json.dumps(request) + "\n").encode())
+            proc.stdin.flush()
+        deadline = time.monotonic() + self.timeout
+        while not result.exists():
+            if exited(proc) and not result.exists():  # (it may have written it, then exited)
+                self.close()
+                raise DocsBlockFailed(
+                    f"{name}: the Python running it exited with {proc.returncode}; "
+                    f"its output:\n{self._output(start)}"
+                )
+            if time.monotonic() > deadline:
+                self.close()
+                raise DocsBlockTimeout(
+                    f"{name} ran over {self.timeout:g} s and was stopped; its output so far:\n"
+                    f"{self._output(start)}"
+                )
+            time.sleep(0.02)
+        got = json.loads(result.read_text(encoding="utf-8"))
+        if got["error"] is not None:
+            raise DocsBlockFailed(
+                f"{name} raised:\n{got['error']}\nafter printing:\n{got['printed']}"
+            )
+        return list(got["printed"])
+
+    def close(self) -> None:
+        """Kill and reap the runner's Python (and its process group), if it runs."""
+        if self.proc is not None:
+            proc, self.proc = self.proc, None
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            stop_process(proc)
+
+
+@pytest.fixture(scope="module")
+def docs_runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsBlockRunner]:
+    """A :class:`DocsBlockRunner` on this interpreter, in this process's folder and environment."""
+    runner = DocsBlockRunner(sys.executable, tmp_path_factory.mktemp("docs-runner"))
+    yield runner
+    runner.close()

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import start_process, stop_process
+
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
@@ -77,20 +79,11 @@ def run_world(world: int, out: Path) -> tuple[dict[str, str], str]:
             [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
     }
-    procs = []
-    logs = []
-    for rank in range(world):
-        log = out.parent / f"rank{rank}.log"
-        logs.append(log)
-        with open(log, "w", encoding="utf-8") as fh:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, str(WORKER), str(out)],
-                    env={**env, "RANK": str(rank)},
-                    stdout=fh,
-                    stderr=subprocess.STDOUT,
-                )
-            )
+    logs = [out.parent / f"rank{rank}.log" for rank in range(world)]
+    procs = [
+        start_process([sys.executable, WORKER, out], log=log, env={**env, "RANK": str(rank)})
+        for rank, log in enumerate(logs)
+    ]
     try:
         for p in procs:
             p.wait(timeout=TIMEOUT)
@@ -98,9 +91,7 @@ def run_world(world: int, out: Path) -> tuple[dict[str, str], str]:
         pass
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            stop_process(p)  # a rank still running is killed, with what it started
     text = "\n".join(f"--- rank {i}\n{log.read_text()[-3000:]}" for i, log in enumerate(logs))
     results = json.loads(out.read_text()) if out.exists() else {}
     return results, text

@@ -7,6 +7,12 @@
   TensorFlow reference blocks (the tests never import TensorFlow). A block's output must be
   exactly what its ``# ->`` comments say, one comment per printed line, so the outputs shown in
   the docs are the ones anyclip gives.
+* A block that uses torch.distributed (a process group: DDP, FSDP2, tensor parallel, ...) runs
+  in a Python of its own (``tests/conftest.py``'s ``DocsBlockRunner``), in the same globals,
+  folder, environment and warning filters as a block run here, its output compared the same
+  way. It gets minutes, not forever: a gloo group's teardown once hung the test process (its
+  threads joined from a DDP reducer freed after the group), which no time limit could stop
+  in-process; there the Python is killed and the test fails naming the block.
 """
 
 from __future__ import annotations
@@ -48,11 +54,19 @@ REQUIRED_PAGES = (
 
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _EXPECTED = re.compile(r"#\s*->\s?(.*)$")
+_TORCH_DISTRIBUTED = re.compile(
+    r"\btorch\.distributed\b|^\s*from torch import [^\n]*\bdistributed\b", re.MULTILINE
+)
 
 
 def is_tf_reference(code: str) -> bool:
     """TensorFlow reference code: shown for comparison, never run by the tests."""
     return "tensorflow" in code or "tf." in code
+
+
+def uses_torch_distributed(code: str) -> bool:
+    """The block uses torch.distributed: it may start a process group, so it runs out of process."""
+    return _TORCH_DISTRIBUTED.search(code) is not None
 
 
 def python_blocks(page: Path) -> list[tuple[int, str]]:
@@ -102,21 +116,50 @@ def test_pages_have_runnable_examples():
     assert len(_block_ids()) >= 20
 
 
+def test_process_group_blocks_run_out_of_process():
+    """Every block that starts a process group runs in a Python of its own, whichever way it
+    imports torch.distributed."""
+    starts = [
+        (page.name, line)
+        for page in PAGES
+        for line, code in python_blocks(page)
+        if not is_tf_reference(code) and re.search(r"init_process_group|init_device_mesh", code)
+        if not uses_torch_distributed(code)
+    ]
+    assert not starts, f"blocks that start a process group would run in the test process: {starts}"
+    assert uses_torch_distributed("from torch import nn, distributed as dist")
+    assert not uses_torch_distributed("import torch\nprint(torch.ones(2))")
+
+
 @pytest.mark.parametrize(("page", "code"), _block_ids())
-def test_code_block_runs_and_prints_what_it_says(page, code):
+def test_code_block_runs_and_prints_what_it_says(page, code, request):
     for module in ("numpy", "torch", "jax", "optax"):
         if re.search(rf"^\s*(import|from) {module}\b", code, re.MULTILINE):
             pytest.importorskip(module)
     expected = [m.group(1).rstrip() for m in map(_EXPECTED.search, code.splitlines()) if m]
-    out = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out):
-            exec(compile(code, f"<{page.name}>", "exec"), {"__name__": "__docs__"})
-    finally:
-        # blocks print torch tensors with more decimals (torch.set_printoptions): not for others
-        if sys.modules.get("torch") is not None:
-            sys.modules["torch"].set_printoptions(profile="default")
-    printed = [line.rstrip() for line in out.getvalue().splitlines()]
+    if uses_torch_distributed(code):
+        runner = request.getfixturevalue("docs_runner")  # tests/conftest.py
+        name = request.node.callspec.id  # page.md:line
+        try:
+            lines = runner.run(name, code, runner.warning_filters_here())
+        except runner.Failed as exc:
+            failed = f"{page.relative_to(ROOT)}: {exc}"
+        else:
+            failed = ""
+        if failed:  # raised here, not in the except clause: the message alone, no chain
+            pytest.fail(failed, pytrace=False)
+    else:
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(compile(code, f"<{page.name}>", "exec"), {"__name__": "__docs__"})
+        finally:
+            # blocks print torch tensors with more decimals (torch.set_printoptions): not for
+            # others
+            if sys.modules.get("torch") is not None:
+                sys.modules["torch"].set_printoptions(profile="default")
+        lines = out.getvalue().splitlines()
+    printed = [line.rstrip() for line in lines]
     assert printed == expected, (
         f"the block prints\n{printed}\nbut its `# ->` comments say\n{expected}"
     )

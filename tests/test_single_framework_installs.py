@@ -26,8 +26,8 @@ and the docs' examples that import that framework and no other run and print wha
 Measured on two shared cores with the wheels in a local package index: the torch-only venv
 builds in 27 to 51 s, its script runs in 3 to 5 s; the JAX-only venv builds in 21 to 26 s, its
 script runs in 2 to 3 s. The docs' examples run in one interpreter per install
-(:data:`BLOCK_RUNNER`): torch-only's 28 in 7.5 s (87 s with one interpreter each, on a loaded
-machine).
+(``tests/conftest.py``'s ``DocsBlockRunner``, each block bounded in time): torch-only's 28
+in 7.5 s (87 s with one interpreter each, on a loaded machine).
 Where a venv cannot be built (no package index, no wheel) its tests are a visible SKIP, and a
 failure under ``CI=true``.
 """
@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
 import os
 import re
+import shutil
 import subprocess
 import textwrap
 import venv
@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from .conftest import DOCS_RUNNER, DocsBlockFailed, DocsBlockRunner, DocsBlockTimeout
 
 #: One pytest-xdist worker runs this module and tests/test_packaging.py: both build in the
 #: checkout (``pip install`` of it writes ``build/`` and ``src/anyclip.egg-info`` there); each
@@ -588,71 +590,41 @@ def _blocks(install: Install) -> list[pytest.param]:
     ]
 
 
-#: Runs the docs' blocks in one interpreter of the venv, as ``tests/test_docs.py`` runs them in
-#: the test process: each block in fresh globals with its own warning filters, its stdout
-#: captured, torch's print options reset after it. ``python BLOCKS.json OUT.json``: the blocks
-#: (id, code) in, for each id its printed lines or its traceback out.
-BLOCK_RUNNER = textwrap.dedent(
-    """
-    import contextlib
-    import io
-    import json
-    import sys
-    import traceback
-    import warnings
-
-    blocks = json.loads(open(sys.argv[1], encoding="utf-8").read())
-    results = {}
-    for name, code in blocks:
-        print(f"block: {name}", file=sys.stderr, flush=True)  # names a block that hangs
-        out = io.StringIO()
-        try:
-            with warnings.catch_warnings(), contextlib.redirect_stdout(out):
-                exec(compile(code, f"<{name}>", "exec"), {"__name__": "__docs__"})
-            results[name] = {"printed": out.getvalue().splitlines()}
-        except BaseException:  # a block's SystemExit too: reported, the others still run
-            error = traceback.format_exc()
-            results[name] = {"printed": out.getvalue().splitlines(), "error": error}
-        finally:
-            if sys.modules.get("torch") is not None:
-                sys.modules["torch"].set_printoptions(profile="default")
-    with open(sys.argv[2], "w", encoding="utf-8") as fh:
-        json.dump(results, fh)
-    """
-)
-
-
 def test_docs_examples_run_on_single_framework_install(install, python, tmp_path):
     """The docs' blocks for this framework print what their ``# ->`` comments say, in the venv.
 
-    All in one interpreter (:data:`BLOCK_RUNNER`), which imports the framework once: one
-    interpreter per block (28 torch imports) took 87 s of the torch-only install's run.
+    All in one interpreter of the venv, which imports the framework once (one interpreter per
+    block, 28 torch imports, took 87 s of the torch-only install's run): the runner of
+    ``tests/test_docs.py``'s torch.distributed blocks (``tests/conftest.py``'s
+    ``DocsBlockRunner``), each block in fresh globals, its stdout captured, torch's print
+    options reset after it, bounded in time; its file is copied outside the checkout and run
+    with nothing of ours on the path, so the installed anyclip is the one imported.
     """
     blocks = _blocks(install)
     assert len(blocks) >= 10, f"fewer {install.name} examples than expected in the docs"
-    listed = tmp_path / "blocks.json"
-    listed.write_text(json.dumps([(b.id, b.values[0]) for b in blocks]), encoding="utf-8")
-    runner = tmp_path / "run_blocks.py"
-    runner.write_text(BLOCK_RUNNER, encoding="utf-8")
-    out = tmp_path / "printed.json"
-    try:
-        done = run_in(python, runner, *install.flags, args=(listed, out))
-    except subprocess.TimeoutExpired as exc:  # which block: the last the runner announced
-        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
-        started = [line for line in err.splitlines() if line.startswith("block: ")]
-        pytest.fail(
-            f"the docs' blocks took over {exc.timeout} s; the last one started: "
-            f"{started[-1] if started else 'none'}\n{err[-3000:]}"
-        )
-    assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-    results = json.loads(out.read_text(encoding="utf-8"))
-    assert sorted(results) == sorted(b.id for b in blocks)
+    script = tmp_path / DOCS_RUNNER.name
+    shutil.copyfile(DOCS_RUNNER, script)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    runner = DocsBlockRunner(
+        python, tmp_path, script=script, flags=install.flags, cwd=tmp_path, env=env
+    )
     failures = []
-    for block in blocks:
-        (code,) = block.values
-        expected = [m.group(1).rstrip() for m in map(DOCS._EXPECTED.search, code.splitlines()) if m]
-        got = results[block.id]
-        printed = [line.rstrip() for line in got["printed"]]
-        if "error" in got or printed != expected:
-            failures.append(f"{block.id}: {got.get('error', '')[-1500:] or printed}")
-    assert not failures, "\n\n".join(failures)
+    try:
+        for block in blocks:
+            (code,) = block.values
+            expected = [
+                m.group(1).rstrip() for m in map(DOCS._EXPECTED.search, code.splitlines()) if m
+            ]
+            try:
+                printed = [line.rstrip() for line in runner.run(block.id, code)]
+            except DocsBlockTimeout as exc:  # the blocks after it are not run
+                failures.append(f"{exc}\n(the blocks after it were not run)")
+                break
+            except DocsBlockFailed as exc:
+                failures.append(str(exc)[-1500:])
+                continue
+            if printed != expected:
+                failures.append(f"{block.id}: prints {printed}, its `# ->` comments say {expected}")
+    finally:
+        runner.close()
+    assert not failures, f"{install.name}:\n" + "\n\n".join(failures)

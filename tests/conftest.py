@@ -9,6 +9,8 @@ The root ``conftest.py`` provides ``backend`` (every backend and device, one at 
   ``desired`` first rounded to ``dtype`` (so that a float32 value copied from
   ``docs/tf-reference.md``, printed as the shortest decimal that round-trips, becomes the exact
   float32 TF returned).
+* ``jax_compiles``: the JAX compile events (a trace for a program, its lowering, its XLA
+  compilation) seen while the test runs, through ``jax.monitoring``.
 
 Expected values in the tests come from ``docs/tf-reference.md`` (cited by section), from an
 independent NumPy float64 formula, or from a mathematical property; never from anyclip itself.
@@ -354,3 +356,23 @@ def docs_runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsBlockR
     runner = DocsBlockRunner(sys.executable, tmp_path_factory.mktemp("docs-runner"))
     yield runner
     runner.close()
+
+
+@pytest.fixture
+def jax_compiles() -> Iterator[list[str]]:
+    """The names of the JAX compile events from now on, in order (clear the list to restart).
+
+    ``jax.monitoring``'s duration events under ``/jax/core/compile/``: a trace for a program
+    (``jit``'s, or an eager ``lax.cond``'s), its lowering to MLIR, its XLA compilation. A call
+    that reuses a cached program records none. The listener is removed after the test.
+    """
+    jax = pytest.importorskip("jax")
+    seen: list[str] = []
+
+    def listen(event: str, duration_secs: float, **kwargs: Any) -> None:
+        if event.startswith("/jax/core/compile/"):
+            seen.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    yield seen
+    jax.monitoring.unregister_event_duration_listener(listen)

@@ -530,6 +530,33 @@ def test_optax_skip_on_spike_is_apply_if_finite_on_nonfinite(
             assert np.asarray(getattr(s1, f)) == np.asarray(getattr(s2, f)), f
 
 
+@jax_backends
+@pytest.mark.parametrize("on_loss", [False, True], ids=["norm", "loss"])
+def test_optax_skip_on_spike_eager_steps_reuse_one_program(backend, jax_compiles, on_loss):
+    # Eagerly, each update used to trace, lower and compile a new lax.cond (its branches,
+    # made at each step, closed over the step's arrays): ~60 ms a step. After the first
+    # steps, more steps of the same shapes, taken or skipped, must compile nothing.
+    optax = pytest.importorskip("optax")
+    ao = pytest.importorskip("anyclip.optax")
+    base = np.random.default_rng(7).standard_normal(sum(int(np.prod(s)) for s in sgen.SHAPES))
+    # norms |base| times these: a spike (100) and a NaN, both skipped; the rest taken
+    scale = [1.0, 0.9, 1.1, 1.05, 0.95, 1.0, 100.0, 1.0, np.nan, 1.0, 1.02]
+    grads = [[backend.asarray(a, "float32") for a in _split(base * f, sgen.SHAPES)] for f in scale]
+    losses = [backend.asarray(2.0 + f / 10, "float32") for f in np.nan_to_num(scale, nan=1.0)]
+    params = [backend.asarray(np.ones(s), "float32") for s in sgen.SHAPES]
+    tx = ao.skip_on_spike(optax.adam(0.05), 8, 6, on_loss=on_loss, max_consecutive_errors=5)
+    state = tx.init(params)
+    skipped = []
+    for i, g in enumerate(grads):
+        if i == 2:  # two steps to warm up
+            jax_compiles.clear()
+        kwargs = {"loss": losses[i]} if on_loss else {}
+        _, state = tx.update(g, state, params, **kwargs)
+        skipped.append(int(state.skipped))
+    assert jax_compiles == []
+    assert skipped == [0, 0, 0, 0, 0, 0, 1, 1, 2, 2, 2]  # both branches ran after the warm-up
+
+
 # ======================================================================= checkpoints
 def _torch_save_load(torch: Any, state: Any) -> Any:
     buf = io.BytesIO()

@@ -4,6 +4,7 @@
   with the package), class ``ConditionalityTest``: ``test_apply_if_finite`` (parameters
   ``sgd``, ``stateful_sgd``, ``sgd_extra_args``) and ``test_apply_if_finite_pmap``, with
   anyclip's function in place of optax's, eagerly and under ``jax.jit``.
+* Eager updates after the first compile nothing (``jax.monitoring``'s compile events).
 * optax 0.2.8, live: seeded sequences of updates with NaN and inf steps through both
   wrappers around the same inner transformation; every update bit-equal, every state equal
   (types, dtypes, values).
@@ -143,6 +144,65 @@ def test_optax_apply_if_finite_pmap():
         assert opt_state.notfinite_count.item() == step + 1
     _, opt_state = fn_update(params, opt_state, two)
     assert opt_state.total_notfinite.item() == 5
+
+
+@pytest.mark.parametrize("backend", ["jax", "jax-gpu"], indirect=True)
+@pytest.mark.parametrize("with_params", [True, False], ids=["params", "no-params"])
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_eager_steps_reuse_one_program(backend, jax_compiles, builder, with_params):
+    """After the first steps, eager updates of the same shapes compile nothing.
+
+    Each used to trace, lower and compile a new ``lax.cond`` (its branches, made at each
+    step, closed over the step's arrays), as optax's ``apply_if_finite`` still does.
+    """
+    opt = anyclip.optax.apply_if_finite(BUILDERS[builder](), 2)
+    rows = [[1.0, 2.0], [3.0, jnp.nan], [1.0, 1.0], [jnp.inf, 0.0], [0.5, 1.5], [2.0, 1.0]]
+    grads = [backend.asarray(np.asarray(r), "float32") for r in rows]
+    params = backend.asarray(np.zeros(2), "float32")
+    foo = backend.asarray(np.asarray(1.5), "float32")  # an array extra argument
+    state = opt.init(params)
+    finite = []
+    for i, g in enumerate(grads):
+        if i == 2:  # two steps to warm up (the first finds sgd_extra_args' Python int state)
+            jax_compiles.clear()
+        _, state = opt.update(g, state, params if with_params else None, foo=foo)
+        finite.append(bool(state.last_finite))
+    assert jax_compiles == []
+    assert finite == [True, False, True, False, True, True]
+
+
+def _scaled_sgd(seen: list[type]) -> Any:
+    """sgd, then ``* scale`` (an extra argument), recording the type ``scale`` came as."""
+
+    def init_fn(params: Any) -> Any:
+        del params
+        return optax.EmptyState()
+
+    def update_fn(grads: Any, state: Any, params: Any = None, *, scale: Any = None, **extra: Any):
+        del params, extra
+        seen.append(type(scale))
+        return jax.tree.map(lambda g: g * scale, grads), state
+
+    return optax.chain(optax.sgd(0.1), optax.GradientTransformationExtraArgs(init_fn, update_fn))
+
+
+def test_extra_args_that_are_not_arrays_reach_inner_as_given():
+    """A Python number or a NumPy array among the updates or extra arguments: as optax's.
+
+    They are not made the cond's operands (``inner`` would see tracers): eagerly, ``inner``
+    gets them as given, as inside optax's ``apply_if_finite``; same updates and states.
+    """
+    seen_ours: list[type] = []
+    seen_ref: list[type] = []
+    ours = anyclip.optax.apply_if_finite(_scaled_sgd(seen_ours), 2)
+    ref = optax.apply_if_finite(_scaled_sgd(seen_ref), 2)
+    s_ours, s_ref = ours.init(np.zeros(3)), ref.init(np.zeros(3))
+    for g in ([1.0, 2.0, 3.0], [np.nan, 1.0, 1.0], [0.5, 0.25, 0.5]):
+        for scale in (2.0, np.float32(3.0)):
+            u_ours, s_ours = ours.update(np.asarray(g, np.float32), s_ours, scale=scale)
+            u_ref, s_ref = ref.update(np.asarray(g, np.float32), s_ref, scale=scale)
+            _same((u_ours, s_ours), (u_ref, s_ref))
+    assert seen_ours == seen_ref == [float, np.float32] * 3
 
 
 # ------------------------------------------------------- against live optax

@@ -1,20 +1,27 @@
-"""What the optax transforms share: the dtype their state and thresholds are kept in.
+"""What the optax transforms share: their state's dtype, the cond that takes or skips a step.
+
+The dtype their state and thresholds are kept in (:func:`_norm_dtype`), and the ``lax.cond``
+that takes or skips a wrapped transformation's step (:func:`_take_or_skip`).
 
 Layer: adapter helpers, below the plain (:mod:`anyclip.optax._tf_clip`), scheduled
-(:mod:`anyclip.optax._scheduled`) and history-based (:mod:`anyclip.optax._history`) transforms.
+(:mod:`anyclip.optax._scheduled`), history-based (:mod:`anyclip.optax._history`) and
+:func:`anyclip.optax.apply_if_finite` transforms.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+import optax
 
 from anyclip._compat import namespace
 from anyclip._policy_dtypes import resolve_accumulate_dtype
 from anyclip._pytree import flatten
 
-__all__ = ["_norm_dtype"]
+__all__ = ["_norm_dtype", "_take_or_skip"]
 
 
 def _norm_dtype(params: Any, accumulate_dtype: Any) -> Any:
@@ -25,3 +32,45 @@ def _norm_dtype(params: Any, accumulate_dtype: Any) -> Any:
         return jnp.float32
     acc = resolve_accumulate_dtype(namespace(jnp.zeros(0)), accumulate_dtype, dtypes)
     return dtypes[0] if acc is None else acc
+
+
+def _take_or_skip(
+    inner: optax.GradientTransformationExtraArgs,
+) -> Callable[[Any, Any, Any, Any, dict[str, Any]], tuple[Any, Any]]:
+    """``step(apply, updates, state, params, extra_args)``: ``inner``'s update, or a skip.
+
+    Where the device boolean ``apply`` is true, ``inner.update(updates, state, params,
+    **extra_args)``; else zero updates and ``state`` unchanged; one ``lax.cond``, no Python
+    ``if`` (it runs under ``jax.jit``).
+
+    The two branches are made here, once per transformation, and the step's arrays are the
+    cond's operands. Eagerly, JAX then traces, lowers and compiles the cond once per shapes and
+    dtypes and reuses it at the next steps; branches made at each step, closing over its
+    arrays, were a new program every step (traced, lowered and compiled again: 0.3 to 0.6 s
+    an update on a loaded 2-core CPU, against 2 to 6 ms reusing it). The numbers are those of
+    the closures, bit for bit, eagerly and under ``jax.jit``. Where a leaf is not a JAX array
+    (a Python number or a NumPy array among the updates or extra arguments, a state that
+    ``inner.init`` made of Python numbers), the branches close over the step's values as
+    before, so that ``inner`` sees them as given (and that step compiles its own program).
+    """
+
+    def take(operands: tuple[Any, Any, Any, dict[str, Any]]) -> tuple[Any, Any]:
+        updates, state, params, extra_args = operands
+        out: tuple[Any, Any] = inner.update(updates, state, params, **extra_args)
+        return out
+
+    def skip(operands: tuple[Any, Any, Any, dict[str, Any]]) -> tuple[Any, Any]:
+        updates, state, _, _ = operands
+        return optax.tree.zeros_like(updates), state
+
+    def step(
+        apply: Any, updates: Any, state: Any, params: Any, extra_args: dict[str, Any]
+    ) -> tuple[Any, Any]:
+        operands = (updates, state, params, extra_args)
+        if all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(operands)):
+            out: tuple[Any, Any] = jax.lax.cond(apply, take, skip, operands)
+            return out
+        out = jax.lax.cond(apply, lambda _: take(operands), lambda _: skip(operands), None)
+        return out
+
+    return step

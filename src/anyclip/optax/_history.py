@@ -17,7 +17,7 @@ import optax
 from anyclip import _clip, _history, tree
 from anyclip._history import History, check_choice, check_int, check_real
 from anyclip._keywords import hints_keywords
-from anyclip.optax._common import _norm_dtype
+from anyclip.optax._common import _norm_dtype, _take_or_skip
 
 __all__ = [
     "QuantileClipState",
@@ -281,7 +281,8 @@ def skip_on_spike(
     ``max_consecutive_errors`` in a row). A skipped step returns zero updates and keeps
     ``inner``'s state (``lax.cond``, as ``apply_if_finite``). "Non-finite" is read from the
     global norm of the updates, which is inf or NaN whenever an update is (and also when finite
-    updates overflow the sum of squares, which ``apply_if_finite`` lets through).
+    updates overflow the sum of squares, which ``apply_if_finite`` lets through). Eagerly,
+    updates of the same shapes after the first reuse one compiled program.
 
     Parameters
     ----------
@@ -328,6 +329,7 @@ def skip_on_spike(
         )
         raise TypeError(msg)
     inner = optax.with_extra_args_support(inner)
+    take_or_skip = _take_or_skip(inner)
 
     def init_fn(params: Any) -> SkipOnSpikeState:
         dt = _state_dtype(params)
@@ -362,15 +364,9 @@ def skip_on_spike(
             loss=None if loss is None else jnp.asarray(loss),
             max_consecutive_errors=errors,
         )
-
-        def do_update(_: Any) -> tuple[Any, Any]:
-            out: tuple[Any, Any] = inner.update(updates, state.inner_state, params, **extra_args)
-            return out
-
-        def reject_update(_: Any) -> tuple[Any, Any]:
-            return optax.tree.zeros_like(updates), state.inner_state
-
-        new_updates, inner_state = jax.lax.cond(d.apply, do_update, reject_update, None)
+        new_updates, inner_state = take_or_skip(
+            d.apply, updates, state.inner_state, params, extra_args
+        )
         return new_updates, SkipOnSpikeState(
             norms=d.norms,
             losses=d.losses,

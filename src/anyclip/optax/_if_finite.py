@@ -15,6 +15,7 @@ import optax
 
 from anyclip import _if_finite
 from anyclip._keywords import hints_keywords
+from anyclip.optax._common import _take_or_skip
 
 __all__ = ["apply_if_finite"]
 
@@ -30,7 +31,9 @@ def apply_if_finite(
     ``jax.jit``), unless more than ``max_consecutive_errors`` such steps came in a row: then
     ``inner``'s update is taken anyway, inf and NaN included. optax 0.2.8's rule and state,
     value for value (``tests/test_optax_if_finite.py`` runs optax's own tests on it and
-    compares it with ``optax.apply_if_finite``).
+    compares it with ``optax.apply_if_finite``). Eagerly, updates of the same shapes after the
+    first reuse one compiled program (where the updates, state, ``params`` and extra arguments
+    are JAX arrays; optax's compiles a new one at every update).
 
     Parameters
     ----------
@@ -77,6 +80,7 @@ def apply_if_finite(
         )
         raise TypeError(msg)
     inner = optax.with_extra_args_support(inner)
+    take_or_skip = _take_or_skip(inner)
 
     def init_fn(params: Any) -> optax.ApplyIfFiniteState:
         return optax.ApplyIfFiniteState(
@@ -97,15 +101,9 @@ def apply_if_finite(
             jnp.asarray(state.total_notfinite),
             errors,
         )
-
-        def do_update(_: Any) -> tuple[Any, Any]:
-            out: tuple[Any, Any] = inner.update(updates, state.inner_state, params, **extra_args)
-            return out
-
-        def reject_update(_: Any) -> tuple[Any, Any]:
-            return optax.tree.zeros_like(updates), state.inner_state
-
-        new_updates, inner_state = jax.lax.cond(d.apply, do_update, reject_update, None)
+        new_updates, inner_state = take_or_skip(
+            d.apply, updates, state.inner_state, params, extra_args
+        )
         return new_updates, optax.ApplyIfFiniteState(
             notfinite_count=d.notfinite_count,
             last_finite=d.finite,

@@ -285,6 +285,46 @@ def test_torch_multi_tensor_half_sums_on_cpu(backend, make, dtype, case):
     assert_array(got, backend.to_numpy(want), backend=backend, dtype=dtype, ulp=ULP_GLOBAL)
 
 
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_torch_cpu_half_losses_in_reused_buffers(backend, make, dtype):
+    """Each array's ``l2_loss`` from the buffers reused across a call is the one from fresh
+    temporaries (``torch.mul``, ``mul_``, :func:`reduce_sum`) bit for bit, whatever the
+    array's size (above torch's parallel grain too), shape, layout and values, and whatever
+    came before it in the buffers."""
+    from anyclip._kernels._torch_sums import _cpu_half_losses, _cpu_half_square_sum
+
+    torch, xp = backend.module, backend.xp
+    rng = np.random.default_rng(8)
+    tiny = {"float16": 1e-4, "bfloat16": 1e-20}[dtype]
+    arrays = [
+        make(rng.standard_normal(70_001), dtype),
+        make(rng.standard_normal((300, 130)), dtype),
+        make(rng.standard_normal((130, 300)), dtype).T,  # not contiguous
+        make(3.0, dtype),
+        make(np.zeros((0, 4)), dtype),
+        make(tiny * rng.standard_normal(5_000), dtype),
+        make(np.array([math.nan, math.inf, -0.0, 2.0]), dtype),
+        make(rng.standard_normal((7, 11)), dtype),
+    ]
+    loss = _cpu_half_losses(xp, torch, arrays)
+    for a in arrays:
+        got, want = loss(a), _cpu_half_square_sum(xp, torch, a)
+        assert got.dtype == want.dtype and got.shape == want.shape == ()
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_bfloat16_square_is_mul(backend):
+    """``torch.square`` (the bfloat16 squares of :func:`_cpu_half_losses`) gives the bits of
+    ``torch.mul(v, v)`` for each of the 65,536 bfloat16 values, NaN payloads included, on
+    one thread's and on the parallel path alike."""
+    torch = backend.module
+    every = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    for v in (every, every.repeat(4)):  # 262,144 elements: torch splits the work
+        assert torch.equal(torch.square(v).view(torch.int16), torch.mul(v, v).view(torch.int16))
+
+
 def _core_norm(xp, total):
     from anyclip._core import norm_from_half_squares
 

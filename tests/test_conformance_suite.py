@@ -133,25 +133,30 @@ def test_jit_variant_shares_a_program_between_cases_that_differ_in_data_only() -
     assert harness._JITTED == {}
 
 
-def _enable_jax_cache(tmp_path, env, code) -> list[str]:
+def _run_python(tmp_path, env, script, outer: tuple[str, ...]) -> list[str]:
+    """``script`` in a fresh Python in ``tmp_path``: this environment without the variables
+    starting with ``outer``, plus ``env``; the words it printed (it must exit 0)."""
     import os
     import subprocess
     import sys
 
-    outer = ("JAX_", "XDG_", "PYTEST_XDIST_")  # this run's settings (and xdist worker) left out
     env = {k: v for k, v in os.environ.items() if not k.startswith(outer)} | env
-    script = "from anyclip_conformance import jax_cache\n" + code
     done = subprocess.run(
         [sys.executable, "-c", script],
         env=env,
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.split()
+
+
+def _enable_jax_cache(tmp_path, env, code) -> list[str]:
+    outer = ("JAX_", "XDG_", "PYTEST_XDIST_")  # this run's settings (and xdist worker) left out
+    return _run_python(tmp_path, env, "from anyclip_conformance import jax_cache\n" + code, outer)
 
 
 def test_jax_cache_folder_and_settings(tmp_path) -> None:
@@ -399,27 +404,12 @@ print("ok")
 def test_shared_mlir_context_lowers_the_same_programs(tmp_path, setting) -> None:
     """One MLIR context per thread gives JAX's programs character for character; a renewed
     context and another thread's are other contexts; ``..._MLIR_CONTEXT=fresh`` opts out."""
-    import os
-    import subprocess
-    import sys
-
     pytest.importorskip("jax")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANYCLIP_CONFORMANCE")}
-    script = _LOWER_BOTH_WAYS
+    env, script = {}, _LOWER_BOTH_WAYS
     if setting == "fresh":
         env["ANYCLIP_CONFORMANCE_MLIR_CONTEXT"] = "fresh"
         script = (
             "import jax\nfrom anyclip_conformance import jax_lowering\n"
             "assert not jax_lowering.share() and not jax_lowering.shared()\nprint('ok')\n"
         )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["ok"]
+    assert _run_python(tmp_path, env, script, ("ANYCLIP_CONFORMANCE",)) == ["ok"]

@@ -557,6 +557,37 @@ def test_optax_skip_on_spike_eager_steps_reuse_one_program(backend, jax_compiles
     assert skipped == [0, 0, 0, 0, 0, 0, 1, 1, 2, 2, 2]  # both branches ran after the warm-up
 
 
+@jax_backends
+@pytest.mark.parametrize("on_loss", [False, True], ids=["norm", "loss"])
+def test_optax_skip_on_spike_passes_every_extra_argument_on(backend, on_loss):
+    # As optax.apply_if_finite (and optax.chain) do: `loss` reaches the inner transformation
+    # too, whether or not the rule reads it (it used to be taken out of the extra arguments).
+    optax = pytest.importorskip("optax")
+    ao = pytest.importorskip("anyclip.optax")
+
+    def recording(seen: list) -> Any:
+        sgd = optax.sgd(0.1)
+
+        def update(updates: Any, state: Any, params: Any = None, **extra: Any) -> Any:
+            seen.append(sorted(extra))
+            return sgd.update(updates, state, params)
+
+        return optax.GradientTransformationExtraArgs(sgd.init, update)
+
+    ours_seen: list = []
+    theirs_seen: list = []
+    ours = ao.skip_on_spike(recording(ours_seen), 8, 6, on_loss=on_loss)
+    theirs = optax.apply_if_finite(recording(theirs_seen), 3)
+    params = [backend.asarray(np.ones(3), "float32")]
+    grads = [backend.asarray([0.5, -1.0, 2.0], "float32")]
+    extra = {"loss": backend.asarray(1.5, "float32"), "value": backend.asarray(2.0, "float32")}
+    u1, _ = ours.update(grads, ours.init(params), params, **extra)
+    u2, _ = theirs.update(grads, theirs.init(params), params, **extra)
+    np.testing.assert_array_equal(np.asarray(u1[0]), np.asarray(u2[0]))
+    assert theirs_seen and ours_seen  # both traced their inner update
+    assert {tuple(k) for k in ours_seen} == {tuple(k) for k in theirs_seen} == {("loss", "value")}
+
+
 # ======================================================================= checkpoints
 def _torch_save_load(torch: Any, state: Any) -> Any:
     buf = io.BytesIO()

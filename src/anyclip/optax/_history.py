@@ -287,7 +287,8 @@ def skip_on_spike(
     Parameters
     ----------
     inner : optax.GradientTransformation
-        The transformation to wrap (extra arguments are passed on to it).
+        The transformation to wrap (every extra argument, ``loss`` included, is passed on to
+        it).
     rolling_interval_length : int, optional
         The window of past values (at least 2).
     sigma_factor : float, optional
@@ -347,7 +348,7 @@ def skip_on_spike(
     def update_fn(
         updates: Any, state: SkipOnSpikeState, params: Any = None, **extra_args: Any
     ) -> tuple[Any, SkipOnSpikeState]:
-        loss = extra_args.pop("loss", None)
+        loss = extra_args.get("loss")  # passed on as well, as optax.chain passes every extra
         if on_loss and loss is None:
             msg = "`loss` is needed at every update with on_loss=True; pass update(..., loss=loss)"
             raise TypeError(msg)

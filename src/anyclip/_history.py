@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from anyclip._core import global_scale
+from anyclip._if_finite import INT_MAX, if_finite_step
 from anyclip._numerics import constant, quiet
 from anyclip._typing import Namespace
 
@@ -70,9 +71,6 @@ __all__ = [
     "zclip_factor",
     "zclip_step",
 ]
-
-#: The largest count: counters saturate there instead of wrapping (``optax.safe_increment``).
-INT_MAX = 2**31 - 1
 
 
 def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
@@ -570,20 +568,23 @@ def spike_step(
         ok = xp.logical_and(ok, _sigma_ok(xp, losses, lv, sigma_factor))
         new_losses = record(xp, losses, lv, where=finite)
     passes = xp.logical_or(warm, ok)
-    zero = _c(xp, 0, notfinite_count)
-    consecutive = xp.where(finite, zero, _inc(xp, notfinite_count))
-    if max_consecutive_errors is None:
-        give_up = xp.zeros_like(finite)
-    else:
-        give_up = consecutive > _c(xp, max_consecutive_errors, consecutive)
-    apply = xp.where(finite, passes, give_up)
+    # optax.apply_if_finite's counters and rule (None: never give up; the count saturates at
+    # INT_MAX, so it never exceeds it): a non-finite step is taken only when it gives up
+    counted = if_finite_step(
+        xp,
+        finite,
+        notfinite_count,
+        total_notfinite,
+        INT_MAX if max_consecutive_errors is None else max_consecutive_errors,
+    )
+    apply = xp.where(finite, passes, counted.apply)
     return SpikeDecision(
         apply=apply,
         finite=finite,
         spike=xp.logical_and(finite, xp.logical_not(passes)),
         norms=record(xp, norms, x, where=finite),
         losses=new_losses,
-        notfinite_count=consecutive,
-        total_notfinite=xp.where(finite, total_notfinite, _inc(xp, total_notfinite)),
+        notfinite_count=counted.notfinite_count,
+        total_notfinite=counted.total_notfinite,
         skipped=xp.where(apply, skipped, _inc(xp, skipped)),
     )

@@ -31,7 +31,13 @@ import anyclip
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     (
         "foundation",
-        ("anyclip._typing", "anyclip._keywords", "anyclip._compat", "anyclip._torch_unsigned"),
+        (
+            "anyclip._typing",
+            "anyclip._keywords",
+            "anyclip._compat",
+            "anyclip._torch_namespace",
+            "anyclip._torch_unsigned",
+        ),
     ),
     (
         "numerics",

@@ -75,10 +75,11 @@ def _namespace_of(value: object) -> Namespace | None:
     torch = sys.modules.get("torch")
     xp: Namespace | None
     if torch is not None and isinstance(value, torch.Tensor):
-        # directly, without array-api-compat's cached helpers, which torch.compile warns about
-        import array_api_compat.torch as torch_namespace
+        # directly, without array-api-compat's cached helpers, which torch.compile warns about;
+        # array-api-compat's torch namespace with its same-dtype calls made direct
+        from anyclip import _torch_namespace
 
-        xp = torch_namespace
+        xp = _torch_namespace
     elif (
         # containers first (namedtuples, OrderedDict, ...): array-api-compat's lru_cache'd
         # type checks make Dynamo warn when a first call inside torch.compile meets one
@@ -177,7 +178,7 @@ def default_namespace() -> Namespace:
     else:
         return array_api_compat.array_namespace(np.empty(0))
     for module, compat in (
-        ("torch", "array_api_compat.torch"),
+        ("torch", "anyclip._torch_namespace"),
         ("jax", "jax.numpy"),
         ("array_api_strict", "array_api_strict"),
     ):
@@ -225,7 +226,7 @@ def data_device(*values: Any) -> Any:
 
 
 #: Library name of each namespace met so far, by the namespace's ``__name__``.
-_LIBRARY_OF_NAMESPACE: dict[str, str] = {}
+_LIBRARY_OF_NAMESPACE: dict[str, str] = {"anyclip._torch_namespace": "torch"}
 
 
 def library(xp: Namespace) -> str:

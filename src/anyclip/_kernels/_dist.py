@@ -116,9 +116,9 @@ def group_namespace(group: Any) -> Namespace | None:
         return None
     items = tuple(group) if isinstance(group, (list, tuple)) else (group,)
     if items and all(_torch_group_kind(g) for g in items):
-        import array_api_compat.torch as torch_namespace
+        from anyclip import _torch_namespace
 
-        return torch_namespace
+        return _torch_namespace
     if items and all(isinstance(g, str) for g in items):
         import jax.numpy as jnp
 

@@ -85,12 +85,15 @@ def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
     lib = library(xp)
     if lib == "jax" or like is None:
         return xp.asarray(value, dtype=dtype)
+    if lib == "torch" and type(value) is not complex and torch_compiling():
+        import torch
+
+        # array-api-compat's asarray for a device given, without its wrapper to trace
+        return torch.asarray(value, dtype=dtype, device=like.device)
     dev = device(like)
     if lib not in ("numpy", "torch") or type(value) not in (float, int, bool):
         if lib == "torch" and type(value) is complex:
             return _torch_filled(xp, value, dtype, dev)
-        return xp.asarray(value, dtype=dtype, device=dev)
-    if lib == "torch" and torch_compiling():
         return xp.asarray(value, dtype=dtype, device=dev)
     if lib == "torch" and _torch_faking():
         return _torch_filled(xp, value, dtype, dev)

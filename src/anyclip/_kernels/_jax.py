@@ -34,11 +34,13 @@ from typing import Any
 from anyclip._compat import dtype_name, may_be_sharded
 from anyclip._kernels import _base
 from anyclip._kernels._base import Kernels, groups
-from anyclip._kernels._tforder import tf_order_dtype
+from anyclip._kernels._tforder import _leaves, eigen_packet, tf_order_dtype
 from anyclip._kernels._tforder_xp import (
-    square_list,
+    _add_nodes,
+    _segment_sums,
+    _tree_ids,
+    rounded_apart,
     tf_order_row_sums,
-    tf_order_sum_of,
     tf_order_vector_sum,
 )
 from anyclip._numerics import constant
@@ -185,6 +187,109 @@ def _rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any:
     return xp.concat([total, tail])
 
 
+#: :func:`_leaf_square_sums` unrolls its loop over the rows of a leaf this many rows a step:
+#: measured on ResNet-50's float32 shapes (loaded 2-core CPU), 8 ran in 14 ms and compiled in
+#: 7 s, 2 in 17 ms and 5 s, 16 in 15 ms and 11 s.
+_ROW_UNROLL = 8
+
+
+def _leaf_square_sums(xp: Namespace, block: Any, packet: int) -> Any:
+    """Eigen's sums of the squares of the leaves ``block[l, :]`` (all of one length): ``(L,)``.
+
+    :func:`~anyclip._kernels._tforder_xp._equal_leaf_sums`'s order for one array's leaves:
+    each leaf's rows of ``4 P`` squares added one after another into 16 accumulators (a
+    ``lax.fori_loop`` over the rows of a reshaped view, one row per step, so no gather and a
+    fixed number of operations however long the leaf: XLA runs a loop's steps in order),
+    the accumulators combined, the leftover packets added, the lanes reduced by halves, the
+    last ``< P`` squares' sum added. Each square is rounded before the addition it feeds
+    (:func:`~anyclip._kernels._tforder_xp.rounded_apart`: no fused multiply-add).
+    """
+    from jax import lax
+
+    def square(x: Any) -> Any:
+        return rounded_apart(xp, x * x)
+
+    p = packet
+    wide = 4 * p
+    count, n = (int(d) for d in block.shape)
+    rows, packs, last = n // wide, n % wide // p, n % p
+    full = rows * wide
+    if rows:
+        heads = xp.reshape(block[:, :full], (count, rows, wide))
+
+        def add_row(r: Any, acc: Any) -> Any:
+            return acc + square(lax.dynamic_index_in_dim(heads, r, axis=1, keepdims=False))
+
+        acc = square(heads[:, 0, :])
+        if rows > 1:
+            acc = lax.fori_loop(1, rows, add_row, acc, unroll=min(_ROW_UNROLL, rows - 1))
+        lanes = acc[:, :p] + acc[:, p : 2 * p]
+        lanes = lanes + acc[:, 2 * p : 3 * p]
+        lanes = lanes + acc[:, 3 * p :]
+    else:
+        lanes = xp.zeros((count, p), dtype=block.dtype)
+    for j in range(packs):
+        lanes = lanes + square(block[:, full + j * p : full + (j + 1) * p])
+    while lanes.shape[-1] > 1:
+        half = int(lanes.shape[-1]) // 2
+        lanes = lanes[:, :half] + lanes[:, half:]
+    reduced = lanes[:, 0]
+    if not last:
+        return reduced
+    tail = square(block[:, full + packs * p :])
+    total = tail[:, 0]
+    for j in range(1, last):
+        total = total + tail[:, j]
+    return total + reduced
+
+
+def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
+    """:func:`~anyclip._kernels._tforder_xp.tf_order_squares` read from each array in place.
+
+    The same sums in the same order (bit for bit), without joining the arrays into one flat
+    array nor gathering their leaves into a padded layout (on XLA:CPU that concat and gather
+    took about 90% of a float32 global norm of ResNet-50's parameters): each array's leaves
+    (:func:`~anyclip._kernels._tforder._leaves`, split as TF splits that array) are read as
+    reshaped views, a run of consecutive leaves of one length at a time
+    (:func:`_leaf_square_sums`); the leaf sums of every array are then added up their trees
+    one level at a time (:func:`~anyclip._kernels._tforder_xp._add_nodes`), and with
+    ``half`` every array's sum is halved and the halves summed in TF's order, as
+    :func:`~anyclip._kernels._tforder_xp.tf_order_sum_of`. The squares and halves are
+    rounded apart from the additions they feed, so the bits do not depend on what XLA
+    fuses: the same eagerly and under the caller's ``jit``.
+    """
+    dtype = arrays[0].dtype
+    packet, leaf = eigen_packet(dtype)
+    leaves: list[tuple[int, int]] = []
+    trees: list[Any] = []
+    parts = [xp.zeros((1,), dtype=dtype)]  # position 0: an empty array's sum
+    for a in arrays:
+        n = int(a.size)
+        if n == 0:
+            trees.append(None)
+            continue
+        flat = xp.reshape(a, (n,))
+        first = len(leaves)
+        trees.append(_leaves(0, 0, n, leaves, leaf, packet))  # starts within ``a``
+        while first < len(leaves):
+            start, length = leaves[first]
+            count = 1
+            while first + count < len(leaves) and leaves[first + count][1] == length:
+                count += 1
+            run = xp.reshape(flat[start : start + count * length], (count, length))
+            parts.append(_leaf_square_sums(xp, run, packet))
+            first += count
+    at = list(range(1, len(leaves) + 1))  # the leaves' sums follow the 0, in order
+    values, roots = _add_nodes(xp, xp.concat(parts), [_tree_ids(t, at) for t in trees])
+    sums = xp.take(values, xp.asarray(roots), axis=0)
+    if not half:
+        return sums[0]
+    halves = rounded_apart(xp, sums * constant(xp, 0.5, sums.dtype, sums))
+    if len(arrays) == 1:
+        return halves[0]
+    return _segment_sums(xp, halves, [len(arrays)], packet, leaf)[0]
+
+
 def jax_tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any:
     """The rows of ``f * flat`` added in TF 2.21's ``reduce_sum`` order, in ``acc``.
 
@@ -252,26 +357,21 @@ class JaxKernels(Kernels):
 
         float32 arrays too with ``half`` (``tf.linalg.global_norm``).
 
-        Two compiled programs per shapes, the squares in the first: bit-equal to TF eagerly,
-        and under an eager ``jax.grad`` or ``vmap`` (JAX differentiates and batches a ``jit``
-        as a whole: one program, where the order's operations one at a time took 12 s for the
-        first gradient of a float64 norm of 10,000 elements, now 1.3 s). Under the caller's
-        ``jit`` both are inlined into the caller's program, where XLA:CPU contracts some
-        squares with their additions into fused multiply-adds (up to 1 ULP from TF measured;
-        ``tests/test_long_sums.py``). Sharded
+        One compiled program per shapes (:func:`_squares_by_array`: each array read in place,
+        its squares rounded before they are added): bit-equal to TF eagerly, under the
+        caller's ``jit`` (where it is inlined) and under an eager ``jax.grad`` or ``vmap``
+        (JAX differentiates and batches a ``jit`` as a whole: one program, where the order's
+        operations one at a time took 12 s for the first gradient of a float64 norm of 10,000
+        elements). Sharded
         arrays keep XLA's own reduction (a gather of their leaves would gather them), and so
         do arrays on another platform (TF's order is its CPU kernels').
         """
         if not tf_order_dtype(arrays[0].dtype, half=half) or not _tf_order_ok(arrays):
             return None
-        squares = _tf_jit(("squares", False, xp.__name__), lambda *a: square_list(xp, a))
-        sizes = tuple(int(a.size) for a in arrays)
         total = _tf_jit(
-            ("sum", half, xp.__name__),
-            lambda q, n: tf_order_sum_of(xp, q, n, half=half),
-            static_argnums=1,
+            ("by-array", half, xp.__name__), lambda *a: _squares_by_array(xp, a, half=half)
         )
-        return total(squares(*arrays), sizes)
+        return total(*arrays)
 
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """As :meth:`Kernels.half_squares`, one reduction per group of arrays under 65,536."""

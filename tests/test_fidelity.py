@@ -446,11 +446,12 @@ def _weights(backend: Any, outs: tuple[Any, ...], acc: str) -> list[Any]:
 
 
 def _has_loop(compiled_text: str) -> bool:
-    # the block loop's `while` (its state: 0-d to 2-D arrays); not the loops over the rows of
-    # a leaf of a float32 sum in TF's order (anyclip._kernels._jax._leaf_square_sums), which
-    # any float32 global norm holds: their state holds the leaves' rows, a 3-D array or more
+    # the block loop's `while`; not the loops over the rows of the leaves of a float32 sum in
+    # TF's order, which any float32 global norm holds: their op_name carries their name scope
+    from anyclip._kernels._jax import LEAF_LOOPS
+
     return any(
-        re.search(r"\[\d+,\d+,\d+", line.partition(" while(")[0]) is None
+        LEAF_LOOPS not in line
         for line in compiled_text.splitlines()
         if re.search(r"\swhile\(", line)
     )

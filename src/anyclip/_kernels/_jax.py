@@ -367,27 +367,27 @@ def _unrolled_square_sums(xp: Namespace, block: Any, packet: int) -> Any:
     return total + reduced
 
 
-def _padded_leaf(xp: Namespace, flat: Any, rows: int, packet: int) -> list[Any]:
-    """The pieces of the leaf ``flat`` laid out as ``rows`` rows, 3 packets, ``P - 1`` elements.
+def _padded_leaves(xp: Namespace, block: Any, rows: int, packet: int) -> Any:
+    """The leaves ``block[l, :]`` laid out as ``rows`` rows, 3 packets, ``P - 1`` elements.
 
-    Its own rows, packets and last elements, each followed by exact zeros to fill the
-    layout (:func:`~anyclip._kernels._tforder_xp._padded_leaf_sums`'): the layout's sum of
-    squares is the leaf's, bit for bit (adding ``+0`` to a sum of squares changes no bit).
-    The pieces of many leaves are joined at once (one copy of the short arrays).
+    Each leaf's own rows, packets and last elements, each followed by exact zeros to fill
+    the layout (:func:`~anyclip._kernels._tforder_xp._padded_leaf_sums`'): the layout's sum
+    of squares is the leaf's, bit for bit (adding ``+0`` to a sum of squares changes no
+    bit). ``(leaves, rows * 4 P + 4 P - 1)``.
     """
     p = packet
     wide = 4 * p
-    n = int(flat.shape[0])
+    count, n = (int(d) for d in block.shape)
     full = n // wide * wide
     packs = n % wide // p * p
     pieces = []
     spans = ((0, full, rows * wide), (full, full + packs, 3 * p), (full + packs, n, p - 1))
     for lo, hi, room in spans:
         if hi > lo:
-            pieces.append(flat[lo:hi])
+            pieces.append(block[:, lo:hi])
         if room > hi - lo:
-            pieces.append(xp.zeros((room - (hi - lo),), dtype=flat.dtype))
-    return pieces
+            pieces.append(xp.zeros((count, room - (hi - lo)), dtype=block.dtype))
+    return pieces[0] if len(pieces) == 1 else xp.concat(pieces, axis=1)
 
 
 def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
@@ -398,9 +398,10 @@ def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
     float32 global norm of ResNet-50's parameters). Each array is split into leaves as TF
     splits it (:func:`~anyclip._kernels._tforder._leaves`), and its leaves summed by one of:
 
-    * one leaf (an array of at most 8,192 float32): laid out, with the other such arrays of
-      the same rows rounded up to a power of two, in :func:`_padded_leaf`'s zero-padded
-      layout (one copy of these short arrays, one ``(arrays, m)`` view);
+    * one leaf (an array of at most 8,192 float32): joined with the other such arrays of
+      its size, then laid out with those of the same rows rounded up to a power of two in
+      :func:`_padded_leaves`' zero-padded layout (one copy of these short arrays, one
+      ``(arrays, m)`` view);
     * leaves of one length (TF's split of every multi-leaf array of ResNet-50 and of GPT-2
       small but its embedding): the array reshaped ``(leaves, length)``, a view;
     * leaves of a few lengths, not in runs (GPT-2's embedding: 4,712 and 4,704 elements
@@ -440,9 +441,7 @@ def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
         mine = list(range(first, len(leaves)))
         lengths = {leaves[i][1] for i in mine}
         if len(mine) == 1:  # one leaf: laid out with the other short arrays' (a copy)
-            rows = n // wide
-            rows = 1 << (rows - 1).bit_length() if rows else 0  # at most twice its rows
-            small.setdefault(rows, []).append((_padded_leaf(xp, flat, rows, packet), mine))
+            small.setdefault(n, []).append((flat, mine))
             continue
         if len(lengths) == 1:  # the array is its leaves, one after another: a 2-D view
             view = xp.reshape(flat, (len(mine), n // len(mine)))
@@ -453,9 +452,17 @@ def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
             starts = [leaves[i][0] for i in which]
             parts.append(_scattered_square_sums(xp, flat, starts, length, packet))
             order += which
-    for rows, group in small.items():
-        pieces = [piece for v, _ in group for piece in v]
-        view = xp.reshape(xp.concat(pieces), (len(group), rows * wide + 4 * packet - 1))
+    padded: dict[int, list[tuple[Any, list[int]]]] = {}
+    for n, group in small.items():  # the short arrays of one size: one (arrays, n) block
+        flats = [f for f, _ in group]
+        block = flats[0][None, :] if len(flats) == 1 else xp.reshape(xp.concat(flats), (-1, n))
+        rows = n // wide
+        rows = 1 << (rows - 1).bit_length() if rows else 0  # at most twice its rows
+        which = [i for _, mine in group for i in mine]
+        padded.setdefault(rows, []).append((_padded_leaves(xp, block, rows, packet), which))
+    for rows, group in padded.items():
+        blocks = [b for b, _ in group]
+        view = blocks[0] if len(blocks) == 1 else xp.concat(blocks)
         by_rows.setdefault(rows, []).append((view, [i for _, which in group for i in which]))
     for _, group in sorted(by_rows.items()):
         parts.append(_group_square_sums(xp, [v for v, _ in group], packet))

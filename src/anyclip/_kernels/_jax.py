@@ -418,9 +418,9 @@ def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
     multi-leaf array, each adding ``_ROW_STEP`` rows a step (more rows a step ran little
     faster and compiled longer: 16 took 3.5 s for ResNet-50's multi-leaf arrays, 4 took
     1.6 s), and one per leaf length of a scattered array. On a loaded 2-core CPU, ``jit`` of
-    ``clip_by_global_norm``: ResNet-50's float32 parameters 35 ms (optax 22 ms; the joined
-    and gathered program 140 ms), compiled in 3.4 s (1.8 s); GPT-2 small 227 ms (optax
-    129 ms, before 730 ms), compiled in 3.7 s (1.8 s; 112 s with one loop per run of
+    ``clip_by_global_norm``: ResNet-50's float32 parameters 39 ms (optax 23 ms; the joined
+    and gathered program 147 ms), compiled in 3.2 s (1.9 s); GPT-2 small 198 ms (optax
+    112 ms, before 721 ms), compiled in 3.4 s (1.9 s; 112 s with one loop per run of
     leaves of one length).
     """
     dtype = arrays[0].dtype

@@ -23,6 +23,12 @@ count is static, so ``fori_loop`` is a ``scan``, which reverse-mode differentiat
 ``jit`` the plan's temporaries are a few blocks, not a cast of the input. Arrays that may be
 sharded (:func:`~anyclip._compat.may_be_sharded`: a flat view of them would gather them)
 take the step as it is, for XLA to compile with the rest.
+
+Sums of squares in TF's order (float64 norms, float32 global norms:
+:meth:`JaxKernels.tf_order_squares`) read each array in place as views of its leaves, no
+concat of the arrays and no gather of their elements (both slow on XLA:CPU): one
+``lax.fori_loop`` per multi-leaf array over its leaves' rows, a few rows a step, and one
+zero-padded copy of the short arrays (:func:`_squares_by_array`).
 """
 
 from __future__ import annotations
@@ -34,11 +40,13 @@ from typing import Any
 from anyclip._compat import dtype_name, may_be_sharded
 from anyclip._kernels import _base
 from anyclip._kernels._base import Kernels, groups
-from anyclip._kernels._tforder import tf_order_dtype
+from anyclip._kernels._tforder import _leaves, eigen_packet, tf_order_dtype
 from anyclip._kernels._tforder_xp import (
-    square_list,
+    _add_nodes,
+    _segment_sums,
+    _tree_ids,
+    rounded_apart,
     tf_order_row_sums,
-    tf_order_sum_of,
     tf_order_vector_sum,
 )
 from anyclip._numerics import constant
@@ -185,6 +193,295 @@ def _rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any:
     return xp.concat([total, tail])
 
 
+#: The name scope of the loops over leaves' rows (:func:`_leaf_rows`,
+#: :func:`_scattered_square_sums`): ``op_name`` metadata in the compiled program names them.
+LEAF_LOOPS = "anyclip_tf_order_leaves"
+
+#: :func:`_leaf_rows` adds this many rows of its leaves per step of its loop (one chain of
+#: additions, so one fused operation per step).
+_ROW_STEP = 4
+
+#: :func:`_scattered_square_sums` reads this many leaves per step of its loop.
+_LEAF_STEP = 4
+
+
+def _square(xp: Namespace, x: Any) -> Any:
+    """``x * x``, rounded before the addition it feeds (no fused multiply-add)."""
+    return rounded_apart(xp, x * x)
+
+
+def _leaf_rows(xp: Namespace, view: Any, rows: int, wide: int) -> Any:
+    """The first ``rows`` rows of ``wide`` squares of each leaf ``view[l]``, added in order.
+
+    ``(count, wide)``: row ``r`` of leaf ``l`` is ``view[l, r * wide:(r + 1) * wide]``. A
+    ``lax.fori_loop`` adds ``_ROW_STEP`` rows a step (one chain of additions: one fused
+    operation; fewer where that many do not divide ``rows``, else the rows left over one a
+    step in a second loop).
+    """
+    import jax
+    from jax import lax
+
+    count = int(view.shape[0])
+    step = min(_ROW_STEP, rows)
+    exact = max(k for k in range(1, step + 1) if rows % k == 0)
+    if 2 * exact >= step:  # no rows left over
+        step = exact
+
+    def row(r: Any) -> Any:
+        return _square(xp, lax.dynamic_slice_in_dim(view, r * wide, wide, axis=1))
+
+    def add_rows(i: Any, acc: Any) -> Any:
+        for k in range(step):
+            acc = acc + row(i * step + k)
+        return acc
+
+    # +0 plus a square is the square: the sums start at exact zeros
+    acc = xp.zeros((count, wide), dtype=view.dtype)
+    with jax.named_scope(LEAF_LOOPS):
+        acc = lax.fori_loop(0, rows // step, add_rows, acc)
+        rest = rows % step
+        if rest:
+            acc = lax.fori_loop(rows - rest, rows, lambda r, acc: acc + row(r), acc)
+    return acc
+
+
+def _zero_padded(xp: Namespace, parts: list[Any | None], counts: list[int], like: Any) -> Any:
+    """``parts`` joined along axis 0, each None as that many rows of exact zeros."""
+    filled = [
+        xp.zeros((c, *like.shape[1:]), dtype=like.dtype) if part is None else part
+        for part, c in zip(parts, counts, strict=True)
+    ]
+    return filled[0] if len(filled) == 1 else xp.concat(filled)
+
+
+def _group_square_sums(xp: Namespace, views: list[Any], packet: int) -> Any:
+    """Eigen's sums of the squares of the leaves ``views[b][l, :]``, every view's in turn: 1-D.
+
+    Each view is ``(count, n)``, a leaf a row; every view's leaves have the same number of
+    rows of ``4 P`` elements (their lengths may differ past the rows). Each view's rows are
+    added one after another into ``4 P`` accumulators per leaf (:func:`_leaf_rows`: a loop
+    over the view as it is, no copy, no gather); then, for all the views' leaves at once,
+    the accumulators are combined, the leftover packets added, the lanes reduced by halves
+    and the last ``< P`` squares' sum added, a view's missing packets and last elements
+    taken as exact zeros (a square is ``>= +0``: adding ``+0`` changes no bit). Each square
+    is rounded apart from the addition it feeds (:func:`_square`).
+    """
+    p = packet
+    wide = 4 * p
+    counts = [int(v.shape[0]) for v in views]
+    lengths = [int(v.shape[1]) for v in views]
+    rows = lengths[0] // wide
+    full = rows * wide
+    like = views[0]
+
+    if rows:
+        done = [_leaf_rows(xp, v, rows, wide) for v in views]
+        acc = done[0] if len(done) == 1 else xp.concat(done)
+        lanes = acc[:, :p] + acc[:, p : 2 * p]
+        lanes = lanes + acc[:, 2 * p : 3 * p]
+        lanes = lanes + acc[:, 3 * p :]
+    else:
+        lanes = xp.zeros((sum(counts), p), dtype=like.dtype)
+    packs = [n % wide // p for n in lengths]
+    for j in range(max(packs)):
+        at = full + j * p
+        got = [
+            _square(xp, v[:, at : at + p]) if j < k else None
+            for v, k in zip(views, packs, strict=True)
+        ]
+        lanes = lanes + _zero_padded(xp, got, counts, like[:, :p])
+    while lanes.shape[-1] > 1:
+        half = int(lanes.shape[-1]) // 2
+        lanes = lanes[:, :half] + lanes[:, half:]
+    reduced = lanes[:, 0]
+    lasts = [n % p for n in lengths]
+    if not max(lasts):
+        return reduced
+    total = None
+    for j in range(max(lasts)):
+        got = [
+            _square(xp, v[:, n - m + j]) if j < m else None
+            for v, n, m in zip(views, lengths, lasts, strict=True)
+        ]
+        term = _zero_padded(xp, got, counts, like[:, 0])
+        total = term if total is None else total + term
+    return total + reduced
+
+
+def _scattered_square_sums(xp: Namespace, flat: Any, starts: list[int], n: int, packet: int) -> Any:
+    """Eigen's sums of the squares of the leaves ``flat[s:s + n]`` for ``s`` in ``starts``.
+
+    For an array whose leaves of one length do not follow each other (TF's split of GPT-2's
+    embedding alternates leaves of 4,712 and 4,704 elements: 832 runs): a ``lax.fori_loop``
+    over the leaves, ``_LEAF_STEP`` at a time, each a ``dynamic_slice`` of ``flat`` at its
+    start from a table (an XLA:CPU gather of the same elements took 4 to 7 times as long),
+    summed as :func:`_group_square_sums` sums a view, the rows' chain unrolled in the step.
+    """
+    import jax
+    from jax import lax
+
+    k = len(starts)
+    steps = -(-k // _LEAF_STEP)
+    padded = starts + [starts[-1]] * (steps * _LEAF_STEP - k)
+    table = xp.reshape(xp.asarray(padded, dtype=xp.int32), (steps, _LEAF_STEP))
+
+    def step(i: Any, out: Any) -> Any:
+        at = table[i]
+        block = xp.stack([lax.dynamic_slice_in_dim(flat, at[j], n) for j in range(_LEAF_STEP)])
+        sums = _unrolled_square_sums(xp, block, packet)
+        return lax.dynamic_update_slice_in_dim(out, sums, i * _LEAF_STEP, axis=0)
+
+    with jax.named_scope(LEAF_LOOPS):
+        out = lax.fori_loop(0, steps, step, xp.zeros((steps * _LEAF_STEP,), dtype=flat.dtype))
+    return out[:k]
+
+
+def _unrolled_square_sums(xp: Namespace, block: Any, packet: int) -> Any:
+    """:func:`_group_square_sums` of one ``(count, n)`` block, its rows added without a loop."""
+    p = packet
+    wide = 4 * p
+    count, n = (int(d) for d in block.shape)
+    rows, packs, last = n // wide, n % wide // p, n % p
+    full = rows * wide
+    if rows:
+        acc = _square(xp, block[:, :wide])
+        for r in range(1, rows):
+            acc = acc + _square(xp, block[:, r * wide : (r + 1) * wide])
+        lanes = acc[:, :p] + acc[:, p : 2 * p]
+        lanes = lanes + acc[:, 2 * p : 3 * p]
+        lanes = lanes + acc[:, 3 * p :]
+    else:
+        lanes = xp.zeros((count, p), dtype=block.dtype)
+    for j in range(packs):
+        lanes = lanes + _square(xp, block[:, full + j * p : full + (j + 1) * p])
+    while lanes.shape[-1] > 1:
+        half = int(lanes.shape[-1]) // 2
+        lanes = lanes[:, :half] + lanes[:, half:]
+    reduced = lanes[:, 0]
+    if not last:
+        return reduced
+    tail = _square(xp, block[:, full + packs * p :])
+    total = tail[:, 0]
+    for j in range(1, last):
+        total = total + tail[:, j]
+    return total + reduced
+
+
+def _padded_leaves(xp: Namespace, block: Any, rows: int, packet: int) -> Any:
+    """The leaves ``block[l, :]`` laid out as ``rows`` rows, 3 packets, ``P - 1`` elements.
+
+    Each leaf's own rows, packets and last elements, each followed by exact zeros to fill
+    the layout (:func:`~anyclip._kernels._tforder_xp._padded_leaf_sums`'): the layout's sum
+    of squares is the leaf's, bit for bit (adding ``+0`` to a sum of squares changes no
+    bit). ``(leaves, rows * 4 P + 4 P - 1)``.
+    """
+    p = packet
+    wide = 4 * p
+    count, n = (int(d) for d in block.shape)
+    full = n // wide * wide
+    packs = n % wide // p * p
+    pieces = []
+    spans = ((0, full, rows * wide), (full, full + packs, 3 * p), (full + packs, n, p - 1))
+    for lo, hi, room in spans:
+        if hi > lo:
+            pieces.append(block[:, lo:hi])
+        if room > hi - lo:
+            pieces.append(xp.zeros((count, room - (hi - lo)), dtype=block.dtype))
+    return pieces[0] if len(pieces) == 1 else xp.concat(pieces, axis=1)
+
+
+def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
+    """:func:`~anyclip._kernels._tforder_xp.tf_order_squares` read from each array in place.
+
+    The same sums in the same order (bit for bit) without joining the arrays into one flat
+    array nor gathering their leaves (on XLA:CPU that concat and gather took about 90% of a
+    float32 global norm of ResNet-50's parameters). Each array is split into leaves as TF
+    splits it (:func:`~anyclip._kernels._tforder._leaves`), and its leaves summed by one of:
+
+    * one leaf (an array of at most 8,192 float32): joined with the other such arrays of
+      its size, then laid out with those of the same rows rounded up to a power of two in
+      :func:`_padded_leaves`' zero-padded layout (one copy of these short arrays, one
+      ``(arrays, m)`` view);
+    * leaves of one length (TF's split of every multi-leaf array of ResNet-50 and of GPT-2
+      small but its embedding): the array reshaped ``(leaves, length)``, a view;
+    * leaves of a few lengths, not in runs (GPT-2's embedding: 4,712 and 4,704 elements
+      alternating in 832 runs): :func:`_scattered_square_sums`, a loop per length over
+      ``dynamic_slice`` s of the array at the leaves' starts.
+
+    The views of one number of rows are summed together (:func:`_group_square_sums`, one
+    loop per view over its rows). The leaves' sums are then added up their trees one level
+    at a time (:func:`~anyclip._kernels._tforder_xp._add_nodes`), and with ``half`` every
+    array's sum is halved and the halves summed in TF's order, as
+    :func:`~anyclip._kernels._tforder_xp.tf_order_sum_of`. The squares and halves are
+    rounded apart from the additions they feed, so the bits do not depend on what XLA
+    fuses: the same eagerly and under the caller's ``jit``. The program has one loop per
+    multi-leaf array, each adding ``_ROW_STEP`` rows a step (more rows a step ran little
+    faster and compiled longer: 16 took 3.5 s for ResNet-50's multi-leaf arrays, 4 took
+    1.6 s), and one per leaf length of a scattered array. On a loaded 2-core CPU, ``jit`` of
+    ``clip_by_global_norm``: ResNet-50's float32 parameters 39 ms (optax 23 ms; the joined
+    and gathered program 147 ms), compiled in 3.2 s (1.9 s); GPT-2 small 198 ms (optax
+    112 ms, before 721 ms), compiled in 3.4 s (1.9 s; 112 s with one loop per run of
+    leaves of one length).
+    """
+    dtype = arrays[0].dtype
+    packet, leaf = eigen_packet(dtype)
+    wide = 4 * packet
+    leaves: list[tuple[int, int]] = []
+    trees: list[Any] = []
+    by_rows: dict[int, list[tuple[Any, list[int]]]] = {}
+    small: dict[int, list[tuple[Any, list[int]]]] = {}
+    parts = [xp.zeros((1,), dtype=dtype)]  # position 0: an empty array's sum
+    order: list[int] = []  # the leaves, in the order of their sums in ``parts``
+    for a in arrays:
+        n = int(a.size)
+        if n == 0:
+            trees.append(None)
+            continue
+        flat = xp.reshape(a, (n,))
+        first = len(leaves)
+        trees.append(_leaves(0, 0, n, leaves, leaf, packet))  # starts within ``a``
+        mine = list(range(first, len(leaves)))
+        lengths = {leaves[i][1] for i in mine}
+        if len(mine) == 1:  # one leaf: laid out with the other short arrays' (a copy)
+            small.setdefault(n, []).append((flat, mine))
+            continue
+        if len(lengths) == 1:  # the array is its leaves, one after another: a 2-D view
+            view = xp.reshape(flat, (len(mine), n // len(mine)))
+            by_rows.setdefault(n // len(mine) // wide, []).append((view, mine))
+            continue
+        for length in sorted(lengths):
+            which = [i for i in mine if leaves[i][1] == length]
+            starts = [leaves[i][0] for i in which]
+            parts.append(_scattered_square_sums(xp, flat, starts, length, packet))
+            order += which
+    padded: dict[int, list[tuple[Any, list[int]]]] = {}
+    for n, group in small.items():  # the short arrays of one size: one (arrays, n) block
+        flats = [f for f, _ in group]
+        block = flats[0][None, :] if len(flats) == 1 else xp.reshape(xp.concat(flats), (-1, n))
+        rows = n // wide
+        rows = 1 << (rows - 1).bit_length() if rows else 0  # at most twice its rows
+        which = [i for _, mine in group for i in mine]
+        padded.setdefault(rows, []).append((_padded_leaves(xp, block, rows, packet), which))
+    for rows, group in padded.items():
+        blocks = [b for b, _ in group]
+        view = blocks[0] if len(blocks) == 1 else xp.concat(blocks)
+        by_rows.setdefault(rows, []).append((view, [i for _, which in group for i in which]))
+    for _, group in sorted(by_rows.items()):
+        parts.append(_group_square_sums(xp, [v for v, _ in group], packet))
+        order += [i for _, which in group for i in which]
+    at = [0] * len(leaves)
+    for pos, i in enumerate(order):
+        at[i] = pos + 1
+    values, roots = _add_nodes(xp, xp.concat(parts), [_tree_ids(t, at) for t in trees])
+    sums = xp.take(values, xp.asarray(roots), axis=0)
+    if not half:
+        return sums[0]
+    halves = rounded_apart(xp, sums * constant(xp, 0.5, sums.dtype, sums))
+    if len(arrays) == 1:
+        return halves[0]
+    return _segment_sums(xp, halves, [len(arrays)], packet, leaf)[0]
+
+
 def jax_tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any:
     """The rows of ``f * flat`` added in TF 2.21's ``reduce_sum`` order, in ``acc``.
 
@@ -252,26 +549,24 @@ class JaxKernels(Kernels):
 
         float32 arrays too with ``half`` (``tf.linalg.global_norm``).
 
-        Two compiled programs per shapes, the squares in the first: bit-equal to TF eagerly,
-        and under an eager ``jax.grad`` or ``vmap`` (JAX differentiates and batches a ``jit``
-        as a whole: one program, where the order's operations one at a time took 12 s for the
-        first gradient of a float64 norm of 10,000 elements, now 1.3 s). Under the caller's
-        ``jit`` both are inlined into the caller's program, where XLA:CPU contracts some
-        squares with their additions into fused multiply-adds (up to 1 ULP from TF measured;
-        ``tests/test_long_sums.py``). Sharded
-        arrays keep XLA's own reduction (a gather of their leaves would gather them), and so
-        do arrays on another platform (TF's order is its CPU kernels').
+        One compiled program per shapes (:func:`_squares_by_array`: the short arrays joined
+        in one zero-padded copy, every longer array read in place, as ``(leaves, length)``
+        views by a ``lax.fori_loop`` over their rows, or by ``dynamic_slice`` s at its
+        leaves' starts where its leaves of one length do not follow each other; no gather of
+        the elements; the squares rounded before they are added): bit-equal to TF eagerly,
+        under the caller's ``jit`` (where it is inlined) and under an eager ``jax.grad`` or
+        ``vmap`` (JAX differentiates and batches a ``jit`` as a whole: one program, where the
+        order's operations one at a time took 12 s for the first gradient of a float64 norm
+        of 10,000 elements). Sharded arrays keep XLA's own reduction (a gather of their
+        leaves would gather them), and so do arrays on another platform (TF's order is its
+        CPU kernels').
         """
         if not tf_order_dtype(arrays[0].dtype, half=half) or not _tf_order_ok(arrays):
             return None
-        squares = _tf_jit(("squares", False, xp.__name__), lambda *a: square_list(xp, a))
-        sizes = tuple(int(a.size) for a in arrays)
         total = _tf_jit(
-            ("sum", half, xp.__name__),
-            lambda q, n: tf_order_sum_of(xp, q, n, half=half),
-            static_argnums=1,
+            ("by-array", half, xp.__name__), lambda *a: _squares_by_array(xp, a, half=half)
         )
-        return total(squares(*arrays), sizes)
+        return total(*arrays)
 
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """As :meth:`Kernels.half_squares`, one reduction per group of arrays under 65,536."""

@@ -315,12 +315,29 @@ def rounded_apart(xp: Any, x: Any) -> Any:
     between them stops the contraction: ``where(isnan(x), nan, x)`` is ``x`` (a NaN stays
     NaN) and passes ``jax.grad`` and ``jax.vmap`` through (measured on XLA's CPU backend;
     ``optimization_barrier`` is dropped before fusion there and does not). Other libraries
-    round each operation already.
+    round each operation already. Its derivative is 1, at a NaN too (a ``custom_jvp``): the
+    select's own would give a NaN's cotangent 0 and lose the NaN that TF's gradient carries.
     """
     if library(xp) != "jax":
         return x
-    nan = xp.asarray(math.nan, dtype=x.dtype)
-    return xp.where(xp.isnan(x), nan, x)
+    return _jax_rounded_apart()(x)
+
+
+@functools.cache
+def _jax_rounded_apart() -> Any:
+    """:func:`rounded_apart` for JAX: the select, its tangent the input's (made once)."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_jvp
+    def apart(x: Any) -> Any:
+        return jnp.where(jnp.isnan(x), jnp.asarray(math.nan, dtype=x.dtype), x)
+
+    @apart.defjvp
+    def _apart_jvp(primals: Any, tangents: Any) -> Any:
+        return apart(primals[0]), tangents[0]
+
+    return apart
 
 
 def _squarer(xp: Any, like: Any, factor: float) -> Any:

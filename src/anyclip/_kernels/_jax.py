@@ -94,14 +94,19 @@ def _tf_jit(key: tuple[str, bool, str], fn: Callable[..., Any], **kwargs: Any) -
     return found
 
 
+#: The most elements an array summed in TF's order may hold: the leaves' starts are int32
+#: indices (a larger array keeps XLA's own sum, as TF's threads split such sums anyway).
+_TF_ORDER_MOST = 2**31 - 1
+
+
 def _tf_order_ok(arrays: Sequence[Any]) -> bool:
-    """Whether float64 ``arrays`` are summed in TF's order: on the CPU and not sharded.
+    """Whether float64 ``arrays`` are summed in TF's order: on the CPU, not sharded, not huge.
 
     A traced array's platform is JAX's default backend's.
     """
     import jax
 
-    if any(may_be_sharded(a) for a in arrays):
+    if any(may_be_sharded(a) or a.size > _TF_ORDER_MOST for a in arrays):
         return False
     for a in arrays:
         if isinstance(a, jax.core.Tracer):

@@ -226,25 +226,29 @@ def _leaf_rows(xp: Namespace, view: Any, rows: int, wide: int) -> Any:
     import jax
     from jax import lax
 
-    count = int(view.shape[0])
-    step = min(_ROW_STEP, rows)
-    exact = max(k for k in range(1, step + 1) if rows % k == 0)
-    if 2 * exact >= step:  # no rows left over
-        step = exact
-
     def row(r: Any) -> Any:
         return _square(xp, lax.dynamic_slice_in_dim(view, r * wide, wide, axis=1))
 
-    def add_rows(i: Any, acc: Any) -> Any:
-        for k in range(step):
-            acc = acc + row(i * step + k)
-        return acc
-
-    # +0 plus a square is the square: the sums start at exact zeros
-    acc = xp.zeros((count, wide), dtype=view.dtype)
+    # the sums start at the first row (+0 plus a square is that square, bit for bit), so the
+    # loops' carry has the data's type: under shard_map, its varying manual axes too (a carry
+    # of fresh zeros did not, and JAX refused the loop)
     with jax.named_scope(LEAF_LOOPS):
-        acc = lax.fori_loop(0, rows // step, add_rows, acc)
-        rest = rows % step
+        acc = row(0)
+        left = rows - 1
+        if not left:
+            return acc
+        step = min(_ROW_STEP, left)
+        exact = max(k for k in range(1, step + 1) if left % k == 0)
+        if 2 * exact >= step:  # no rows left over
+            step = exact
+
+        def add_rows(i: Any, acc: Any) -> Any:
+            for k in range(step):
+                acc = acc + row(1 + i * step + k)
+            return acc
+
+        acc = lax.fori_loop(0, left // step, add_rows, acc)
+        rest = left % step
         if rest:
             acc = lax.fori_loop(rows - rest, rows, lambda r, acc: acc + row(r), acc)
     return acc
@@ -330,15 +334,15 @@ def _scattered_square_sums(xp: Namespace, flat: Any, starts: list[int], n: int, 
     padded = starts + [starts[-1]] * (steps * _LEAF_STEP - k)
     table = xp.reshape(xp.asarray(padded, dtype=xp.int32), (steps, _LEAF_STEP))
 
-    def step(i: Any, out: Any) -> Any:
-        at = table[i]
+    def step(at: Any) -> Any:
         block = xp.stack([lax.dynamic_slice_in_dim(flat, at[j], n) for j in range(_LEAF_STEP)])
-        sums = _unrolled_square_sums(xp, block, packet)
-        return lax.dynamic_update_slice_in_dim(out, sums, i * _LEAF_STEP, axis=0)
+        return _unrolled_square_sums(xp, block, packet)
 
+    # ``lax.map``: a loop without a carry (a carry of fresh zeros lacks a shard_map's varying
+    # manual axes, which JAX refuses), each step's sums stacked
     with jax.named_scope(LEAF_LOOPS):
-        out = lax.fori_loop(0, steps, step, xp.zeros((steps * _LEAF_STEP,), dtype=flat.dtype))
-    return out[:k]
+        out = lax.map(step, table)
+    return xp.reshape(out, (-1,))[:k]
 
 
 def _unrolled_square_sums(xp: Namespace, block: Any, packet: int) -> Any:

@@ -17,7 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 compat = pytest.importorskip("array_api_compat.torch")
 
-from anyclip import _compat, _torch_namespace  # noqa: E402
+from anyclip import _compat  # noqa: E402
+from anyclip._torch_namespace import MODULE_ATTRIBUTES, NAME, NAMESPACE  # noqa: E402
 
 FAST = ["where", "maximum", "minimum", "logical_and", "logical_or"]
 
@@ -55,7 +56,7 @@ def _outcome(fn: Any, *args: Any) -> Any:
 
 @pytest.mark.parametrize("name", FAST)
 def test_fast_functions_give_array_api_compats_results(name):
-    ours, theirs = getattr(_torch_namespace, name), getattr(compat, name)
+    ours, theirs = getattr(NAMESPACE, name), getattr(compat, name)
     assert ours is not theirs  # the fast version is in place
     operands = _operands()
     condition = torch.tensor([True, False, True, False])
@@ -73,17 +74,17 @@ def test_fast_functions_give_array_api_compats_results(name):
 
 
 def test_everything_else_is_array_api_compats():
-    own = _torch_namespace._MODULE_ATTRIBUTES
-    names = [k for k in vars(compat) if k not in own and k not in FAST]
+    names = [k for k in vars(compat) if k not in MODULE_ATTRIBUTES and k not in FAST]
     assert len(names) > 100
     for k in names:
-        assert getattr(_torch_namespace, k, None) is getattr(compat, k), k
-    info = _torch_namespace.__array_namespace_info__()
+        assert getattr(NAMESPACE, k, None) is getattr(compat, k), k
+    info = NAMESPACE.__array_namespace_info__()
     assert info.default_dtypes() == compat.__array_namespace_info__().default_dtypes()
 
 
 def test_torch_tensors_resolve_to_it():
     t = torch.zeros(2)
-    assert _compat.namespace(t) is _torch_namespace
-    assert _compat.namespace(torch.nn.Parameter(t)) is _torch_namespace
-    assert _compat.library(_torch_namespace) == "torch"
+    assert _compat.namespace(t) is NAMESPACE
+    assert _compat.namespace(torch.nn.Parameter(t)) is NAMESPACE
+    assert NAMESPACE.__name__ == NAME
+    assert _compat.library(NAMESPACE) == "torch"

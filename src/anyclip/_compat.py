@@ -77,9 +77,9 @@ def _namespace_of(value: object) -> Namespace | None:
     if torch is not None and isinstance(value, torch.Tensor):
         # directly, without array-api-compat's cached helpers, which torch.compile warns about;
         # array-api-compat's torch namespace with its same-dtype calls made direct
-        from anyclip import _torch_namespace
+        from anyclip._torch_namespace import NAMESPACE
 
-        xp = _torch_namespace
+        xp = NAMESPACE
     elif (
         # containers first (namedtuples, OrderedDict, ...): array-api-compat's lru_cache'd
         # type checks make Dynamo warn when a first call inside torch.compile meets one
@@ -177,11 +177,11 @@ def default_namespace() -> Namespace:
         pass
     else:
         return array_api_compat.array_namespace(np.empty(0))
-    for module, compat in (
-        ("torch", "anyclip._torch_namespace"),
-        ("jax", "jax.numpy"),
-        ("array_api_strict", "array_api_strict"),
-    ):
+    if sys.modules.get("torch") is not None:
+        from anyclip._torch_namespace import NAMESPACE
+
+        return NAMESPACE
+    for module, compat in (("jax", "jax.numpy"), ("array_api_strict", "array_api_strict")):
         if sys.modules.get(module) is not None:
             return importlib.import_module(compat)
     msg = (
@@ -226,7 +226,7 @@ def data_device(*values: Any) -> Any:
 
 
 #: Library name of each namespace met so far, by the namespace's ``__name__``.
-_LIBRARY_OF_NAMESPACE: dict[str, str] = {"anyclip._torch_namespace": "torch"}
+_LIBRARY_OF_NAMESPACE: dict[str, str] = {"anyclip._torch_namespace.NAMESPACE": "torch"}
 
 
 def library(xp: Namespace) -> str:

@@ -16,28 +16,32 @@ Here those functions call torch's own operation directly when both operands are 
 dtype (then the promotion is that dtype, and array-api-compat's ``Tensor.to`` calls return
 their input: the same operation on the same tensors), and array-api-compat's function
 otherwise (a Python scalar, two dtypes). Everything else is array-api-compat's, the same
-objects. The namespace's ``__name__`` is this module's (``library`` maps it to ``"torch"``).
+objects. The namespace is :data:`NAMESPACE`, a module object of its own (this module's globals
+hold only the functions below: pytest's doctest finder, which walks a source module's globals,
+trips over some of torch's objects); ``library`` maps its ``__name__`` to ``"torch"``.
 """
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
 import array_api_compat.torch as compat_torch
 import torch
 
-#: A module's own attributes, which stay this module's.
-_MODULE_ATTRIBUTES = frozenset(
+__all__ = ["NAME", "NAMESPACE"]
+
+#: The namespace's ``__name__``.
+NAME = "anyclip._torch_namespace.NAMESPACE"
+
+#: A module's own attributes, not copied from array-api-compat's namespace.
+MODULE_ATTRIBUTES = frozenset(
     {
         *("__name__", "__qualname__", "__doc__", "__file__", "__cached__", "__loader__"),
         *("__spec__", "__package__", "__path__", "__builtins__", "__all__", "__annotations__"),
     }
 )
-
-# array-api-compat's whole namespace (functions, dtypes, ``linalg``, ``fft``, the constants,
-# ``__array_api_version__``, ``__array_namespace_info__``), then the fast versions below
-globals().update({k: v for k, v in vars(compat_torch).items() if k not in _MODULE_ATTRIBUTES})
 
 
 def _one_dtype(x1: Any, x2: Any) -> bool:
@@ -45,7 +49,7 @@ def _one_dtype(x1: Any, x2: Any) -> bool:
     return isinstance(x1, torch.Tensor) and isinstance(x2, torch.Tensor) and x1.dtype == x2.dtype
 
 
-def where(condition: Any, x1: Any, x2: Any, /) -> Any:
+def _where(condition: Any, x1: Any, x2: Any, /) -> Any:
     """``torch.where`` for operands of one dtype; array-api-compat's ``where`` otherwise."""
     if _one_dtype(x1, x2):
         return torch.where(condition, x1, x2)
@@ -65,7 +69,22 @@ def _two_arguments(op: Callable[..., Any], fallback: Callable[..., Any]) -> Call
     return call
 
 
-maximum = _two_arguments(torch.maximum, compat_torch.maximum)
-minimum = _two_arguments(torch.minimum, compat_torch.minimum)
-logical_and = _two_arguments(torch.logical_and, compat_torch.logical_and)
-logical_or = _two_arguments(torch.logical_or, compat_torch.logical_or)
+def _namespace() -> types.ModuleType:
+    """A module object: array-api-compat's torch namespace, the fast functions in its place.
+
+    All of array-api-compat's (functions, dtypes, ``linalg``, ``fft``, the constants,
+    ``__array_api_version__``, ``__array_namespace_info__``).
+    """
+    ns = types.ModuleType(NAME, __doc__)
+    names = vars(ns)
+    names.update({k: v for k, v in vars(compat_torch).items() if k not in MODULE_ATTRIBUTES})
+    names["where"] = _where
+    names["maximum"] = _two_arguments(torch.maximum, compat_torch.maximum)
+    names["minimum"] = _two_arguments(torch.minimum, compat_torch.minimum)
+    names["logical_and"] = _two_arguments(torch.logical_and, compat_torch.logical_and)
+    names["logical_or"] = _two_arguments(torch.logical_or, compat_torch.logical_or)
+    return ns
+
+
+#: anyclip's torch namespace.
+NAMESPACE = _namespace()

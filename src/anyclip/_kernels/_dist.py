@@ -116,9 +116,9 @@ def group_namespace(group: Any) -> Namespace | None:
         return None
     items = tuple(group) if isinstance(group, (list, tuple)) else (group,)
     if items and all(_torch_group_kind(g) for g in items):
-        from anyclip import _torch_namespace
+        from anyclip._torch_namespace import NAMESPACE
 
-        return _torch_namespace
+        return NAMESPACE
     if items and all(isinstance(g, str) for g in items):
         import jax.numpy as jnp
 

@@ -324,7 +324,9 @@ def _scattered_square_sums(xp: Namespace, flat: Any, starts: list[int], n: int, 
     embedding alternates leaves of 4,712 and 4,704 elements: 832 runs): a ``lax.fori_loop``
     over the leaves, ``_LEAF_STEP`` at a time, each a ``dynamic_slice`` of ``flat`` at its
     start from a table (an XLA:CPU gather of the same elements took 4 to 7 times as long),
-    summed as :func:`_group_square_sums` sums a view, the rows' chain unrolled in the step.
+    each step's block summed by :func:`_group_square_sums` (its rows by a loop: a chain of
+    every row unrolled in the step made ``jax.grad``'s program take 19 s to compile for 3
+    million float32 elements).
     """
     import jax
     from jax import lax
@@ -336,44 +338,13 @@ def _scattered_square_sums(xp: Namespace, flat: Any, starts: list[int], n: int, 
 
     def step(at: Any) -> Any:
         block = xp.stack([lax.dynamic_slice_in_dim(flat, at[j], n) for j in range(_LEAF_STEP)])
-        return _unrolled_square_sums(xp, block, packet)
+        return _group_square_sums(xp, [block], packet)
 
     # ``lax.map``: a loop without a carry (a carry of fresh zeros lacks a shard_map's varying
     # manual axes, which JAX refuses), each step's sums stacked
     with jax.named_scope(LEAF_LOOPS):
         out = lax.map(step, table)
     return xp.reshape(out, (-1,))[:k]
-
-
-def _unrolled_square_sums(xp: Namespace, block: Any, packet: int) -> Any:
-    """:func:`_group_square_sums` of one ``(count, n)`` block, its rows added without a loop."""
-    p = packet
-    wide = 4 * p
-    count, n = (int(d) for d in block.shape)
-    rows, packs, last = n // wide, n % wide // p, n % p
-    full = rows * wide
-    if rows:
-        acc = _square(xp, block[:, :wide])
-        for r in range(1, rows):
-            acc = acc + _square(xp, block[:, r * wide : (r + 1) * wide])
-        lanes = acc[:, :p] + acc[:, p : 2 * p]
-        lanes = lanes + acc[:, 2 * p : 3 * p]
-        lanes = lanes + acc[:, 3 * p :]
-    else:
-        lanes = xp.zeros((count, p), dtype=block.dtype)
-    for j in range(packs):
-        lanes = lanes + _square(xp, block[:, full + j * p : full + (j + 1) * p])
-    while lanes.shape[-1] > 1:
-        half = int(lanes.shape[-1]) // 2
-        lanes = lanes[:, :half] + lanes[:, half:]
-    reduced = lanes[:, 0]
-    if not last:
-        return reduced
-    tail = _square(xp, block[:, full + packs * p :])
-    total = tail[:, 0]
-    for j in range(1, last):
-        total = total + tail[:, j]
-    return total + reduced
 
 
 def _padded_leaves(xp: Namespace, block: Any, rows: int, packet: int) -> Any:

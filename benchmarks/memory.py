@@ -56,15 +56,21 @@ CHUNK = 1 << 22
 COLS = 1024
 
 
+def _normal(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` standard normal float16 values, drawn in float32 (twice as fast as float64 draws:
+    1 s of each 32 Mi input, 8 times in each of the memory tests)."""
+    return rng.standard_normal(n, dtype=np.float32).astype(np.float16)
+
+
 def _split(n: int) -> list[np.ndarray]:
     """One large and three smaller float16 arrays of ``n`` elements in all."""
     rng = np.random.default_rng(0)
     sizes = [n // 2, n // 4, n // 8, n - n // 2 - n // 4 - n // 8]
-    return [rng.standard_normal(s).astype(np.float16) for s in sizes]
+    return [_normal(rng, s) for s in sizes]
 
 
 def _one(n: int) -> list[np.ndarray]:
-    return [np.random.default_rng(0).standard_normal(n).astype(np.float16)]
+    return [_normal(np.random.default_rng(0), n)]
 
 
 def _rows(n: int) -> list[np.ndarray]:

@@ -471,6 +471,50 @@ def test_torch_skip_on_spike_matches_reference(backend, skip_ref, case, optimize
             )
 
 
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("rule", ["skip_on_spike", "apply_if_finite"])
+def test_torch_skip_halves_compile_twice_each(backend, optimizer, rule):
+    # The compiled halves over steps that create the state, take and skip: each half compiles
+    # at the first step (no history, counters or optimizer state yet) and once more, for
+    # every later step. A recompile per step, or one at the step after the state appears (a
+    # snapshot buffer kept on the object and guarded on), would show in the counts. The
+    # backend only counts the graphs Dynamo hands it: the values are checked by
+    # test_torch_skip_on_spike_matches_reference and tests/test_torch_if_finite.py.
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    graphs = {"before": 0, "after": 0}
+
+    def counting(name: str) -> Any:
+        def compile_graph(gm: Any, example_inputs: Any) -> Any:
+            graphs[name] += 1
+            return gm.forward
+
+        return compile_graph
+
+    params = [torch.nn.Parameter(torch.ones(s)) for s in sgen.SHAPES]
+    inner = _torch_optimizer(torch, optimizer, params)
+    if rule == "skip_on_spike":
+        opt = at.skip_on_spike(inner, 4, 3.0)
+    else:
+        opt = at.apply_if_finite(inner, 2)
+    torch._dynamo.reset()
+    before = torch.compile(lambda: opt.before_step(), fullgraph=True, backend=counting("before"))
+    after = torch.compile(lambda s: opt.after_step(s), fullgraph=True, backend=counting("after"))
+    applied = []
+    for value in (1.0, 1.5, 1.0, float("nan"), 1.25, 100.0, 1.0):
+        for p in params:
+            p.grad = torch.full_like(p, value)
+        saved = before()
+        opt.optimizer.step()
+        after(saved)
+        applied.append(bool(opt.last_step_applied))
+    torch._dynamo.reset()
+    # taken and skipped steps both ran: the first and the NaN (and the spike, 100, on spikes)
+    assert applied[0] and not applied[3] and applied[5] == (rule == "apply_if_finite")
+    assert graphs == {"before": 2, "after": 2}
+
+
 @jax_backends
 @compiled_or_not
 @pytest.mark.parametrize("case", list(sgen.CASES))

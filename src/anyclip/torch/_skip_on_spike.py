@@ -415,17 +415,23 @@ class _Skipper:
         return apply, skip, live, keys, buffers, None
 
     def _snapshot(self, sources: list[torch.Tensor]) -> list[torch.Tensor]:
-        """``sources`` copied into buffers kept between steps, one ``_foreach_copy_`` a device.
+        """``sources`` copied into buffers, one ``_foreach_copy_`` a device and dtype.
 
-        The buffers are allocated at the first step, again only where a shape, dtype or
-        device changes.
+        Eagerly, the buffers are kept between steps: allocated at the first step, again only
+        where a shape, dtype or device changes. Under ``torch.compile`` they are allocated in
+        the graph at each call (inductor plans them): buffers kept on ``self`` would be guarded
+        on (their number), and the step at which the optimizer's state appears, which
+        reallocates them, would cost a recompile.
         """
-        buffers = self._buffers
-        if len(buffers) != len(sources):
-            buffers = self._buffers = [torch.empty_like(t) for t in sources]
-        for i, (b, t) in enumerate(zip(buffers, sources, strict=True)):
-            if b.shape != t.shape or b.dtype != t.dtype or b.device != t.device:
-                buffers[i] = torch.empty_like(t)
+        if torch.compiler.is_compiling():
+            buffers = [torch.empty_like(t) for t in sources]
+        else:
+            buffers = self._buffers
+            if len(buffers) != len(sources):
+                buffers = self._buffers = [torch.empty_like(t) for t in sources]
+            for i, (b, t) in enumerate(zip(buffers, sources, strict=True)):
+                if b.shape != t.shape or b.dtype != t.dtype or b.device != t.device:
+                    buffers[i] = torch.empty_like(t)
         groups: dict[tuple[torch.device, torch.dtype], tuple[list[Any], list[Any]]] = {}
         for b, t in zip(buffers, sources, strict=True):
             dst, src = groups.setdefault((t.device, t.dtype), ([], []))

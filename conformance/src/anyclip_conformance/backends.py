@@ -131,7 +131,10 @@ class Backend:
             if self.library == "torch":
                 out = self.module.asarray(host.copy(), device=self.device)
             elif self.library == "jax":
-                out = self.module.device_put(self.module.numpy.asarray(host), self.device)
+                # straight to the device: jnp.asarray ran a program (compiled, or read from the
+                # persistent cache) for each new shape and dtype, 2 ms an array; the copy keeps
+                # the array from sharing the caller's NumPy memory
+                out = self.module.device_put(host.copy(), self.device)
             elif self.library == "dask":
                 out = self.module.array.from_array(host, chunks=-1)
             else:
@@ -164,6 +167,33 @@ class Backend:
         if self.library == "array_api_strict":
             return np.asarray(self.xp.asarray(x, device=self.xp.Device("CPU_DEVICE")))
         return np.asarray(x)
+
+    def to_numpy_all(self, xs: Sequence[Any]) -> list[Any]:
+        """:meth:`to_numpy` of each of ``xs``; for assertions only.
+
+        Dask computes them in one call, so the graph they share runs once (one compute each ran
+        it once per array).
+        """
+        if self.library != "dask":
+            return [self.to_numpy(x) for x in xs]
+        import numpy as np
+
+        with np.errstate(all="ignore"):  # as to_numpy
+            return [np.asarray(v) for v in self.module.compute(*xs, scheduler="synchronous")]
+
+    def computed(self, xs: Sequence[Any]) -> list[Any]:
+        """``xs`` with their Dask graphs run once, together; other backends' arrays as they are.
+
+        Still Dask arrays (``dask.persist``: same dtype, shape and chunks), whose chunks are
+        held in memory, so :meth:`to_numpy` of each reads them instead of running the graph
+        they share again. For assertions only.
+        """
+        if self.library != "dask":
+            return list(xs)
+        import numpy as np
+
+        with np.errstate(all="ignore"):  # as to_numpy
+            return list(self.module.persist(*xs, scheduler="synchronous"))
 
     def dtype_name(self, x: Any) -> str:
         """The dtype of ``x`` as a string such as ``"float32"`` or ``"bfloat16"``."""

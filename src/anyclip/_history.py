@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from anyclip._core import global_scale
-from anyclip._if_finite import INT_MAX, if_finite_step
+from anyclip._if_finite import INT_MAX, if_finite_step, saturating_increment
 from anyclip._numerics import constant, quiet
 from anyclip._typing import Namespace
 
@@ -251,10 +251,6 @@ def _c(xp: Namespace, value: float, like: Any) -> Any:
     return constant(xp, value, like.dtype, like)
 
 
-def _inc(xp: Namespace, count: Any) -> Any:
-    return xp.where(count < _c(xp, INT_MAX, count), count + _c(xp, 1, count), count)
-
-
 def init_history(
     xp: Namespace, length: int, dtype: Any, device: Any = None, batch: tuple[int, ...] = ()
 ) -> History:
@@ -273,7 +269,7 @@ def record(xp: Namespace, h: History, value: Any, where: Any = None) -> History:
     """``h`` with ``value`` written into the window's next slot (only where ``where``)."""
     window = _recorded_window(xp, h, value, where)
     if where is None:
-        return History(_inc(xp, h.count), h.mean, h.var, window)
+        return History(saturating_increment(xp, h.count), h.mean, h.var, window)
     # the count advances where `where` holds and it has not saturated: one select
     more = xp.logical_and(where, h.count < _c(xp, INT_MAX, h.count))
     count = xp.where(more, h.count + _c(xp, 1, h.count), h.count)
@@ -480,7 +476,7 @@ def zclip_step(
 
     history = History(
         # a warm-up step counts one more too (the count is then below warm_len: no saturation)
-        count=_inc(xp, h.count),
+        count=saturating_increment(xp, h.count),
         mean=xp.where(starts, mean0, xp.where(keep, mean, new_mean)),
         var=xp.where(starts, var0, xp.where(keep, var, new_var)),
         window=window,
@@ -586,5 +582,5 @@ def spike_step(
         losses=new_losses,
         notfinite_count=counted.notfinite_count,
         total_notfinite=counted.total_notfinite,
-        skipped=xp.where(apply, skipped, _inc(xp, skipped)),
+        skipped=xp.where(apply, skipped, saturating_increment(xp, skipped)),
     )

@@ -22,7 +22,14 @@ from typing import Any, NamedTuple
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
-__all__ = ["INT_MAX", "IfFiniteDecision", "all_finite", "check_max_errors", "if_finite_step"]
+__all__ = [
+    "INT_MAX",
+    "IfFiniteDecision",
+    "all_finite",
+    "check_max_errors",
+    "if_finite_step",
+    "saturating_increment",
+]
 
 #: The largest count: counters saturate there instead of wrapping (``optax.safe_increment``).
 INT_MAX = 2**31 - 1
@@ -70,8 +77,10 @@ def all_finite(xp: Namespace, leaves: Sequence[Any], like: Any = None) -> Any:
     return xp.all(xp.stack(flags))
 
 
-def _inc(xp: Namespace, count: Any) -> Any:
-    return xp.where(count < constant(xp, INT_MAX, count.dtype, count), count + 1, count)
+def saturating_increment(xp: Namespace, count: Any) -> Any:
+    """``count + 1`` that stays at :data:`INT_MAX` (optax's counters), in ``count``'s dtype."""
+    top = constant(xp, INT_MAX, count.dtype, count)
+    return xp.where(count < top, count + constant(xp, 1, count.dtype, count), count)
 
 
 def if_finite_step(
@@ -83,11 +92,13 @@ def if_finite_step(
 ) -> IfFiniteDecision:
     """Decide a step from its finiteness and the counters (``max_consecutive_errors`` checked)."""
     zero = constant(xp, 0, notfinite_count.dtype, notfinite_count)
-    consecutive = xp.where(finite, zero, _inc(xp, notfinite_count))
+    consecutive = xp.where(finite, zero, saturating_increment(xp, notfinite_count))
     limit = constant(xp, max_consecutive_errors, consecutive.dtype, consecutive)
     return IfFiniteDecision(
         apply=xp.logical_or(finite, consecutive > limit),
         finite=finite,
         notfinite_count=consecutive,
-        total_notfinite=xp.where(finite, total_notfinite, _inc(xp, total_notfinite)),
+        total_notfinite=xp.where(
+            finite, total_notfinite, saturating_increment(xp, total_notfinite)
+        ),
     )

@@ -522,6 +522,86 @@ def test_torch_compile_adapters(backend, compile_fullgraph, name):
 
 
 @torch_backends
+@pytest.mark.parametrize("name", list(ADAPTER_CASES))
+def test_torch_compile_adapters_on_gradients_made_in_the_graph(backend, compile_fullgraph, name):
+    """The gradients are made inside the compiled function (as compiled autograd makes them),
+    so Inductor fuses their producers with the clipping: on CUDA its multi-tensor kernel for
+    ``_foreach_mul_`` read the factor before the same launch wrote it, and the first gradient
+    came back unscaled (GPU run 5, torch 2.11)."""
+    at = pytest.importorskip("anyclip.torch")
+    fn = ADAPTER_CASES[name]
+    torch = backend.module
+    raw = [backend.asarray(g, "float32") for g in ([3.0, 4.0], [[12.0, -1.0], [0.5, 2.0]])]
+
+    def step(ps, a, b):
+        ps[0].grad, ps[2].grad = a * 2.0, b * 2.0
+        out = fn(at, ps)
+        return out, ps[0].grad, ps[2].grad
+
+    results = []
+    for run in (step, compile_fullgraph(step)):
+        params = _grad_params(backend, [[0.0, 0.0], None, [[0.0, 0.0], [0.0, 0.0]]])
+        results.append(run(params, *raw))
+    (eager, *eager_grads), (compiled, *compiled_grads) = results
+    if eager is None:
+        assert compiled is None
+    else:
+        want = backend.to_numpy(eager)
+        assert_array(compiled, want, backend=backend, dtype="float32", ulp=TORCH_ULP)
+    for i, (c, e) in enumerate(zip(compiled_grads, eager_grads, strict=True)):
+        want = backend.to_numpy(e)
+        assert_array(c, want, backend=backend, dtype="float32", ulp=TORCH_ULP, what=f"grad {i}")
+    assert torch.equal(raw[0], backend.asarray([3.0, 4.0], "float32"))  # inputs untouched
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("name", ["clip_grad_norm_", "clip_grad_norm_-p1", "clip_grad_value_"])
+def test_torch_compile_off_the_cpu_makes_no_multi_tensor_op(backend, name, monkeypatch):
+    """What a compiled graph holds for tensors off the CPU: per-tensor ops, no ``_foreach_*``
+    (see the test above). The CPU stands for a GPU here: removed from the device types that
+    keep torch's multi-tensor kernels when compiled, and declared to have them, as CUDA has;
+    eager calls keep them."""
+    at = pytest.importorskip("anyclip.torch")
+    torch = backend.module
+    from torch.utils import _foreach_utils
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import anyclip._compat as compat
+
+    monkeypatch.setattr(compat, "TORCH_HOST_DEVICES", frozenset())
+    monkeypatch.setattr(_foreach_utils, "_device_has_foreach_support", lambda device: True)
+    fn = ADAPTER_CASES[name]
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.add(str(func))
+            return func(*args, **(kwargs or {}))
+
+    grads = [[3.0, 4.0], None, [[12.0, -1.0], [0.5, 2.0]]]
+    with Ops() as eager:
+        fn(at, _grad_params(backend, grads))
+    assert any("_foreach" in op for op in eager.seen), sorted(eager.seen)
+
+    graphs: list[set[str]] = []
+
+    def record(gm, example_inputs):
+        graphs.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(lambda ps: fn(at, ps), backend=record)(_grad_params(backend, grads))
+    finally:
+        torch._dynamo.reset()
+    assert graphs
+    assert not any("_foreach" in op for ops in graphs for op in ops), graphs
+
+
+@torch_backends
 @pytest.mark.parametrize("case_id", TORCH_CASES)
 def test_torch_compile_flush_subnormals(backend, case_id, request):
     # inside flush_subnormals() every case compiles without a graph break (Dynamo cannot read

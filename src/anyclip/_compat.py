@@ -301,6 +301,21 @@ def torch_compiling() -> bool:
     return torch is not None and bool(torch.compiler.is_compiling())
 
 
+#: The torch device types on which compiled calls keep torch's multi-tensor kernels.
+TORCH_HOST_DEVICES = frozenset({"cpu"})
+
+
+def torch_compiling_off_the_cpu(device: Any) -> bool:
+    """Whether ``torch.compile`` is tracing a call on the torch ``device``, not the CPU.
+
+    There anyclip takes per-tensor ops, which Inductor fuses by itself, instead of torch's
+    multi-tensor ones (``_foreach_norm``, ``_foreach_mul``): on CUDA (torch 2.11, an H200)
+    Inductor's kernels for those gave results that eager torch does not, the inputs back
+    unscaled (GPU runs 3 to 5: docs/conformance-gpu.md).
+    """
+    return device.type not in TORCH_HOST_DEVICES and torch_compiling()
+
+
 def is_functorch_wrapped(a: Any) -> bool:
     """Whether ``a`` is a torch tensor wrapped by a ``torch.func`` transform (``vmap``, ``grad``).
 

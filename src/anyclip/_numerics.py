@@ -94,6 +94,10 @@ def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
     if lib not in ("numpy", "torch") or type(value) not in (float, int, bool):
         if lib == "torch" and type(value) is complex:
             return _torch_filled(xp, value, dtype, dev)
+        negative_zero = type(value) is float and value == 0 and math.copysign(1.0, value) < 0
+        if negative_zero and xp.isdtype(dtype, "real floating"):
+            # -0.0 made as the negation of +0.0: CuPy made a 0-d -0.0 +0.0 (GPU run 5)
+            return -xp.asarray(0.0, dtype=dtype, device=dev)
         return xp.asarray(value, dtype=dtype, device=dev)
     if lib == "torch" and _torch_faking():
         return _torch_filled(xp, value, dtype, dev)

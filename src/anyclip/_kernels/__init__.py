@@ -31,7 +31,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from anyclip._compat import library, memo_by_dtype, torch_compiling, xla_flushes
+from anyclip._compat import library, memo_by_dtype, torch_compiling_off_the_cpu, xla_flushes
 from anyclip._kernels._base import Kernels
 from anyclip._kernels._dask import DaskKernels
 from anyclip._kernels._flush import FlushKernels
@@ -123,11 +123,11 @@ def kernels_for(xp: Namespace, arrays: Sequence[Any], dtype: Any = None) -> Kern
             return FLUSH_JAX
         return k
     k = memo_by_dtype(_CHOSEN, xp, dtype, _choose)
-    if k is TORCH and torch_compiling() and arrays[0].device.type != "cpu":
-        # torch.compile off the CPU: the generic kernels' plain ops, which Inductor fuses by
-        # itself. The multi-tensor route gave wrong results there (GPU runs 3 and 4, torch
-        # 2.11 on an H200: clip_by_global_norm of [3, 4] and [12] at 6.5 came back unclipped,
-        # an inf entry finite), where a traced _foreach_norm(dtype=float64) alone was right
+    if k is TORCH and torch_compiling_off_the_cpu(arrays[0].device):
+        # the generic kernels' plain ops, which Inductor fuses by itself. The multi-tensor
+        # route gave wrong results there (GPU runs 3 and 4, torch 2.11 on an H200:
+        # clip_by_global_norm of [3, 4] and [12] at 6.5 came back unclipped, an inf entry
+        # finite); run 5, with this choice, gave the eager values
         return GENERIC
     return k
 

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import torch
 
+from anyclip._compat import torch_compiling_off_the_cpu
 from anyclip._kernels._dist import is_dtensor
 from anyclip._policy import check_nonfinite
 from anyclip._sparse import dense_operand
@@ -145,16 +146,28 @@ def _max_norm(max_norm: Any) -> float | torch.Tensor:
 
 
 def _use_foreach(foreach: bool | None, group: list[torch.Tensor], device: torch.device) -> bool:
-    """Torch's rule: ``None`` uses foreach where supported; ``True`` raises where it is not."""
+    """Torch's rule: ``None`` uses foreach where supported; ``True`` raises where it is not.
+
+    While ``torch.compile`` traces tensors off the CPU, never: Inductor writes its own kernels
+    there (``foreach`` chooses none of torch's), and its multi-tensor kernel for
+    ``_foreach_mul_`` read the clipping factor before the same launch wrote it (GPU run 5:
+    torch 2.11, an H200, gradients made in the compiled function came back unscaled);
+    per-tensor ops give the eager results.
+    """
     from torch.utils._foreach_utils import _device_has_foreach_support, _foreach_supported_types
 
     if foreach is None:  # torch's _has_foreach_support, one pass over the types
         types = {type(t) for t in group}
-        return bool(_device_has_foreach_support(device)) and types <= set(_foreach_supported_types)
+        supported = types <= set(_foreach_supported_types)
+        return (
+            supported
+            and bool(_device_has_foreach_support(device))
+            and not torch_compiling_off_the_cpu(device)
+        )
     if foreach and not _device_has_foreach_support(device):
         msg = f"foreach=True was passed, but can't use the foreach API on {device.type} tensors"
         raise RuntimeError(msg)
-    return foreach
+    return foreach and not torch_compiling_off_the_cpu(device)
 
 
 def _by_device_and_dtype(

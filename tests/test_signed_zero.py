@@ -1,0 +1,55 @@
+"""Negative zero keeps its sign: in anyclip's constants and in the suite's own arrays.
+
+On CuPy (GPU run 5: CuPy 14.2, an H200) a 0-d ``-0.0`` put on the device came back ``+0.0``.
+The suite's ``use_norm = -0.0`` cases then checked anyclip with another input than TF's (TF's
+factor is ``-inf``, cast to an integer type as ``-2**31``; with ``+0.0`` it is 1), and a
+``-0.0`` that a user passes as a Python number (a bound, a threshold) would lose its sign in
+anyclip's constants. Both are checked bit for bit on every backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anyclip._numerics import constant
+
+#: Values whose bits must survive: signed zeros, a subnormal, the extremes, inf and NaN.
+VALUES = [-0.0, 0.0, 1.5, -2.0, float("inf"), float("-inf"), float("nan")]
+#: NumPy dtypes checked (the suite makes bfloat16 from float32 on the backend itself).
+DTYPES = ["float16", "float32", "float64", "complex64", "int8", "uint16"]
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.reshape(-1).view(np.uint8)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (2, 3), (0, 2)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_suite_arrays_keep_every_bit(backend, dtype, shape):
+    backend.dtype(dtype)  # skips where the backend lacks it
+    info = np.finfo(dtype) if np.dtype(dtype).kind in "fc" else None
+    pool = VALUES + ([float(info.smallest_subnormal), float(info.max)] if info else [])
+    rng = np.random.default_rng(0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        flat = np.asarray(rng.choice(pool, size=int(np.prod(shape))), dtype=np.float64)
+        host = flat.astype(dtype) if info else np.nan_to_num(flat).astype(dtype)
+    host = host.reshape(shape)
+    if shape == ():
+        host = np.asarray(-0.0 if info else 7, dtype=dtype)
+    got = backend.to_numpy(backend.asarray(host, dtype))
+    assert got.dtype == host.dtype and got.shape == host.shape
+    np.testing.assert_array_equal(_bits(got), _bits(host))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_constants_keep_the_sign_of_zero(backend, make, dtype):
+    like = make([1.0], dtype)
+    xp = backend.xp
+    for _ in range(2):  # made, then (where constants are cached) from the cache
+        negative = constant(xp, -0.0, like.dtype, like)
+        positive = constant(xp, 0.0, like.dtype, like)
+        assert np.signbit(backend.to_numpy(negative)), backend.to_numpy(negative)
+        assert not np.signbit(backend.to_numpy(positive))
+        assert negative.dtype == like.dtype and positive.dtype == like.dtype

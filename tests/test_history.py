@@ -872,7 +872,14 @@ def test_torch_skipped_first_step_leaves_state_as_never_created(backend, name):
         assert set(opt.optimizer.state[p]) == set(plain.state[q])
         for k, v in plain.state[q].items():
             mine = opt.optimizer.state[p][k]
-            assert mine.dtype == v.dtype and mine.device == v.device, k
+            # The checkpoint at step 1 holds the never-created state (which state is never
+            # created is decided on the device, so it cannot be left out without a host read),
+            # and torch's load_state_dict moves every state tensor but `step` to its
+            # parameter's device: NAdam's mu_product, which torch makes on the CPU, lands on
+            # the GPU, as after loading any checkpoint of a bare NAdam (GPU run 6, an H200:
+            # the values stayed bit-equal over the 12 steps)
+            moved = k != "step" and v.device.type == "cpu" and p.device.type != "cpu"
+            assert mine.dtype == v.dtype and mine.device == (p.device if moved else v.device), k
             np.testing.assert_array_equal(backend.to_numpy(mine), backend.to_numpy(v), err_msg=k)
 
 

@@ -10,6 +10,7 @@ and a GPU) must give the single-device result.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -173,3 +174,43 @@ def test_torch_func_vmap_of_grad_gives_each_sample_its_gradient(backend, name):
     assert_array(out, loop.astype(np.float64), backend=backend, dtype="float32", ulp=math.inf)
     scale = float(np.max(np.abs(loop)))
     np.testing.assert_allclose(out.numpy(), loop, rtol=1e-5, atol=1e-6 * scale)
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_copies_to_the_cpu_wait_for_their_data(backend):
+    """A copy from an accelerator to the CPU is never ``non_blocking``: it returns before its
+    data arrive (GPU run 6: the CPU half of a list on CUDA and the CPU was scaled by what the
+    factor's memory held before, 17,870 times off). Copies to an accelerator stay queued.
+    Checked on the copies anyclip asks for (no device needed: the calls are recorded, not
+    made), and in the source: every ``non_blocking`` copy goes through ``torch_to``."""
+    import ast
+    from pathlib import Path
+
+    from torch.overrides import TorchFunctionMode
+
+    from anyclip._compat import torch_to
+
+    torch = backend.module
+    calls: list[dict[str, Any]] = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") == "to":
+                calls.append(dict(kwargs or {}))
+                return args[0]
+            return func(*args, **(kwargs or {}))
+
+    t = torch.ones(2)
+    with Record():
+        torch_to(t, torch.device("cpu"))
+        torch_to(t, torch.device("cuda", 0), torch.float16)
+        torch_to(t, torch.device("meta"))
+    assert [c["non_blocking"] for c in calls] == [False, True, True]
+    assert calls[1]["dtype"] == torch.float16 and calls[1]["device"] == torch.device("cuda", 0)
+
+    src = Path(anyclip.__file__).parent
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.keyword) and node.arg == "non_blocking":
+                where = f"{path.relative_to(src)}:{node.lineno}"
+                assert path.name == "_compat.py", f"a non_blocking copy outside torch_to: {where}"

@@ -301,6 +301,18 @@ def torch_compiling() -> bool:
     return torch is not None and bool(torch.compiler.is_compiling())
 
 
+def torch_to(t: Any, device: Any, dtype: Any = None) -> Any:
+    """The torch tensor ``t`` on ``device`` (a ``torch.device``), cast to ``dtype`` if given.
+
+    Queued (``non_blocking``) unless the copy lands on the CPU: a copy from an accelerator to
+    the CPU with ``non_blocking=True`` returns before its data arrive, and the CPU then reads
+    what the memory held before (GPU run 6: a list on CUDA and the CPU was scaled by such a
+    factor). That copy waits for the device, a host sync that a list spanning the CPU needs
+    anyway.
+    """
+    return t.to(device=device, dtype=dtype, non_blocking=device.type != "cpu")
+
+
 #: The torch device types on which compiled calls keep torch's multi-tensor kernels.
 TORCH_HOST_DEVICES = frozenset({"cpu"})
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from anyclip._compat import torch_to
 from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels
 from anyclip._kernels._dist import (
@@ -277,8 +278,7 @@ class TorchKernels(Kernels):
             return self.cast_half_squares(xp, arrays, acc)
         _check_devices(list(by_device))
         partials = [
-            self.cast_half_squares(xp, group, acc).to(home, non_blocking=True)
-            for group in by_device.values()
+            torch_to(self.cast_half_squares(xp, group, acc), home) for group in by_device.values()
         ]
         return reduce_sum(xp, xp.stack(partials), None, keepdims=False)
 
@@ -311,7 +311,7 @@ class TorchKernels(Kernels):
             group = list(t_list) if len(where) == len(t_list) else [t_list[i] for i in where]
             s = scale
             if s.device != dev:
-                s = s.to(device=dev, non_blocking=True)
+                s = torch_to(s, dev)
             if s.dtype != dtype:
                 s = tf_cast(xp, s, dtype)
             results: Sequence[Any]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from anyclip import _if_finite
-from anyclip._compat import namespace
+from anyclip._compat import namespace, torch_to
 from anyclip._history import check_mapping
 from anyclip._keywords import hints_keywords
 from anyclip._sparse import values_of
@@ -85,7 +85,7 @@ class _FiniteSkipper(_Skipper):
         if len(flags) == 1:
             return out
         first = out.device
-        return torch.stack([f.to(first, non_blocking=first.type != "cpu") for f in flags]).all()
+        return torch.stack([torch_to(f, first) for f in flags]).all()
 
     @torch.no_grad()
     def before_step(self, *, loss: Any = None, grad_norm: Any = None) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from anyclip import _core
-from anyclip._compat import namespace
+from anyclip._compat import namespace, torch_to
 from anyclip._kernels import FLUSH_GENERIC
 from anyclip._policy import as_operand, finite_number
 from anyclip._subnormals import flush, flushing
@@ -62,7 +62,7 @@ def _mul_(
     key = None if ftz else _plain(values) if plain is None else plain
     if key is not None:  # the common case: one device, one dtype, plain dense tensors
         device, dtype = key
-        s = scale.to(device=device, dtype=dtype, non_blocking=True)
+        s = torch_to(scale, device, dtype)
         if _use_foreach(foreach, values, device):
             torch._foreach_mul_(values, s)
         else:
@@ -73,7 +73,7 @@ def _mul_(
     if ftz:
         _flush_(shards)
     for (device, dtype), grp in _by_device_and_dtype(shards).items():
-        s = scale.to(device=device, dtype=dtype, non_blocking=True)
+        s = torch_to(scale, device, dtype)
         if ftz:
             s = flush(namespace(s), s)
         if _use_foreach(foreach, grp, device):

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from anyclip import _history
-from anyclip._compat import namespace
+from anyclip._compat import namespace, torch_to
 from anyclip._history import History, check_mapping
 from anyclip._keywords import hints_keywords
 from anyclip.torch import _optim_state
@@ -122,7 +122,7 @@ def _move(flag: torch.Tensor, device: torch.device) -> torch.Tensor:
     """
     if flag.device == device:
         return flag
-    return flag.to(device, non_blocking=device.type != "cpu")
+    return torch_to(flag, device)
 
 
 def _span(t: torch.Tensor) -> tuple[int, int, int]:

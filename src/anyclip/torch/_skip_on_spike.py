@@ -122,7 +122,8 @@ def _move(flag: torch.Tensor, device: torch.device) -> torch.Tensor:
     """
     if flag.device == device:
         return flag
-    return torch_to(flag, device)
+    moved: torch.Tensor = torch_to(flag, device)
+    return moved
 
 
 def _span(t: torch.Tensor) -> tuple[int, int, int]:

@@ -8,15 +8,14 @@ running environment's setuptools (``--no-isolation``), so it needs no network.
 
 The sdist also carries its tests (``MANIFEST.in``): unpacked, ``pytest`` collects every test
 there, with this environment's ``anyclip-conformance`` (which provides the fixtures plugin) and
-the unpacked ``src`` on the path, and runs a sample of them: the first test of every test
-module and of every module with docstring examples (on the backend it is for; some modules
-test only torch or JAX). Collecting imports every
-module (what a module reads at import must be there); the sample runs each module's fixtures
-and helpers once (what they read and start must be there, the distributed workers included);
-the files the tests read later are listed in :data:`TEST_INPUTS` and checked by name. The
-whole suite again on NumPy (276 s on two cores) checked nothing more about the sdist than that.
-Run from an unpacked sdist (``PKG-INFO`` at the root), that test skips itself rather than build
-and test a copy of itself again.
+the unpacked ``src`` on the path, and runs a sample of them: one test of every test module and
+of every module with docstring examples, the one that looks cheapest by its marks, fixtures and
+backend (see ``_SAMPLE_PLUGIN``). Collecting imports every module (what a module reads at import
+must be there); the sample runs one test of each module with its fixtures and helpers (what they
+read and start must be there); the files the other tests read or start are checked by name
+(:data:`TEST_INPUTS` and every ``tests/*.py``). The whole suite again on NumPy (276 s on two
+cores) checked nothing more about the sdist than that. Run from an unpacked sdist (``PKG-INFO``
+at the root), that test skips itself rather than build and test a copy of itself again.
 
 ``python -m build`` here and ``pip install`` of the checkout in
 ``tests/test_single_framework_installs.py`` write ``build/`` and ``src/anyclip.egg-info`` in the
@@ -235,15 +234,44 @@ def test_readme_first_call_runs_on_the_installed_wheel(dist, tmp_path):
 
 
 #: A pytest plugin for the unpacked sdist's run: it writes every collected test id to
-#: ``$ANYCLIP_SDIST_COLLECTED`` and keeps one test of each module (the first of those with the
-#: fewest fixtures), so that one run both lists what the sdist collects and runs the sample
-#: (one collection, not two: the sdist's ~50,000 test ids took ~25 s to collect on the 2-core
-#: machine).
+#: ``$ANYCLIP_SDIST_COLLECTED`` and keeps one test of each module, the first of those that
+#: look cheapest by ``sample_key``, so that one run both lists what the sdist collects and runs
+#: the sample (one collection, not two: the sdist's ~50,000 test ids took ~25 s to collect on
+#: the 2-core machine). The key, from what collection knows (marks, fixtures, parameters;
+#: no timings), in order:
+#:
+#: 1. no ``skip``/``skipif``/``xfail``/``xfail_backend`` mark (a test that skips somewhere
+#:    shows there only that its module imports; a ``live_tf`` test carries ``skip`` without
+#:    ``--live-tf``);
+#: 2. the fewest fixtures to set up: those in ``fixturenames`` that are not its parameters
+#:    (a parameter costs nothing; a fixture may start a gloo world, the demo, a fake device's
+#:    run);
+#: 3. its backend: NumPy, then another CPU backend (one eager call per check), then none
+#:    (this suite's tests without a backend include its fresh-interpreter ones: the torch
+#:    peak-memory benchmark, the first ``torch.compile`` in a new process, JAX without x64),
+#:    then a GPU backend (it skips without its device and starts the device where it is);
+#: 4. collection order.
 _SAMPLE_PLUGIN = """
 import os
 from pathlib import Path
 
 import pytest
+
+CONDITIONAL = ("skip", "skipif", "xfail", "xfail_backend")
+GPU_BACKENDS = ("torch-cuda", "jax-gpu", "cupy")
+
+
+def sample_key(item):
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    conditional = any(item.get_closest_marker(name) for name in CONDITIONAL)
+    setup = [name for name in item.fixturenames if name not in params and name != "request"]
+    backend = params.get("backend", params.get("grad_backend"))
+    if backend is None:
+        rank = 2
+    else:
+        rank = 0 if backend == "numpy" else 3 if backend in GPU_BACKENDS else 1
+    return (conditional, len(setup), rank)
 
 
 @pytest.hookimpl(trylast=True)
@@ -251,13 +279,11 @@ def pytest_collection_modifyitems(config, items):
     Path(os.environ["ANYCLIP_SDIST_COLLECTED"]).write_text(
         "".join(item.nodeid + "\\n" for item in items), encoding="utf-8"
     )
-    # per module, the test with the fewest fixtures (the first of those): the first test
-    # often set up a module's costly fixture (a process group, a reference model)
     chosen = {}
-    for item in items:
+    for item in items:  # the first of the least keys: deterministic for one collection
         module = item.nodeid.split("::")[0]
         best = chosen.get(module)
-        if best is None or len(item.fixturenames) < len(best.fixturenames):
+        if best is None or sample_key(item) < sample_key(best):
             chosen[module] = item
     keep = set(map(id, chosen.values()))
     config.hook.pytest_deselected(items=[i for i in items if id(i) not in keep])

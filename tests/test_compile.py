@@ -762,47 +762,6 @@ def test_torch_fake_tensors_after_real_calls(backend):
             assert (f.dtype, f.shape, f.device) == (r.dtype, r.shape, r.device), name
 
 
-@pytest.mark.parametrize("backend", ["torch"], indirect=True)
-@pytest.mark.parametrize("name", ["clip_by_norm", "clip_by_global_norm", "clip_grad_norm_"])
-def test_torch_compile_reads_no_sys_modules(backend, name):
-    # anyclip looks optional frameworks up by name (anyclip._compat.imported). Read from
-    # sys.modules inside a trace, Dynamo wrapped that whole dict (some 2,500 entries here) at
-    # the first read of each trace, ~30 ms of a trace of clip_by_norm, and guarded on it (once
-    # "dictionary changed size during iteration" while another thread imported). The traced
-    # calls guard on no sys.modules, and trace in one graph.
-    torch = backend.module
-    at = pytest.importorskip("anyclip.torch")
-    x = backend.asarray(M, "float32")
-    p = torch.nn.Parameter(x.clone())
-    p.grad = x.clone()
-    calls = {
-        "clip_by_norm": lambda t: anyclip.clip_by_norm(t, 1.0),
-        "clip_by_global_norm": lambda t: anyclip.clip_by_global_norm([t, 2 * t], 1.0),
-        "clip_grad_norm_": lambda t: at.clip_grad_norm_([p], 1.0),
-    }
-    torch._dynamo.reset()
-    explained = torch._dynamo.explain(calls[name])(x)
-    torch._dynamo.reset()
-    assert explained.graph_break_count == 0
-    guards = sorted({g.name for g in explained.out_guards})
-    assert any("anyclip" in g for g in guards), guards  # anyclip's code was traced
-    assert [g for g in guards if ".modules" in g] == []
-
-
-def test_is_imported_is_marked_as_torch_marks_a_constant_result():
-    # anyclip._compat._is_imported carries, without importing torch, the mark that
-    # torch.compiler.assume_constant_result sets: Dynamo calls it instead of tracing it.
-    torch = pytest.importorskip("torch")
-    from anyclip import _compat
-
-    def probe() -> bool:
-        return True
-
-    torch.compiler.assume_constant_result(probe)
-    assert vars(probe), "assume_constant_result marks nothing any more"
-    assert vars(probe).items() <= vars(_compat._is_imported).items()
-
-
 @pytest.mark.parametrize("backend", ["torch-cuda"], indirect=True)
 def test_cuda_no_sync(backend):
     # with a GPU: no anyclip call may synchronise with the host, except nonfinite="raise"

@@ -12,7 +12,6 @@ import importlib
 import math
 import sys
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import Any, TypeVar
 
 import array_api_compat
@@ -28,7 +27,6 @@ __all__ = [
     "default_namespace",
     "device",
     "dtype_name",
-    "imported",
     "is_array",
     "is_functorch_wrapped",
     "is_numpy_scalar",
@@ -42,73 +40,9 @@ __all__ = [
 ]
 
 
-def _is_imported(name: str) -> bool:
-    """Whether the module ``name`` is imported (an entry of None in ``sys.modules`` is not)."""
-    return sys.modules.get(name) is not None
-
-
-# What ``torch.compiler.assume_constant_result`` sets (anyclip cannot import torch to call it;
-# tests/test_compile.py checks that it still sets this): Dynamo calls the function while it
-# traces, and takes its answer as a constant, instead of tracing ``sys.modules``. Dynamo wraps
-# that dict, some 2,500 entries, at its first read in each trace (30 to 90 ms a trace), and once
-# failed with "dictionary changed size during iteration" while another thread imported.
-_is_imported._dynamo_marked_constant = True  # type: ignore[attr-defined]
-
-
-def _numpy() -> ModuleType:
-    import numpy
-
-    return numpy
-
-
-def _torch() -> ModuleType:
-    import torch
-
-    return torch
-
-
-def _jax() -> ModuleType:
-    import jax
-
-    return jax
-
-
-#: How :func:`imported` takes a top-level package that is known to be imported: an ``import``
-#: statement, which torch.compile follows cheaply (it guards on the module alone).
-_IMPORT_TOP_LEVEL: dict[str, Callable[[], ModuleType]] = {
-    "numpy": _numpy,
-    "torch": _torch,
-    "jax": _jax,
-}
-
-
-def imported(name: str) -> ModuleType | None:
-    """The module ``name`` if it is imported, else None: ``sys.modules.get(name)``.
-
-    Never imports anything: anyclip recognises a framework's objects only once the user has
-    imported it. Under ``torch.compile`` it reads no ``sys.modules`` (see
-    :func:`_is_imported`) and guards on nothing but the module found: a module absent while a
-    call is traced stays absent from its graph, whose inputs then hold none of its objects (a
-    later input that does fails Dynamo's guards on the inputs' types and is traced anew). For
-    the objects of that module only, then: where a module's presence changes how anyclip
-    treats other objects (JAX's pytree registry, which user classes join), the code reads
-    ``sys.modules`` itself, and Dynamo traces anew once the module is imported.
-    """
-    if not _is_imported(name):
-        return None
-    top, *parts = name.split(".")
-    load = _IMPORT_TOP_LEVEL.get(top)
-    if load is None:
-        return sys.modules[name]
-    module = load()
-    for part in parts:  # a submodule is an attribute of its package once it is imported
-        module = getattr(module, part)
-    return module
-
-
 def is_numpy_scalar(value: object) -> bool:
     """Whether ``value`` is a NumPy scalar (``np.float32(1)``), which TF treats as a value."""
-    np = imported("numpy")
+    np = sys.modules.get("numpy")
     return np is not None and isinstance(value, np.generic)
 
 
@@ -138,7 +72,7 @@ def _namespace_of(value: object) -> Namespace | None:
         return _NAMESPACE_OF_TYPE[tp]
     except KeyError:
         pass
-    torch = imported("torch")
+    torch = sys.modules.get("torch")
     xp: Namespace | None
     if torch is not None and isinstance(value, torch.Tensor):
         # directly, without array-api-compat's cached helpers, which torch.compile warns about;
@@ -243,12 +177,12 @@ def default_namespace() -> Namespace:
         pass
     else:
         return array_api_compat.array_namespace(np.empty(0))
-    if _is_imported("torch"):
+    if sys.modules.get("torch") is not None:
         from anyclip._torch_namespace import NAMESPACE
 
         return NAMESPACE
     for module, compat in (("jax", "jax.numpy"), ("array_api_strict", "array_api_strict")):
-        if _is_imported(module):
+        if sys.modules.get(module) is not None:
             return importlib.import_module(compat)
     msg = (
         "a call without any array argument builds its result with NumPy, or without NumPy "
@@ -312,7 +246,7 @@ def library(xp: Namespace) -> str:
 
 def is_weak_scalar(value: Any) -> bool:
     """Whether ``value`` is a JAX weakly typed 0-d array: a Python scalar passed through jit."""
-    jax = imported("jax")
+    jax = sys.modules.get("jax")
     if jax is None or not isinstance(value, jax.Array) or value.ndim != 0:
         return False
     aval = getattr(value, "aval", None)  # concrete arrays and tracers both have one
@@ -363,7 +297,7 @@ def memo_by_dtype(
 
 def torch_compiling() -> bool:
     """Whether ``torch.compile`` is tracing the caller (False when torch is not imported)."""
-    torch = imported("torch")
+    torch = sys.modules.get("torch")
     return torch is not None and bool(torch.compiler.is_compiling())
 
 
@@ -401,7 +335,7 @@ def is_functorch_wrapped(a: Any) -> bool:
     ``torch._foreach_norm``, so the kernels take their generic steps for them. False while
     ``torch.compile`` traces (Dynamo handles the transforms itself and cannot trace the test).
     """
-    torch = imported("torch")
+    torch = sys.modules.get("torch")
     if torch is None or not isinstance(a, torch.Tensor) or torch.compiler.is_compiling():
         return False
     wrapped: bool = torch._C._functorch.is_functorch_wrapped_tensor(a)

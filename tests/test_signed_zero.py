@@ -38,7 +38,9 @@ def test_suite_arrays_keep_every_bit(backend, dtype, shape):
     host = host.reshape(shape)
     if shape == ():
         host = np.asarray(-0.0 if info else 7, dtype=dtype)
-    got = backend.to_numpy(backend.asarray(host, dtype))
+    made = backend.asarray(host, dtype)
+    assert backend.same_device(made)
+    got = backend.to_numpy(made)
     assert got.dtype == host.dtype and got.shape == host.shape
     np.testing.assert_array_equal(_bits(got), _bits(host))
 
@@ -53,3 +55,5 @@ def test_constants_keep_the_sign_of_zero(backend, make, dtype):
         assert np.signbit(backend.to_numpy(negative)), backend.to_numpy(negative)
         assert not np.signbit(backend.to_numpy(positive))
         assert negative.dtype == like.dtype and positive.dtype == like.dtype
+        assert negative.shape == () and positive.shape == ()
+        assert backend.same_device(negative) and backend.same_device(positive)

@@ -413,3 +413,73 @@ def test_shared_mlir_context_lowers_the_same_programs(tmp_path, setting) -> None
             "assert not jax_lowering.share() and not jax_lowering.shared()\nprint('ok')\n"
         )
     assert _run_python(tmp_path, env, script, ("ANYCLIP_CONFORMANCE",)) == ["ok"]
+
+
+# ------------------------------------------------------------- backends chosen before collection
+_ITEMS_PLUGIN = """
+import json, os
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    rows = []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        rows.append([item.nodeid, params.get("backend", params.get("grad_backend"))])
+    with open(os.environ["ANYCLIP_ITEMS_OUT"], "w", encoding="utf-8") as f:
+        json.dump(rows, f)
+"""
+
+#: Modules with each way a test gets its backend: the fixture's parameters alone
+#: (test_errors), beside another parametrised fixture (test_policies), a mark naming the case
+#: and the backend together (test_generic_kernels), an override of `backend` that takes
+#: `grad_backend` (test_gradients), a mark of the backend alone (test_compile).
+_BACKEND_WAYS = (
+    "tests/test_errors.py",
+    "tests/test_policies.py",
+    "tests/test_generic_kernels.py",
+    "tests/test_gradients.py",
+    "tests/test_compile.py",
+)
+
+
+def _items_built(tmp_path: Path, name: str, *args: str) -> list[list]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "anyclip_items_out.py").write_text(_ITEMS_PLUGIN, encoding="utf-8")
+    out = tmp_path / f"{name}.json"
+    env = {**os.environ, "ANYCLIP_ITEMS_OUT": str(out)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    env.pop("ANYCLIP_REQUIRE_BACKENDS", None)  # collection only: nothing is loaded or run
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "anyclip_items_out"]
+    command += ["-p", "no:cacheprovider", *args, *_BACKEND_WAYS]
+    subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=600, check=True)
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def test_selected_backends_are_the_only_ones_collected(tmp_path) -> None:
+    # --anyclip-backends (the CLI's --backends) parametrises with the selected backends only,
+    # instead of building every backend's items and deselecting most of them: the items run are
+    # the same, with the same ids, in the same order
+    everything = _items_built(tmp_path, "all")
+    chosen = _items_built(tmp_path, "chosen", "--anyclip-backends", "numpy,torch")
+    wanted = {"numpy", "torch", None}
+    assert [n for n, b in chosen if b in wanted] == [n for n, b in everything if b in wanted]
+    built = {b for _, b in chosen}
+    assert {"numpy", "torch", None} <= built
+    # the other backends' items are still built (to be deselected) only for a test with another
+    # parametrised fixture, and for a test that has none of the selected backends (see the
+    # plugin's _parametrize_selected_backends)
+    others = {n.partition("[")[0] for n, b in chosen if b not in wanted}
+    has_wanted = {n.partition("[")[0] for n, b in everything if b in wanted}
+    assert others - has_wanted, "no test without a selected backend among the modules"
+    # test_policies' tests take a parametrised case fixture besides the backend
+    mixed = others & has_wanted
+    assert mixed and all(n.startswith("tests/test_policies.py::") for n in mixed), mixed
+    # every other item was never built (here 9,477 items instead of 16,663)
+    assert len(chosen) < len(everything), (len(chosen), len(everything))

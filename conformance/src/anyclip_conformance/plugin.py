@@ -121,19 +121,27 @@ def _params(item: pytest.Item) -> dict[str, Any]:
 
 def _item_backend(item: pytest.Item) -> str | None:
     params = _params(item)
-    return next((params[k] for k in ("backend", "grad_backend") if k in params), None)
+    return next((params[k] for k in BACKEND_FIXTURES if k in params), None)
+
+
+#: The fixtures that take a backend id as their parameter.
+BACKEND_FIXTURES = ("backend", "grad_backend")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """When every selected backend runs the sample only, parametrise with the sample's cases.
+    """Parametrise with the selected backends only, and the sample's cases where it is all.
 
     The same selection as :func:`pytest_collection_modifyitems` makes, made before the items
-    exist: the whole catalogue is some 68,000 items (every backend) to build and deselect. Other
-    runs (a backend that runs every case among those selected) keep every case.
+    exist: the whole catalogue is some 68,000 items (every backend) to build and deselect, most
+    of a run's start (``python -m anyclip_conformance --backends numpy -k ...`` collected all of
+    them to keep a few). The items kept, their ids and their order are the same. Other runs (a
+    backend that runs every case among those selected) keep every case.
     """
-    sampled = _selected(metafunc.config, "--anyclip-sample")
     wanted = _selected(metafunc.config)
+    if wanted is not None:
+        _parametrize_selected_backends(metafunc, wanted)
+    sampled = _selected(metafunc.config, "--anyclip-sample")
     if not sampled or wanted is None or not wanted <= sampled:
         return
     keep = sample()
@@ -144,6 +152,75 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             marks[n] = pytest.mark.parametrize(
                 "case_id", values, *mark.args[2:], **mark.kwargs
             ).mark
+
+
+def _parametrize_selected_backends(metafunc: pytest.Metafunc, wanted: set[str]) -> None:
+    """Give the backend fixtures of ``metafunc`` only the ``wanted`` backends as parameters.
+
+    A test's own ``parametrize("backend", [...], indirect=True)`` keeps its wanted values. A
+    fixture's parameters (``backend``: every id) become a ``parametrize`` mark of the wanted
+    ids, put first among the test's marks: pytest applies a fixture's parameters before the
+    test's marks, so the backend leads the item's id there (``test_case[numpy-...]``), and a
+    first mark keeps it so (a test with another parametrised fixture keeps every backend).
+    Where no value is wanted, nothing changes: those items are deselected after collection, as
+    before.
+    """
+    marks = metafunc.definition.own_markers
+    for name in BACKEND_FIXTURES:
+        if name not in metafunc.fixturenames:
+            continue
+        named = [
+            mark
+            for mark in metafunc.definition.iter_markers("parametrize")
+            if name in _argnames(mark)
+        ]
+        if named:  # the test's (or its module's) own values: the test's marks keep the wanted
+            for n, mark in enumerate(marks):
+                if mark in named and len(mark.args) > 1:
+                    names = _argnames(mark)
+                    at = None if len(names) == 1 else names.index(name)
+                    values = [v for v in mark.args[1] if _param_value(v, at) in wanted]
+                    if values:
+                        marks[n] = pytest.mark.parametrize(
+                            mark.args[0], values, *mark.args[2:], **mark.kwargs
+                        ).mark
+            continue
+        # pytest's own record of the fixtures that serve this test (the closest override:
+        # tests/test_gradients.py's `backend` takes no parameter); a pytest without it keeps
+        # every parameter
+        served = getattr(metafunc, "_arg2fixturedefs", {})
+        params = _fixture_params(served.get(name, ()))
+        if not params or any(not isinstance(p, str) for p in params):
+            continue
+        if any(_fixture_params(served.get(f, ())) for f in metafunc.fixturenames if f != name):
+            # another fixture's parameters: pytest applies those in fixture order, before
+            # any mark, so a mark would move the backend in the item's id
+            continue
+        values = [p for p in params if p in wanted]
+        if values:
+            marks.insert(0, pytest.mark.parametrize(name, values, indirect=True).mark)
+
+
+def _fixture_params(defs: Any) -> Any:
+    """The parameters of the closest of ``defs`` (pytest's fixture definitions), or None."""
+    return getattr(defs[-1], "params", None) if defs else None
+
+
+def _argnames(mark: Any) -> list[str]:
+    """The argument names of a ``parametrize`` mark (``"a,b"`` or a sequence of names)."""
+    names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+    if isinstance(names, str):
+        return [n.strip() for n in names.split(",") if n.strip()]
+    return list(names)
+
+
+def _param_value(value: Any, at: int | None) -> Any:
+    """Argument ``at`` of a ``parametrize`` value (``None``: the mark names one argument)."""
+    if isinstance(value, type(pytest.param(None))):
+        value = value.values[0] if at is None else value.values
+    if at is None:
+        return value
+    return value[at] if isinstance(value, (tuple, list)) and at < len(value) else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -236,9 +236,9 @@ def test_readme_first_call_runs_on_the_installed_wheel(dist, tmp_path):
 #: A pytest plugin for the unpacked sdist's run: it writes every collected test id to
 #: ``$ANYCLIP_SDIST_COLLECTED`` and keeps one test of each module, the first of those that
 #: look cheapest by ``sample_key``, so that one run both lists what the sdist collects and runs
-#: the sample (one collection, not two: the sdist's ~50,000 test ids took ~25 s to collect on
-#: the 2-core machine). The key, from what collection knows (marks, fixtures, parameters;
-#: no timings), in order:
+#: the sample (one collection, not two: the sdist collects some 20,700 test ids, its tests
+#: and docstring examples). The key, from what collection knows (marks, fixtures,
+#: parameters; no timings), in order:
 #:
 #: 1. no ``skip``/``skipif``/``xfail``/``xfail_backend`` mark (a test that skips somewhere
 #:    shows there only that its module imports; a ``live_tf`` test carries ``skip`` without

@@ -174,7 +174,8 @@ def _parametrize_selected_backends(metafunc: pytest.Metafunc, wanted: set[str]) 
             for mark in metafunc.definition.iter_markers("parametrize")
             if name in _argnames(mark)
         ]
-        if named:  # the test's (or its module's) own values: the test's marks keep the wanted
+        if named:  # a mark gives the values: the test's own marks keep the wanted ones (a
+            # module's or class's mark is left whole)
             for n, mark in enumerate(marks):
                 if mark in named and len(mark.args) > 1:
                     names = _argnames(mark)

@@ -3,11 +3,12 @@
 Loaded by ``python -m anyclip_conformance`` and by a source checkout's root ``conftest.py``.
 Fixtures ``backend`` (every backend and device, one at a time), ``grad_backend`` and ``xp``; a
 backend that cannot be loaded is a SKIP, or a FAIL when it is named in the environment variable
-``ANYCLIP_REQUIRE_BACKENDS`` (comma separated; CI sets it). ``--anyclip-backends`` deselects the
-other backends. The markers, ``--anyclip-sample``, ``--live-tf`` and ``--live-tf-examples`` are
-described by their help texts below; a test marked ``conformance`` gets the case's
-``xfails/<backend>.txt`` entry as a strict xfail and carries its function, backend and variant
-to the report.
+``ANYCLIP_REQUIRE_BACKENDS`` (comma separated; CI sets it). ``--anyclip-backends`` runs only
+the backends it names (their tests are built, the others' not: see
+:func:`pytest_generate_tests`). The markers, ``--anyclip-sample``, ``--live-tf`` and
+``--live-tf-examples`` are described by their help texts below; a test marked
+``conformance`` gets the case's ``xfails/<backend>.txt`` entry as a strict xfail and carries
+its function, backend and variant to the report.
 """
 
 from __future__ import annotations

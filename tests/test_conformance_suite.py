@@ -458,7 +458,10 @@ def _items_built(tmp_path: Path, name: str, *args: str) -> list[list]:
     env.pop("ANYCLIP_REQUIRE_BACKENDS", None)  # collection only: nothing is loaded or run
     command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "anyclip_items_out"]
     command += ["-p", "no:cacheprovider", *args, *_BACKEND_WAYS]
-    subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=600, check=True)
+    done = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return json.loads(out.read_text(encoding="utf-8"))
 
 

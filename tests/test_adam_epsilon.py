@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import importlib.util
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+
+from .conftest import run_reference_script
 
 #: One pytest-xdist worker runs this module: TF's script (module-scoped ``tf_reference``) runs once.
 pytestmark = pytest.mark.xdist_group("adam-epsilon")
@@ -47,7 +47,7 @@ def tf_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarr
     if importlib.util.find_spec("tensorflow") is None:
         return committed
     out = tmp_path_factory.mktemp("adam") / "live.npz"
-    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
+    run_reference_script(SCRIPT, out)
     live = dict(np.load(out))
     assert live.keys() == committed.keys()
     for k, v in live.items():

@@ -19,8 +19,6 @@ import importlib.util
 import json
 import re
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -31,7 +29,7 @@ import pytest
 import anyclip
 from anyclip_conformance import Backend, assert_array
 
-from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2, ULP_PNORM, ULP_VALUE
+from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2, ULP_PNORM, ULP_VALUE, run_reference_script
 
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_tf_argument_kinds.py"
@@ -162,7 +160,7 @@ def test_committed_file_is_what_tf_gives(tmp_path):
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("TensorFlow is not installed")
     out = tmp_path / "live.json"
-    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
+    run_reference_script(SCRIPT, out)
     live = json.loads(out.read_text())
     assert live["provenance"]["tensorflow"] == COMMITTED["provenance"]["tensorflow"]
     assert list(live["cases"]) == list(COMMITTED["cases"])

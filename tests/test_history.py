@@ -19,8 +19,6 @@ import copy
 import importlib.util
 import io
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -30,6 +28,8 @@ import pytest
 
 from anyclip_conformance import Backend, assert_array
 from anyclip_conformance.budgets import GPU_BACKENDS
+
+from .conftest import run_reference_script
 
 #: One pytest-xdist worker runs this module: the reference scripts (module-scoped ``*_ref``)
 #: run once.
@@ -93,10 +93,7 @@ def _reference(
     if (name, device) in _LIVE:
         return _LIVE[(name, device)]
     out = tmp.mktemp(name) / "live.npz"
-    command = [sys.executable, str(DATA / script), str(out)]
-    if device != "cpu":
-        command.append(device)
-    subprocess.run(command, check=True, capture_output=True)
+    run_reference_script(DATA / script, out, *([device] if device != "cpu" else []))
     live = dict(np.load(out))
     assert live.keys() == committed.keys()
     for k, v in live.items():  # the committed file is still what the reference gives

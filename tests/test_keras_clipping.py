@@ -13,8 +13,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,6 +20,8 @@ import numpy as np
 import pytest
 
 from anyclip_conformance import Backend
+
+from .conftest import run_reference_script
 
 #: One pytest-xdist worker runs this module: Keras's script (module-scoped
 #: ``keras_reference``) runs once.
@@ -50,7 +50,7 @@ def keras_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.nd
     if importlib.util.find_spec("tensorflow") is None:
         return committed
     out = tmp_path_factory.mktemp("keras") / "live.npz"
-    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
+    run_reference_script(SCRIPT, out)
     live = dict(np.load(out))
     assert live.keys() == committed.keys()
     for k, v in live.items():  # the committed file is still what Keras gives

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,6 +18,8 @@ import numpy as np
 import pytest
 
 from anyclip_conformance.budgets import gpu_budget
+
+from .conftest import run_reference_script
 
 #: One pytest-xdist worker runs this module: TF's script (module-scoped ``tf_ref``) runs once.
 pytestmark = pytest.mark.xdist_group("schedules")
@@ -40,7 +40,7 @@ def tf_ref(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
     if importlib.util.find_spec("tensorflow") is None:
         return committed
     out = tmp_path_factory.mktemp("schedules") / "live.npz"
-    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
+    run_reference_script(SCRIPT, out)
     live = dict(np.load(out))
     assert live.keys() == committed.keys()
     for k, v in live.items():  # the committed file is still what TF gives

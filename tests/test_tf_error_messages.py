@@ -19,14 +19,14 @@ import inspect
 import json
 import re
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 import anyclip
+
+from .conftest import run_reference_script
 
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_tf_error_messages.py"
@@ -129,7 +129,7 @@ def test_committed_file_is_what_tf_gives(tmp_path):
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("TensorFlow is not installed")
     out = tmp_path / "live.json"
-    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
+    run_reference_script(SCRIPT, out)
     live = json.loads(out.read_text())
     assert live["tensorflow"] == COMMITTED["tensorflow"]
     assert list(live["cases"]) == list(COMMITTED["cases"])

@@ -25,8 +25,6 @@ import importlib.util
 import json
 import math
 import runpy
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,7 +36,7 @@ import pytest
 import anyclip
 from anyclip_conformance import Backend
 
-from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2, ULP_PNORM
+from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2, ULP_PNORM, run_reference_script
 
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_value_paths.py"
@@ -396,7 +394,7 @@ def test_committed_reference_is_tfs(tmp_path: Path):
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("TensorFlow is not installed")
     out = tmp_path / "live.json"
-    subprocess.run([sys.executable, str(SCRIPT), str(out)], check=True, capture_output=True)
+    run_reference_script(SCRIPT, out)
     live = json.loads(out.read_text())
     assert live["tensorflow"] == COMMITTED["tensorflow"]
     # as text: NaN never equals itself, its JSON spelling does

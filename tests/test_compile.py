@@ -646,6 +646,71 @@ def test_torch_compile_follows_flush_subnormals(backend, compile_fullgraph):
     _assert_same(backend, outside, kept, ulp=0)
 
 
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize(
+    "name",
+    ["clip_by_norm", "clip_by_global_norm", "l2_normalize", "tree-dict", "clip_grad_norm_"],
+)
+def test_torch_compile_reads_no_sys_modules(backend, name):
+    # anyclip looks optional frameworks up by name (anyclip._compat.imported). Read from
+    # sys.modules inside a trace, Dynamo wrapped that whole dict (some 2,500 entries here) at
+    # its first read in each trace, a third of a small clip_by_norm's trace, and guarded on
+    # it. The traced calls guard on no sys.modules and trace in one graph.
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    x = backend.asarray(M, "float32")
+    p = torch.nn.Parameter(x.clone())
+    p.grad = x.clone()
+    calls = {
+        "clip_by_norm": lambda t: anyclip.clip_by_norm(t, 1.0),
+        "clip_by_global_norm": lambda t: anyclip.clip_by_global_norm([t, 2 * t], 1.0),
+        "l2_normalize": lambda t: anyclip.l2_normalize(t, 1),
+        "tree-dict": lambda t: tree.clip_by_global_norm({"a": t, "b": [2 * t]}, 1.0),
+        "clip_grad_norm_": lambda t: at.clip_grad_norm_([p], 1.0),
+    }
+    calls[name](x)  # the eager call first, as the other compile tests
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(calls[name])(x)
+    torch._dynamo.reset()
+    assert explained.graph_break_count == 0
+    guards = sorted({g.name for g in explained.out_guards})
+    assert any("anyclip" in g for g in guards), guards  # anyclip's code was traced
+    assert [g for g in guards if ".modules" in g or "'modules'" in g] == []
+
+
+def test_is_imported_is_marked_as_torch_marks_a_constant_result():
+    # anyclip._compat._is_imported carries, without importing torch, the mark that
+    # torch.compiler.assume_constant_result sets: Dynamo runs it instead of tracing it
+    torch = pytest.importorskip("torch")
+    from anyclip import _compat
+
+    def probe() -> bool:
+        return True
+
+    torch.compiler.assume_constant_result(probe)
+    assert vars(probe), "assume_constant_result marks nothing any more"
+    assert vars(probe).items() <= vars(_compat._is_imported).items()
+
+
+def test_imported_is_what_sys_modules_holds_now(monkeypatch):
+    # imported(name) answers as sys.modules.get(name) at each call: a module found once is
+    # not kept after it leaves sys.modules, and an entry of None (an import made to fail) is
+    # not a module
+    from types import ModuleType
+
+    from anyclip._compat import imported
+
+    assert imported("numpy") is sys.modules["numpy"]
+    assert imported("anyclip_no_such_module") is None
+    fake = ModuleType("anyclip_fake.sub")
+    monkeypatch.setitem(sys.modules, "anyclip_fake.sub", fake)
+    assert imported("anyclip_fake.sub") is fake
+    monkeypatch.setitem(sys.modules, "anyclip_fake.sub", None)
+    assert imported("anyclip_fake.sub") is None
+    monkeypatch.delitem(sys.modules, "anyclip_fake.sub")
+    assert imported("anyclip_fake.sub") is None
+
+
 def test_torch_compile_first_call_without_warnings():
     # In a fresh process, compiling before any eager call must not emit warnings (the
     # project runs with -W error). Dynamo warns when it traces an lru_cache-wrapped function.

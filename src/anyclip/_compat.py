@@ -12,6 +12,7 @@ import importlib
 import math
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any, TypeVar
 
 import array_api_compat
@@ -27,6 +28,7 @@ __all__ = [
     "default_namespace",
     "device",
     "dtype_name",
+    "imported",
     "is_array",
     "is_functorch_wrapped",
     "is_numpy_scalar",
@@ -40,9 +42,59 @@ __all__ = [
 ]
 
 
+class _Modules:
+    """One attribute per module :func:`_is_imported` found: its name, ``__`` for each dot."""
+
+
+#: Where :func:`_is_imported` leaves the module it found, for :func:`imported` to take.
+_MODULES = _Modules()
+
+
+def _is_imported(name: str) -> bool:
+    """Whether the module ``name`` is imported (an entry of None in ``sys.modules`` is not).
+
+    The module found is left in :data:`_MODULES` (as ``_MODULES.torch__distributed``).
+    """
+    module = sys.modules.get(name)
+    if module is None:
+        return False
+    setattr(_MODULES, name.replace(".", "__"), module)
+    return True
+
+
+# What ``torch.compiler.assume_constant_result`` sets (anyclip cannot import torch to call it;
+# tests/test_compile.py checks that torch still sets this): Dynamo runs the function itself
+# while it traces and takes its answer as a constant, instead of tracing ``sys.modules``.
+_is_imported._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def imported(name: str) -> ModuleType | None:
+    """The module ``name`` if it is imported, else None: ``sys.modules.get(name)``.
+
+    Never imports anything: anyclip recognises a framework's objects only once the user has
+    imported it. Under ``torch.compile`` it reads no ``sys.modules``: Dynamo wrapped that whole
+    dict (some 2,500 entries with torch and JAX imported) at its first read in each trace, a
+    third of the trace of a small ``clip_by_norm``, guarded on every entry, and could fail with
+    "dictionary changed size during iteration" while another thread imported. Instead, Dynamo
+    runs :func:`_is_imported` (its answer a constant) and takes the module from an attribute,
+    guarding on that module alone. A module absent while a call is traced stays absent from its
+    graph, whose inputs then hold none of its objects (a later input that does fails Dynamo's
+    guards on the inputs' types and is traced anew). For the objects of that module only, then:
+    where a module's presence changes how anyclip treats other objects (JAX's pytree registry,
+    which user classes join), the code reads ``sys.modules`` itself, and Dynamo traces anew
+    once the module is imported.
+    """
+    if _is_imported(name):
+        # an attribute, not a dict entry: Dynamo reads it after running _is_imported, and
+        # an attribute name holds no dot
+        module: ModuleType = getattr(_MODULES, name.replace(".", "__"))
+        return module
+    return None
+
+
 def is_numpy_scalar(value: object) -> bool:
     """Whether ``value`` is a NumPy scalar (``np.float32(1)``), which TF treats as a value."""
-    np = sys.modules.get("numpy")
+    np = imported("numpy")
     return np is not None and isinstance(value, np.generic)
 
 
@@ -72,7 +124,7 @@ def _namespace_of(value: object) -> Namespace | None:
         return _NAMESPACE_OF_TYPE[tp]
     except KeyError:
         pass
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     xp: Namespace | None
     if torch is not None and isinstance(value, torch.Tensor):
         # directly, without array-api-compat's cached helpers, which torch.compile warns about;
@@ -177,12 +229,12 @@ def default_namespace() -> Namespace:
         pass
     else:
         return array_api_compat.array_namespace(np.empty(0))
-    if sys.modules.get("torch") is not None:
+    if imported("torch") is not None:
         from anyclip._torch_namespace import NAMESPACE
 
         return NAMESPACE
     for module, compat in (("jax", "jax.numpy"), ("array_api_strict", "array_api_strict")):
-        if sys.modules.get(module) is not None:
+        if imported(module) is not None:
             return importlib.import_module(compat)
     msg = (
         "a call without any array argument builds its result with NumPy, or without NumPy "
@@ -246,7 +298,7 @@ def library(xp: Namespace) -> str:
 
 def is_weak_scalar(value: Any) -> bool:
     """Whether ``value`` is a JAX weakly typed 0-d array: a Python scalar passed through jit."""
-    jax = sys.modules.get("jax")
+    jax = imported("jax")
     if jax is None or not isinstance(value, jax.Array) or value.ndim != 0:
         return False
     aval = getattr(value, "aval", None)  # concrete arrays and tracers both have one
@@ -297,7 +349,7 @@ def memo_by_dtype(
 
 def torch_compiling() -> bool:
     """Whether ``torch.compile`` is tracing the caller (False when torch is not imported)."""
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     return torch is not None and bool(torch.compiler.is_compiling())
 
 
@@ -335,7 +387,7 @@ def is_functorch_wrapped(a: Any) -> bool:
     ``torch._foreach_norm``, so the kernels take their generic steps for them. False while
     ``torch.compile`` traces (Dynamo handles the transforms itself and cannot trace the test).
     """
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     if torch is None or not isinstance(a, torch.Tensor) or torch.compiler.is_compiling():
         return False
     wrapped: bool = torch._C._functorch.is_functorch_wrapped_tensor(a)

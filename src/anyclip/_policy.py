@@ -42,7 +42,6 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,6 +49,7 @@ from anyclip import _gradients
 from anyclip._compat import (
     data_device,
     dtype_name,
+    imported,
     is_array,
     is_numpy_scalar,
     is_weak_scalar,
@@ -565,7 +565,7 @@ def scalar_operand(
             f"{tuple(value.shape)}; pass one value for every leaf"
         )
         raise ValueError(msg)
-    np = sys.modules.get("numpy")
+    np = imported("numpy")
     if (positive or nonnegative) and np is not None and isinstance(value, np.ndarray):
         # a host value: checked as a number (np.array(-1.0) flipped gradients under optax)
         scalar_operand(xp, value[()], dtype, like, name, positive=positive, nonnegative=nonnegative)

@@ -8,13 +8,13 @@ or a lone array.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from anyclip._compat import (
     all_arrays,
     dtype_name,
+    imported,
     is_array,
 )
 from anyclip._policy import as_input
@@ -67,7 +67,7 @@ def _first_is_parameter(iterator: Iterator[Any]) -> bool:
     yields, whose ``.grad`` the user means to clip.
     """
     first = next(iterator, None)
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     if torch is None or not isinstance(first, torch.Tensor):
         return False
     return isinstance(first, torch.nn.Parameter) or (first.requires_grad and first.is_leaf)

@@ -19,11 +19,10 @@ matrices are refused: they are not arrays of the array API. Nothing here imports
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from anyclip._compat import is_numpy_scalar
+from anyclip._compat import imported, is_numpy_scalar
 
 __all__ = [
     "dense_operand",
@@ -44,13 +43,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _torch_sparse(value: Any) -> bool:
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     return torch is not None and isinstance(value, torch.Tensor) and value.layout != torch.strided
 
 
 def _is_jagged(value: Any) -> bool:
     """Whether ``value`` is a torch nested tensor of the jagged layout (``torch.jagged``)."""
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     return torch is not None and getattr(value, "layout", None) == torch.jagged
 
 
@@ -77,7 +76,7 @@ def sparse_or_refuse(value: Any, name: str, index: int | None = None) -> bool:
     The check every call makes, so it is cheap for a dense array: one ``isinstance`` and a
     layout comparison for a torch tensor, one module-name test for anything else.
     """
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         if value.layout == torch.strided and not value.is_nested:  # the common case
             return False
@@ -99,7 +98,7 @@ def _may_be_sparse(tp: type) -> bool:
     looking at the object: everything but torch tensors (a layout per tensor) and the types
     of the sparse modules.
     """
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     if torch is not None and issubclass(tp, torch.Tensor):
         return True
     return tp.__module__.startswith(_SPARSE_MODULES)
@@ -331,7 +330,7 @@ def values_list(items: list[Any]) -> tuple[list[Any], Callable[[list[Any]], list
     kinds = {type(v) for v in items}
     if not any(_may_be_sparse(tp) for tp in kinds):  # by type: NumPy arrays, None
         return items, _same
-    torch = sys.modules.get("torch")
+    torch = imported("torch")
     if torch is not None and all(tp is type(None) or issubclass(tp, torch.Tensor) for tp in kinds):
         dense = (torch.strided, False)  # a nested tensor is strided too: refused below
         if {(v.layout, v.is_nested) for v in items if v is not None} <= {dense}:  # all dense

@@ -27,11 +27,10 @@ Importing this module imports no framework.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import library
+from anyclip._compat import imported, library
 from anyclip._kernels._base import Kernels, Wrapping
 from anyclip._typing import Namespace
 
@@ -51,22 +50,22 @@ __all__ = [
 
 def is_dtensor(x: Any) -> bool:
     """Whether ``x`` is a torch ``DTensor`` (without importing torch.distributed)."""
-    mod = sys.modules.get("torch.distributed.tensor")
+    mod = imported("torch.distributed.tensor")
     cls = getattr(mod, "DTensor", None)
     return cls is not None and isinstance(x, cls)
 
 
 def any_dtensor(values: Sequence[Any]) -> bool:
     """Whether some of ``values`` (arrays or None) is a ``DTensor``: one check per type."""
-    mod = sys.modules.get("torch.distributed.tensor")
+    mod = imported("torch.distributed.tensor")
     cls = getattr(mod, "DTensor", None)
     return cls is not None and any(issubclass(tp, cls) for tp in {type(v) for v in values})
 
 
 def _torch_group_kind(g: Any) -> bool:
     """Whether ``g`` is a torch ``ProcessGroup`` or ``DeviceMesh``."""
-    c10d = sys.modules.get("torch.distributed.distributed_c10d")
-    mesh_mod = sys.modules.get("torch.distributed.device_mesh")
+    c10d = imported("torch.distributed.distributed_c10d")
+    mesh_mod = imported("torch.distributed.device_mesh")
     pg = getattr(c10d, "ProcessGroup", None)
     mesh = getattr(mesh_mod, "DeviceMesh", None)
     return (pg is not None and isinstance(g, pg)) or (mesh is not None and isinstance(g, mesh))
@@ -128,7 +127,7 @@ def group_namespace(group: Any) -> Namespace | None:
 
 def _mesh_groups(g: Any) -> list[Any]:
     """The process groups to all-reduce over for one group (a mesh's every dimension)."""
-    mesh_mod = sys.modules.get("torch.distributed.device_mesh")
+    mesh_mod = imported("torch.distributed.device_mesh")
     mesh_cls = getattr(mesh_mod, "DeviceMesh", None)
     if mesh_cls is None or not isinstance(g, mesh_cls):
         return [g]

@@ -8,7 +8,6 @@ with torch's rule for ``foreach``.
 
 from __future__ import annotations
 
-import sys
 import types
 import warnings
 from collections.abc import Iterable
@@ -16,7 +15,7 @@ from typing import Any, cast
 
 import torch
 
-from anyclip._compat import torch_compiling_off_the_cpu
+from anyclip._compat import imported, torch_compiling_off_the_cpu
 from anyclip._kernels._dist import is_dtensor
 from anyclip._policy import check_nonfinite
 from anyclip._sparse import dense_operand
@@ -193,7 +192,7 @@ def _fake_types() -> frozenset[type]:
     A fake tensor is a dense tensor's stand-in without data, made under ``FakeTensorMode``
     (torch's tracing, the host-sync tests).
     """
-    fake = sys.modules.get("torch._subclasses.fake_tensor")
+    fake = imported("torch._subclasses.fake_tensor")
     cls = getattr(fake, "FakeTensor", None)
     return _PLAIN_TYPES if cls is None else _PLAIN_TYPES | {cls}
 

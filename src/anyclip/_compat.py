@@ -73,8 +73,8 @@ def imported(name: str) -> ModuleType | None:
 
     Never imports anything: anyclip recognises a framework's objects only once the user has
     imported it. Under ``torch.compile`` it reads no ``sys.modules``: Dynamo wrapped that whole
-    dict (some 2,500 entries with torch and JAX imported) at its first read in each trace, a
-    third of the trace of a small ``clip_by_norm``, guarded on every entry, and could fail with
+    dict (some 2,500 entries with torch and JAX imported) at its first read in each trace,
+    about half the trace of a small ``clip_by_norm``, guarded on it, and could fail with
     "dictionary changed size during iteration" while another thread imported. Instead, Dynamo
     runs :func:`_is_imported` (its answer a constant) and takes the module from an attribute,
     guarding on that module alone. A module absent while a call is traced stays absent from its

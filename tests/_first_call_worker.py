@@ -11,6 +11,8 @@ with TF's.
 * ``torch``: ``torch.compile(fn, fullgraph=True, backend="aot_eager")`` on tensors that require
   a gradient, then ``.backward()`` (Dynamo cannot trace lazily built state such as a class
   definition); the ``anyclip.torch`` adapters and norm-history objects compiled the same way.
+  Each compiled function (the stateful ones aside) is then called once more on new inputs,
+  where Dynamo must not compile it again.
 * ``torch-inference``: the first calls under ``torch.inference_mode()`` (as a validation pass
   run before training), then training calls with gradients.
 * ``jax``: ``jax.jit(jax.grad(loss))`` first, then eager (float32), and the reverse order
@@ -70,7 +72,9 @@ def _caches_empty() -> None:
     from anyclip._kernels import _CHOSEN
 
     filled = {
-        name: len(c) for name, c in (("_KINDS", _policy_dtypes._KINDS), ("_CHOSEN", _CHOSEN)) if c
+        name: len(c)
+        for name, c in (("_KINDS", _policy_dtypes._KINDS), ("_CHOSEN", _CHOSEN))
+        if len(c)
     } | ({"_CONSTANTS": 1} if _numerics._CONSTANTS else {})
     assert not filled, f"anyclip was called before the first scenario: {filled}"
 
@@ -98,6 +102,19 @@ def _torch_same(got: Any, want: Any, what: str) -> None:
             continue
         assert (a.dtype, a.shape, a.device) == (b.dtype, b.shape, b.device), (what, i, a, b)
         torch.testing.assert_close(a, b, rtol=4e-7, atol=0, equal_nan=True, msg=f"{what} {i}")
+
+
+def _again(compiled: Callable[..., Any], *args: Any) -> None:
+    """Call ``compiled`` once more on new inputs like the first: Dynamo must not compile again.
+
+    anyclip remembers per type and dtype what it works out; a first call traced by
+    ``torch.compile`` fills those memos, and a trace that guarded on a memo it filled would
+    fail its own guard here (``anyclip._memo`` says how the memos avoid it).
+    """
+    import torch
+
+    with torch.compiler.set_stance("fail_on_recompile"):
+        compiled(*args)
 
 
 def _torch_case_scenarios(torch: Any, dtype: Any) -> dict[str, Callable[[], None]]:
@@ -136,7 +153,8 @@ def _torch_case_scenarios(torch: Any, dtype: Any) -> dict[str, Callable[[], None
                 msg = f"{name}: torch {torch.__version__} traced it; lower its min_torch"
                 raise AssertionError(msg)
             results = []
-            for fn in (torch.compile(case.fn, fullgraph=True, backend="aot_eager"), case.fn):
+            compiled = torch.compile(case.fn, fullgraph=True, backend="aot_eager")
+            for fn in (compiled, case.fn):
                 args = inputs()
                 out = fn(*args)
                 if grad:
@@ -152,6 +170,7 @@ def _torch_case_scenarios(torch: Any, dtype: Any) -> dict[str, Callable[[], None
             _torch_same(results[0][0], results[1][0], f"{name} output")
             if grad:
                 _torch_same(results[0][1], results[1][1], f"{name} gradient")
+            _again(compiled, *inputs())
 
         out[f"{name}-{str(dtype).rsplit('.', 1)[-1]}"] = run
     return out
@@ -172,11 +191,13 @@ def _torch_adapter_scenarios(torch: Any) -> dict[str, Callable[[], None]]:
 
     def both(fn: Callable[[list[Any]], Any], name: str) -> None:
         ours, eager = params(), params()
-        got = torch.compile(fn, fullgraph=True, backend="aot_eager")(ours)
+        compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+        got = compiled(ours)
         want = fn(eager)
         _torch_same(got, want, f"{name} result")
         _torch_same([p.grad for p in ours], [p.grad for p in eager], f"{name} grads")
         _torch_same([p.data for p in ours], [p.data for p in eager], f"{name} params")
+        _again(compiled, ours)  # the same parameters, as each step of a training loop
 
     def stateful(make: Callable[[list[Any]], Callable[[], Any]], name: str, steps: int) -> None:
         ours, eager = params(), params()
@@ -271,12 +292,16 @@ def _torch_embedding_scenarios(torch: Any) -> dict[str, Callable[[], None]]:
         a, b = args(), args()
         a[0].requires_grad_(True)
         b[0].requires_grad_(True)
-        got = torch.compile(fn, fullgraph=True, backend="aot_eager")(*a)
+        compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+        got = compiled(*a)
         want = fn(*b)
         got.sum().backward()
         want.sum().backward()
         _torch_same(got, want, f"{name} output")
         _torch_same(a[0].grad, b[0].grad, f"{name} gradient")
+        c = args()
+        c[0].requires_grad_(True)
+        _again(compiled, *c)
 
     def table() -> list[Any]:
         return [torch.tensor([[3.0, 4.0], [0.5, 0.0], [6.0, 8.0]]), torch.tensor([2, 0, 2])]

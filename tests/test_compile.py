@@ -19,12 +19,14 @@ static; array arguments (bounds, ``clip_norm``, ``use_norm``, ``epsilon``) are t
 from __future__ import annotations
 
 import collections
+import importlib
 import math
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -678,18 +680,101 @@ def test_torch_compile_reads_no_sys_modules(backend, name):
     assert [g for g in guards if ".modules" in g or "'modules'" in g] == []
 
 
-def test_is_imported_is_marked_as_torch_marks_a_constant_result():
-    # anyclip._compat._is_imported carries, without importing torch, the mark that
-    # torch.compiler.assume_constant_result sets: Dynamo runs it instead of tracing it
+@pytest.mark.parametrize(
+    "name",
+    [
+        "_compat._is_imported",
+        "_compat._known_type",
+        "_memo.remember",
+        "_memo._remember_by_dtype",
+        "_memo.constant_by_dtype",
+        "_kernels._plain._plain",
+        "_kernels._plain._plain_largest",
+    ],
+)
+def test_is_marked_as_torch_marks_a_constant_result(name):
+    # these functions carry, without importing torch, the mark that
+    # torch.compiler.assume_constant_result sets: Dynamo runs them instead of tracing them
     torch = pytest.importorskip("torch")
-    from anyclip import _compat
+    module, attr = name.rsplit(".", 1)
+    fn = getattr(importlib.import_module(f"anyclip.{module}"), attr)
 
     def probe() -> bool:
         return True
 
     torch.compiler.assume_constant_result(probe)
     assert vars(probe), "assume_constant_result marks nothing any more"
-    assert vars(probe).items() <= vars(_compat._is_imported).items()
+    assert vars(probe).items() <= vars(fn).items()
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_compile_compiles_once_while_anyclip_remembers_more(backend):
+    # anyclip remembers per type and dtype what it works out (anyclip._memo). Dynamo guards
+    # on what a trace reads: read from plain dicts, a missed key guarded on the dict's length,
+    # so a trace that filled one failed its own guard at the next call, and every compiled
+    # function that had read it compiled again once any later call added an entry (a NumPy
+    # call, a new dtype). Here each compiled call is made, then every memo of anyclip grows
+    # (new types, dtypes and namespaces through public calls, and a new key in each memo
+    # directly), and each call is made again where a recompile is an error.
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    from anyclip._kernels import _plain
+    from anyclip._memo import ConstantMemo, Memo, constant_by_dtype, remembered
+
+    x = backend.asarray(M, "float32")
+    p = torch.nn.Parameter(x.clone())
+    p.grad = x.clone()
+    calls = {
+        "clip_by_norm": lambda t: anyclip.clip_by_norm(t, 1.0),
+        "clip_by_value": lambda t: anyclip.clip_by_value(t, -1.0, 2.5),
+        "clip_by_global_norm": lambda t: anyclip.clip_by_global_norm([t, 2 * t], 1.0),
+        "l2_normalize": lambda t: anyclip.l2_normalize(t, 1),
+        "norm": lambda t: anyclip.norm(t, ord=3),
+        "tree-dict": lambda t: tree.clip_by_global_norm({"a": t, "b": [2 * t]}, 1.0),
+        "clip_grad_norm_": lambda t: at.clip_grad_norm_([p], 1.0),
+    }
+    torch._dynamo.reset()
+    compiled = {
+        name: torch.compile(fn, fullgraph=True, backend="eager") for name, fn in calls.items()
+    }
+    for fn in compiled.values():
+        fn(x)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for fn in compiled.values():
+            fn(x)
+
+    class Grads(list):  # a container type anyclip has not met
+        pass
+
+    class Tagged(torch.Tensor):  # a tensor type anyclip has not met
+        pass
+
+    anyclip.clip_by_global_norm(Grads([x]), 1.0)
+    anyclip.clip_by_norm(x.as_subclass(Tagged), 1.0)
+    for dtype in ("float16", "float64", "int8"):
+        anyclip.clip_by_value(np.ones(3, dtype=dtype), 0, 1)
+        anyclip.clip_by_value(torch.ones(3, dtype=getattr(torch, dtype)), 0, 1)
+    memos = [
+        m
+        for mod in list(sys.modules.values())
+        if getattr(mod, "__name__", "").startswith("anyclip")
+        for m in vars(mod).values()
+        if isinstance(m, (Memo, ConstantMemo))
+    ]
+    assert len(memos) >= 7, memos
+    new = SimpleNamespace(__name__="anyclip_test_namespace")
+    for m in memos:
+        if isinstance(m, Memo):
+            remembered(m, object(), lambda: None)
+        else:
+            constant_by_dtype(m, new, "float32", lambda xp, dtype: "real")
+    # the plain calls' dicts, which only functions Dynamo runs read
+    _plain._PLAIN_TYPES[type("NewArray", (), {})] = None
+    _plain._PLAIN_DTYPES[object()] = None
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for fn in compiled.values():
+            fn(x)
+    torch._dynamo.reset()
 
 
 def test_imported_is_what_sys_modules_holds_now(monkeypatch):

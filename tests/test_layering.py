@@ -34,6 +34,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         (
             "anyclip._typing",
             "anyclip._keywords",
+            "anyclip._memo",
             "anyclip._compat",
             "anyclip._torch_namespace",
             "anyclip._torch_unsigned",

@@ -11,16 +11,14 @@ from __future__ import annotations
 import importlib
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
 import array_api_compat
 
+from anyclip._memo import Memo, remember, remembered
 from anyclip._typing import Namespace
-
-#: What :func:`memo_by_dtype` remembers.
-T = TypeVar("T")
 
 __all__ = [
     "all_arrays",
@@ -35,7 +33,6 @@ __all__ = [
     "is_weak_scalar",
     "library",
     "may_be_sharded",
-    "memo_by_dtype",
     "namespace",
     "to_device",
     "xla_flushes",
@@ -98,45 +95,55 @@ def is_numpy_scalar(value: object) -> bool:
     return np is not None and isinstance(value, np.generic)
 
 
-#: Namespace of each array type met so far; ``None`` for types that are not arrays. A dict
-#: lookup per argument keeps dispatch cheap and lets torch.compile trace it without graph breaks.
-_NAMESPACE_OF_TYPE: dict[type, Namespace | None] = {
-    bool: None,
-    int: None,
-    float: None,
-    complex: None,
-    str: None,
-    type(None): None,
-    list: None,
-    tuple: None,
-    # the builtin containers a tree holds: known before a first call traced by torch.compile,
-    # which cannot read a builtin type's ``__module__`` (the test below)
-    dict: None,
-    set: None,
-    frozenset: None,
-    bytes: None,
-}
+#: Namespace of each array type met so far; ``None`` for types that are not arrays. A lookup
+#: per argument keeps dispatch cheap and lets torch.compile trace it without graph breaks (a
+#: :class:`~anyclip._memo.Memo`: filled outside the trace where the type alone decides).
+_NAMESPACE_OF_TYPE: Memo[Namespace | None] = Memo()
+
+#: Types that are no arrays, known before a first call traced by torch.compile (which cannot
+#: read a builtin type's ``__module__``): the builtin scalars and the containers a tree holds.
+_NOT_ARRAYS = (bool, int, float, complex, str, type(None), bytes, dict, list, tuple, set, frozenset)
+
+
+def _known_type(tp: type) -> str:
+    """Where :data:`_NAMESPACE_OF_TYPE` keeps ``tp``'s namespace, added if the type decides it.
+
+    The name of the memo's attribute, or ``""`` when a value must decide. A torch tensor type
+    (``torch.nn.Parameter``, ``FakeTensor`` and other subclasses too) and the builtin scalars
+    and containers (namedtuples, ``OrderedDict``, ... included) are decided by their type;
+    other types by a value (:func:`_namespace_of`). Dynamo runs this function rather than
+    tracing it (the mark below): see :mod:`anyclip._memo`.
+    """
+    name: str | None = _NAMESPACE_OF_TYPE.index.get(tp)
+    if name is not None:
+        return name
+    torch = sys.modules.get("torch")
+    if torch is not None and issubclass(tp, torch.Tensor):
+        # directly, without array-api-compat's cached helpers, which torch.compile warns
+        # about: array-api-compat's torch namespace with its same-dtype calls made direct
+        from anyclip._torch_namespace import NAMESPACE
+
+        return remember(_NAMESPACE_OF_TYPE, tp, _same, NAMESPACE)
+    if issubclass(tp, _NOT_ARRAYS):
+        return remember(_NAMESPACE_OF_TYPE, tp, _same, None)
+    return ""
+
+
+_known_type._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _namespace_of(value: object) -> Namespace | None:
     tp = type(value)
-    try:
-        return _NAMESPACE_OF_TYPE[tp]
-    except KeyError:
-        pass
-    torch = imported("torch")
-    xp: Namespace | None
-    if torch is not None and isinstance(value, torch.Tensor):
-        # directly, without array-api-compat's cached helpers, which torch.compile warns about;
-        # array-api-compat's torch namespace with its same-dtype calls made direct
-        from anyclip._torch_namespace import NAMESPACE
-
-        xp = NAMESPACE
-    elif (
-        # containers first (namedtuples, OrderedDict, ...): array-api-compat's lru_cache'd
-        # type checks make Dynamo warn when a first call inside torch.compile meets one
-        isinstance(value, (dict, list, tuple, set, frozenset))
-        or is_numpy_scalar(value)
+    name = _known_type(tp)
+    if name:
+        xp: Namespace | None = getattr(_NAMESPACE_OF_TYPE, name)
+        return xp
+    if (
+        is_numpy_scalar(value)
         or tp.__module__.startswith("numpy.ma")  # a masked array: refused by the policy
         # an np.matrix: converted by the policy, as TF does (array-api-compat 1.12 takes it
         # for an array, where `*` is a matrix product; 1.16 no longer does)
@@ -146,8 +153,7 @@ def _namespace_of(value: object) -> Namespace | None:
         xp = None
     else:
         xp = array_api_compat.array_namespace(value)
-    _NAMESPACE_OF_TYPE[tp] = xp
-    return xp
+    return remembered(_NAMESPACE_OF_TYPE, tp, _same, xp)
 
 
 def is_array(value: object) -> bool:
@@ -318,33 +324,6 @@ def dtype_name(dtype: Any) -> str:
 def to_device(x: Any, dev: Any) -> Any:
     """``x`` moved to device ``dev`` (itself when it is already there)."""
     return array_api_compat.to_device(x, dev)
-
-
-def memo_by_dtype(
-    cache: dict[str, dict[Any, T]],
-    xp: Namespace,
-    dtype: Any,
-    compute: Callable[[Namespace, Any], T],
-) -> T:
-    """``compute(xp, dtype)``, remembered in ``cache`` per namespace, then per dtype.
-
-    A dict lookup per call keeps the per-call choices (kernels, dtype kinds) cheap and lets
-    torch.compile trace them; an unhashable dtype object is computed every time. One dict per
-    namespace: Dynamo before torch 2.13 cannot trace a lookup in a dict that also holds NumPy
-    dtypes ("cannot determine whether ... NumpyDTypeVariable() is hashable", after NumPy or JAX
-    arrays went through anyclip in the same process).
-    """
-    per_dtype = cache.get(xp.__name__)
-    if per_dtype is None:
-        per_dtype = cache[xp.__name__] = {}
-    try:
-        return per_dtype[dtype]
-    except KeyError:
-        value = compute(xp, dtype)
-    except TypeError:  # an unhashable dtype object
-        return compute(xp, dtype)
-    per_dtype[dtype] = value
-    return value
 
 
 def torch_compiling() -> bool:

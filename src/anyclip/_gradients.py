@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from anyclip._compat import library, torch_compiling
+from anyclip._memo import Memo, remembered
 from anyclip._numerics import rsqrt_rounded_once, tf_rsqrt_grad, torch_rsqrt
 from anyclip._typing import Namespace
 
@@ -38,19 +39,15 @@ def _torch_needs_grad(*tensors: Any) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-_CACHE: dict[str, dict[str, Any]] = {}
+_CACHE: Memo[dict[str, Any]] = Memo()
 
 
 def _torch_functions() -> dict[str, Any]:
-    if "torch" not in _CACHE:
-        _CACHE["torch"] = _make_torch_functions()
-    return _CACHE["torch"]
+    return remembered(_CACHE, "torch", _make_torch_functions)
 
 
 def _jax_functions() -> dict[str, Any]:
-    if "jax" not in _CACHE:
-        _CACHE["jax"] = _make_jax_functions()
-    return _CACHE["jax"]
+    return remembered(_CACHE, "jax", _make_jax_functions)
 
 
 def _make_torch_functions() -> dict[str, Any]:

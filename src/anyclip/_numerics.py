@@ -25,6 +25,7 @@ from anyclip._compat import (
     may_be_sharded,
     torch_compiling,
 )
+from anyclip._memo import Memo, memo_by_dtype
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -281,22 +282,19 @@ def as_array(result: Any) -> Any:
     return result
 
 
-_THRESHOLDS: dict[str, dict[Any, float]] = {}
+_THRESHOLDS: Memo[float] = Memo()
 
 
 def float_overflow_threshold(xp: Namespace, dtype: Any) -> float:
     """The smallest magnitude that rounds to infinity when converted to ``dtype``."""
-    # dicts, not lru_cache: torch.compile traces through them; one per namespace, by its name
-    # (torch.compile cannot hash modules), as in memo_by_dtype
-    per_dtype = _THRESHOLDS.get(xp.__name__)
-    if per_dtype is None:
-        per_dtype = _THRESHOLDS[xp.__name__] = {}
-    if dtype not in per_dtype:
-        info = xp.finfo(dtype)
-        big = float(info.max)
-        _, exp = math.frexp(big)
-        per_dtype[dtype] = big + float(info.eps) * 2.0 ** (exp - 1) / 2
-    return per_dtype[dtype]
+    return memo_by_dtype(_THRESHOLDS, xp, dtype, _overflow_threshold)
+
+
+def _overflow_threshold(xp: Namespace, dtype: Any) -> float:
+    info = xp.finfo(dtype)
+    big = float(info.max)
+    _, exp = math.frexp(big)
+    return big + float(info.eps) * 2.0 ** (exp - 1) / 2
 
 
 def tf_cast(xp: Namespace, x: Any, dtype: Any) -> Any:

@@ -12,12 +12,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import (
-    dtype_name,
-    library,
-    memo_by_dtype,
-)
+from anyclip._compat import dtype_name, library
 from anyclip._kernels._dist import is_dtensor
+from anyclip._memo import ConstantMemo, constant_by_dtype
 from anyclip._policy_words import _dim, tf_words
 from anyclip._typing import Namespace
 
@@ -30,13 +27,13 @@ __all__ = [
 ]
 
 
-#: dtype_kind's answers, by (namespace name, dtype): string keys, which torch.compile can hash.
-_KINDS: dict[str, dict[Any, str]] = {}
+#: dtype_kind's answers, by namespace name, then dtype.
+_KINDS: ConstantMemo[str] = ConstantMemo()
 
 
 def dtype_kind(xp: Namespace, dtype: Any) -> str:
     """``"bool"``, ``"int"``, ``"real"`` (floating), ``"complex"`` or ``"other"``."""
-    return memo_by_dtype(_KINDS, xp, dtype, _dtype_kind)
+    return constant_by_dtype(_KINDS, xp, dtype, _dtype_kind)
 
 
 def _dtype_kind(xp: Namespace, dtype: Any) -> str:

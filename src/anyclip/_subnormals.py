@@ -23,7 +23,8 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any
 
-from anyclip._compat import dtype_name, library, memo_by_dtype, torch_compiling, xla_flushes
+from anyclip._compat import dtype_name, library, torch_compiling, xla_flushes
+from anyclip._memo import Memo, memo_by_dtype
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
@@ -144,7 +145,7 @@ _FLUSHED = ("float32", "float64")
 _FLUSH_LIMITS: dict[str, tuple[float, float, float]] = {}
 
 #: :func:`_flush_info`'s answers, by (namespace name, dtype).
-_FLUSH_INFO: dict[str, dict[Any, tuple[float, float, float] | None]] = {}
+_FLUSH_INFO: Memo[tuple[float, float, float] | None] = Memo()
 
 
 def _flush_info(xp: Namespace, x: Any) -> tuple[float, float, float] | None:

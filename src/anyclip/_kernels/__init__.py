@@ -31,7 +31,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from anyclip._compat import library, memo_by_dtype, torch_compiling_off_the_cpu, xla_flushes
+from anyclip._compat import library, torch_compiling_off_the_cpu, xla_flushes
 from anyclip._kernels._base import Kernels
 from anyclip._kernels._dask import DaskKernels
 from anyclip._kernels._flush import FlushKernels
@@ -47,6 +47,7 @@ from anyclip._kernels._tforder import numpy_rows_in_order
 from anyclip._kernels._tforder_xp import rounded_apart, tf_order_row_sums, tf_order_vector_sum
 from anyclip._kernels._torch import TorchKernels
 from anyclip._kernels._torch_sums import torch_numpy_rows
+from anyclip._memo import Memo, memo_by_dtype
 from anyclip._subnormals import OPEN, flushing
 from anyclip._typing import Namespace
 
@@ -90,8 +91,8 @@ FLUSH_JAX = FlushKernels(JAX)
 
 #: The kernels of each (namespace name, dtype) met so far: string keys, which torch.compile
 #: can hash, and one dict lookup per call; inside ``flush_subnormals``, from the other dict.
-_CHOSEN: dict[str, dict[Any, Kernels]] = {}
-_CHOSEN_FLUSHING: dict[str, dict[Any, Kernels]] = {}
+_CHOSEN: Memo[Kernels] = Memo()
+_CHOSEN_FLUSHING: Memo[Kernels] = Memo()
 
 #: Libraries whose kernels are for float32 and float64 only.
 _FLOAT_ONLY = {"numpy": NUMPY, "jax": JAX}

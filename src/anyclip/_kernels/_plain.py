@@ -30,45 +30,59 @@ _EXACT_INT = 1 << 53
 #: (subclasses such as ``torch.nn.Parameter`` included: they take the general path).
 _PLAIN_TYPES: dict[type, str | None] = {}
 
-#: Per dtype: (scalar type to convert bounds to, largest finite value); None when no fast path.
-_PLAIN_DTYPES: dict[Any, tuple[Any, float] | None] = {}
+#: Per dtype: its largest finite value; None when no fast path.
+_PLAIN_DTYPES: dict[Any, float | None] = {}
 
 
-def _plain(x: Any) -> str | None:
-    cls = type(x)
+def _plain(cls: type) -> str | None:
+    """``"numpy"``, ``"torch"`` or None for an array of type ``cls``.
+
+    Dynamo runs this function rather than tracing it and takes its answer as a constant (the
+    mark below), so that a trace neither reads nor guards on :data:`_PLAIN_TYPES` (see
+    :mod:`anyclip._memo`); the plain calls' own memo lookups, without its helpers' extra call.
+    """
     try:
         return _PLAIN_TYPES[cls]
     except KeyError:
         pass
-    name = (cls.__module__, cls.__name__)
-    lib = {("numpy", "ndarray"): "numpy", ("torch", "Tensor"): "torch"}.get(name)
-    _PLAIN_TYPES[cls] = lib
+    lib = _PLAIN_TYPES[cls] = {
+        ("numpy", "ndarray"): "numpy",
+        ("torch", "Tensor"): "torch",
+    }.get((cls.__module__, cls.__name__))
     return lib
 
 
-def _plain_dtype(lib: str, dtype: Any) -> tuple[Any, float] | None:
-    """The dtypes with plain paths, with their bound conversion and largest finite value.
+_plain._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _plain_largest(lib: str, dtype: Any) -> float | None:
+    """The largest finite value of ``dtype`` if it has plain paths, else None (run by Dynamo).
 
     float16/32/64 for NumPy (each converts a Python float with one rounding, as TF does);
-    float32/64 for torch (its float16 bounds would round twice, through float32).
+    float32/64 for torch (its float16 bounds would round twice, through float32). Dynamo takes
+    the answer as a constant, which it cannot guard: it is only compared, never passed to
+    ``type()`` (see :mod:`anyclip._memo`).
     """
     try:
         return _PLAIN_DTYPES[dtype]
     except KeyError:
         pass
-    info = None
+    largest = None
     if lib == "numpy":
         import numpy as np
 
         if dtype in (np.float16, np.float32, np.float64):
-            info = (dtype.type, float(np.finfo(dtype).max))
+            largest = float(np.finfo(dtype).max)
     else:
         import torch
 
         if dtype in (torch.float32, torch.float64):
-            info = (float, torch.finfo(dtype).max)
-    _PLAIN_DTYPES[dtype] = info
-    return info
+            largest = float(torch.finfo(dtype).max)
+    _PLAIN_DTYPES[dtype] = largest
+    return largest
+
+
+_plain_largest._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _bound(value: Any, convert: Any, largest: float) -> Any | None:
@@ -92,13 +106,14 @@ def _bound(value: Any, convert: Any, largest: float) -> Any | None:
 
 def plain_clip_by_value(t: Any, lo: Any, hi: Any) -> Any | None:
     """``clip_by_value`` for a plain float array and ordered number bounds, or None."""
-    lib = _plain(t)
+    lib = _plain(type(t))
     if lib is None:
         return None
-    info = _plain_dtype(lib, t.dtype)
-    if info is None:
+    largest = _plain_largest(lib, t.dtype)
+    if largest is None:
         return None
-    lo, hi = _bound(lo, *info), _bound(hi, *info)
+    convert = t.dtype.type if lib == "numpy" else float
+    lo, hi = _bound(lo, convert, largest), _bound(hi, convert, largest)
     if lo is None or hi is None or not lo <= hi:
         return None
     if lib == "torch":
@@ -123,7 +138,7 @@ def plain_clip_by_value(t: Any, lo: Any, hi: Any) -> Any | None:
 
 def plain_norm(x: Any) -> Any | None:
     """``norm(x)`` (vector 2-norm over every axis) for a plain float array, or None."""
-    lib = _plain(x)
+    lib = _plain(type(x))
     if lib == "torch":
         import torch
 
@@ -154,14 +169,14 @@ def plain_norm(x: Any) -> Any | None:
 
 def plain_clip_by_norm(t: Any, clip_norm: Any) -> Any | None:
     """``clip_by_norm(t, clip_norm)`` for a small plain NumPy array, or None."""
-    if _plain(t) != "numpy" or t.size > _SMALL or t.ndim == 0:
+    if _plain(type(t)) != "numpy" or t.size > _SMALL or t.ndim == 0:
         return None
     import numpy as np
 
-    info = _plain_dtype("numpy", t.dtype)
-    if info is None or t.dtype == np.float16:  # float16 squares must round in float16
+    largest = _plain_largest("numpy", t.dtype)
+    if largest is None or t.dtype == np.float16:  # float16 squares must round in float16
         return None
-    c = _bound(clip_norm, *info)
+    c = _bound(clip_norm, t.dtype.type, largest)
     if c is None or not c >= 0:  # negative bounds are replaced by 0 on the general path
         return None
     divisor = np.maximum(np.sqrt(_small_squares(np, t)), c)  # scalars: these never warn

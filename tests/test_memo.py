@@ -7,6 +7,8 @@ and in the fresh process of ``tests/_first_call_worker.py``; here, what they rem
 
 from __future__ import annotations
 
+import sys
+import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -110,3 +112,30 @@ def test_constant_by_dtype_keeps_namespaces_apart():
     assert constant_by_dtype(memo, xp1, {}, compute) == ("answer", xp1, {})  # unhashable
     assert constant_by_dtype(memo, xp1, {}, compute) == ("answer", xp1, {})
     assert len(compute.calls) == 4
+
+
+def test_threads_filling_one_memo_each_get_their_own_answers():
+    # without the lock in Memo._add, two threads adding at once took the same attribute and
+    # one key answered with the other's value (about 70 of these 24,000 keys per run)
+    memo: Memo[tuple[int, int]] = Memo()
+    wrong: list[tuple[Any, Any]] = []
+
+    def fill(thread: int) -> None:
+        for i in range(3000):
+            key = (thread, i)
+            got = remembered(memo, key, lambda k: k, key)
+            if got != key:
+                wrong.append((key, got))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows
+    try:
+        threads = [threading.Thread(target=fill, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
+    assert len(memo) == 24000

@@ -30,6 +30,7 @@ anyclip's arithmetic takes of its numbers; numbers and tuples go to a :class:`Me
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -37,6 +38,10 @@ V = TypeVar("V")
 T = TypeVar("T")
 
 __all__ = ["ConstantMemo", "Memo", "constant_by_dtype", "memo_by_dtype", "remember", "remembered"]
+
+
+#: Held while a memo adds an answer (rare: once per key).
+_ADDING = threading.Lock()
 
 
 class Memo(Generic[V]):
@@ -57,9 +62,12 @@ class Memo(Generic[V]):
         return self.size
 
     def _add(self, value: Any) -> str:
-        name = f"n{self.size}"
-        setattr(self, name, value)
-        self.size += 1
+        # under a lock: two threads adding at once would otherwise take the same name, and
+        # one key would then answer with the other's value
+        with _ADDING:
+            name = f"n{self.size}"
+            setattr(self, name, value)
+            self.size += 1
         return name
 
 

@@ -687,7 +687,7 @@ def test_torch_compile_reads_no_sys_modules(backend, name):
         "_compat._known_type",
         "_memo.remember",
         "_memo._remember_by_dtype",
-        "_memo.constant_by_dtype",
+        "_memo._constant_by_dtype",
         "_kernels._plain._plain",
         "_kernels._plain._plain_largest",
     ],

@@ -36,7 +36,7 @@ class Counter:
 
 
 def test_remembered_computes_once_per_key():
-    memo: Memo[tuple[Any, ...]] = Memo()
+    memo: Memo[tuple[Any, ...]] = Memo("test_memo.1")
     compute = Counter()
     assert remembered(memo, "a", compute, 1) == ("answer", 1)
     assert remembered(memo, "a", compute, 2) == ("answer", 1)  # the key decides, not the args
@@ -46,20 +46,20 @@ def test_remembered_computes_once_per_key():
 
 
 def test_each_answer_in_an_attribute_named_by_remember():
-    memo: Memo[tuple[Any, ...]] = Memo()
-    first = remember(memo, "a", Counter(), 1)
-    second = remember(memo, "b", Counter(), 2)
+    memo: Memo[tuple[Any, ...]] = Memo("test_memo.2")
+    first = remember(memo.name, "a", Counter(), 1)
+    second = remember(memo.name, "b", Counter(), 2)
     assert first != second
-    assert remember(memo, "a", Counter(), 9) == first
+    assert remember(memo.name, "a", Counter(), 9) == first
     assert getattr(memo, first) == ("answer", 1)
     assert getattr(memo, second) == ("answer", 2)
 
 
 def test_an_unhashable_key_is_computed_each_time():
-    memo: Memo[tuple[Any, ...]] = Memo()
+    memo: Memo[tuple[Any, ...]] = Memo("test_memo.3")
     compute = Counter()
     key: list[int] = [1]
-    assert remember(memo, key, compute, 5) == ""
+    assert remember(memo.name, key, compute, 5) == ""
     assert remembered(memo, key, compute, 6) == ("answer", 6)
     assert remembered(memo, key, compute, 7) == ("answer", 7)
     assert len(memo) == 0
@@ -68,7 +68,7 @@ def test_an_unhashable_key_is_computed_each_time():
 
 def test_memo_by_dtype_keeps_namespaces_apart():
     # the same dtype object under two namespaces: two answers
-    memo: Memo[tuple[Any, ...]] = Memo()
+    memo: Memo[tuple[Any, ...]] = Memo("test_memo.4")
     compute = Counter()
     xp1, xp2 = SimpleNamespace(__name__="one"), SimpleNamespace(__name__="two")
     assert memo_by_dtype(memo, xp1, "float32", compute) == ("answer", xp1, "float32")
@@ -80,7 +80,7 @@ def test_memo_by_dtype_keeps_namespaces_apart():
 
 
 def test_memo_by_dtype_computes_an_unhashable_dtype_each_time():
-    memo: Memo[tuple[Any, ...]] = Memo()
+    memo: Memo[tuple[Any, ...]] = Memo("test_memo.5")
     compute = Counter()
     xp = SimpleNamespace(__name__="one")
     dtype: dict[str, str] = {}
@@ -91,7 +91,7 @@ def test_memo_by_dtype_computes_an_unhashable_dtype_each_time():
 
 
 def test_an_error_in_compute_remembers_nothing():
-    memo: Memo[int] = Memo()
+    memo: Memo[int] = Memo("test_memo.6")
 
     def fails() -> int:
         raise ValueError("no answer")
@@ -103,7 +103,7 @@ def test_an_error_in_compute_remembers_nothing():
 
 
 def test_constant_by_dtype_keeps_namespaces_apart():
-    memo: ConstantMemo[tuple[Any, ...]] = ConstantMemo()
+    memo: ConstantMemo[tuple[Any, ...]] = ConstantMemo("test_memo.7")
     compute = Counter()
     xp1, xp2 = SimpleNamespace(__name__="one"), SimpleNamespace(__name__="two")
     assert constant_by_dtype(memo, xp1, "float32", compute) == ("answer", xp1, "float32")
@@ -117,7 +117,7 @@ def test_constant_by_dtype_keeps_namespaces_apart():
 def test_threads_filling_one_memo_each_get_their_own_answers():
     # without the lock in Memo._add, two threads adding at once took the same attribute and
     # one key answered with the other's value (about 70 of these 24,000 keys per run)
-    memo: Memo[tuple[int, int]] = Memo()
+    memo: Memo[tuple[int, int]] = Memo("test_memo.8")
     wrong: list[tuple[Any, Any]] = []
 
     def fill(thread: int) -> None:

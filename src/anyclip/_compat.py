@@ -98,7 +98,7 @@ def is_numpy_scalar(value: object) -> bool:
 #: Namespace of each array type met so far; ``None`` for types that are not arrays. A lookup
 #: per argument keeps dispatch cheap and lets torch.compile trace it without graph breaks (a
 #: :class:`~anyclip._memo.Memo`: filled outside the trace where the type alone decides).
-_NAMESPACE_OF_TYPE: Memo[Namespace | None] = Memo()
+_NAMESPACE_OF_TYPE: Memo[Namespace | None] = Memo("anyclip._compat.namespace_of_type")
 
 #: Types that are no arrays, known before a first call traced by torch.compile (which cannot
 #: read a builtin type's ``__module__``): the builtin scalars and the containers a tree holds.
@@ -123,9 +123,9 @@ def _known_type(tp: type) -> str:
         # about: array-api-compat's torch namespace with its same-dtype calls made direct
         from anyclip._torch_namespace import NAMESPACE
 
-        return remember(_NAMESPACE_OF_TYPE, tp, _same, NAMESPACE)
+        return remember(_NAMESPACE_OF_TYPE.name, tp, _same, NAMESPACE)
     if issubclass(tp, _NOT_ARRAYS):
-        return remember(_NAMESPACE_OF_TYPE, tp, _same, None)
+        return remember(_NAMESPACE_OF_TYPE.name, tp, _same, None)
     return ""
 
 

@@ -39,7 +39,7 @@ def _torch_needs_grad(*tensors: Any) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-_CACHE: Memo[dict[str, Any]] = Memo()
+_CACHE: Memo[dict[str, Any]] = Memo("anyclip._gradients.functions")
 
 
 def _torch_functions() -> dict[str, Any]:

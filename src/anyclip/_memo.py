@@ -20,9 +20,9 @@ the functions here, which Dynamo runs instead of tracing them (they carry the ma
 constant: a trace reads one attribute that is there and guards on it alone. Eagerly a memo
 costs one call and one ``getattr`` more than a dict.
 
-A string answer needs no attribute: a :class:`ConstantMemo` is a plain dict that only
-:func:`constant_by_dtype` reads, which Dynamo runs and whose answer it takes as a constant (no
-guard at all). Eagerly it costs what a dict lookup in a function costs. Only strings (and
+A string answer needs no attribute: a :class:`ConstantMemo` holds a plain dict that only the
+function behind :func:`constant_by_dtype` reads, which Dynamo runs and whose answer it takes as
+a constant (no guard at all). Eagerly it costs two calls, where a dict costs one. Only strings (and
 None), which anyclip compares and nothing else: Dynamo gives such a constant no place it can
 guard, and fails (``NotImplementedError``) on ``type()`` of it, or of an item of a tuple, which
 anyclip's arithmetic takes of its numbers; numbers and tuples go to a :class:`Memo`.
@@ -43,20 +43,25 @@ __all__ = ["ConstantMemo", "Memo", "constant_by_dtype", "memo_by_dtype", "rememb
 #: Held while a memo adds an answer (rare: once per key).
 _ADDING = threading.Lock()
 
+#: Every memo by its name: the functions Dynamo runs are given the name, not the memo (Dynamo
+#: before torch 2.13 cannot pass them an object of a user class: "is not a constant").
+_MEMOS: dict[str, Any] = {}
+
 
 class Memo(Generic[V]):
     """Answers remembered by key: each in an attribute, its name in ``index`` under the key.
 
-    Fill it with :func:`remembered`, :func:`memo_by_dtype` or :func:`remember` only. A class
-    rather than a dict: Dynamo reads an attribute when the trace asks for it, and hands a
-    function it runs (instead of tracing) the object itself, where a dict would arrive as a
-    copy. The index holds each key object, so that no key's answer is found under another
-    object's key.
+    Fill it with :func:`remembered`, :func:`memo_by_dtype` or :func:`remember` only. An
+    object rather than a dict: Dynamo reads an attribute when the trace asks for it. The
+    index holds each key object, so that no key's answer is found under another object's key.
+    ``name`` names the memo for the functions Dynamo runs (one memo per name).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name
         self.index: dict[Any, Any] = {}
         self.size = 0
+        _MEMOS[name] = self
 
     def __len__(self) -> int:
         return self.size
@@ -71,18 +76,20 @@ class Memo(Generic[V]):
         return name
 
 
-def remember(memo: Memo[Any], key: Any, compute: Callable[..., Any], *args: Any) -> str:
-    """The attribute of ``memo`` that holds ``key``'s answer, ``compute(*args)`` stored if new.
+def remember(memo: str, key: Any, compute: Callable[..., Any], *args: Any) -> str:
+    """The attribute of the memo named ``memo`` that holds ``key``'s answer.
 
-    ``""`` for an unhashable key (nothing stored). Dynamo runs this function rather than
-    tracing it, and takes the name as a constant.
+    ``compute(*args)`` is stored first if the key is new; ``""`` for an unhashable key
+    (nothing stored). Dynamo runs this function rather than tracing it, and takes the name as
+    a constant.
     """
+    m: Memo[Any] = _MEMOS[memo]
     try:
-        name: str | None = memo.index.get(key)
+        name: str | None = m.index.get(key)
     except TypeError:  # an unhashable key (a dtype object of some library): never remembered
         return ""
     if name is None:
-        name = memo.index[key] = memo._add(compute(*args))
+        name = m.index[key] = m._add(compute(*args))
     return name
 
 
@@ -97,30 +104,29 @@ def remembered(memo: Memo[T], key: Any, compute: Callable[..., T], *args: Any) -
     ``compute`` must depend on its arguments alone, and ``key`` must say everything about them
     that it uses: under ``torch.compile`` it runs once, outside the trace.
     """
-    name = remember(memo, key, compute, *args)
+    name = remember(memo.name, key, compute, *args)
     if not name:
         return compute(*args)
     value: T = getattr(memo, name)
     return value
 
 
-def _remember_by_dtype(
-    memo: Memo[Any], xp: Any, dtype: Any, compute: Callable[[Any, Any], Any]
-) -> str:
+def _remember_by_dtype(memo: str, xp: Any, dtype: Any, compute: Callable[[Any, Any], Any]) -> str:
     """:func:`remember` keyed by the namespace's name, then the dtype (Dynamo runs it).
 
     One index per namespace: a dict that holds both NumPy and torch dtypes would compare one
     with the other on a hash collision.
     """
-    per_dtype = memo.index.get(xp.__name__)
+    m: Memo[Any] = _MEMOS[memo]
+    per_dtype = m.index.get(xp.__name__)
     if per_dtype is None:
-        per_dtype = memo.index[xp.__name__] = {}
+        per_dtype = m.index[xp.__name__] = {}
     try:
         name: str | None = per_dtype.get(dtype)
     except TypeError:
         return ""
     if name is None:
-        name = per_dtype[dtype] = memo._add(compute(xp, dtype))
+        name = per_dtype[dtype] = m._add(compute(xp, dtype))
     return name
 
 
@@ -132,7 +138,7 @@ def memo_by_dtype(memo: Memo[T], xp: Any, dtype: Any, compute: Callable[[Any, An
 
     An unhashable dtype object is computed every time.
     """
-    name = _remember_by_dtype(memo, xp, dtype, compute)
+    name = _remember_by_dtype(memo.name, xp, dtype, compute)
     if not name:
         return compute(xp, dtype)
     value: T = getattr(memo, name)
@@ -142,13 +148,13 @@ def memo_by_dtype(memo: Memo[T], xp: Any, dtype: Any, compute: Callable[[Any, An
 class ConstantMemo(Generic[V]):
     """String answers (or None) by namespace, then dtype, in the dict ``answers``.
 
-    Read and filled by :func:`constant_by_dtype` only.
+    Read and filled by :func:`constant_by_dtype` only; ``name`` as :class:`Memo`'s.
     """
 
-    __slots__ = ("answers",)
-
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name
         self.answers: dict[str, dict[Any, V]] = {}
+        _MEMOS[name] = self
 
     def __len__(self) -> int:
         return sum(len(d) for d in self.answers.values())
@@ -159,15 +165,20 @@ def constant_by_dtype(
 ) -> T:
     """``compute(xp, dtype)``, a string or None, remembered per namespace, then per dtype.
 
-    As :func:`memo_by_dtype` (an unhashable dtype object is computed every time), but Dynamo
-    runs this function rather than tracing it and takes the answer as a constant.
+    As :func:`memo_by_dtype` (an unhashable dtype object is computed every time), but the
+    answer itself is what Dynamo takes as a constant.
     """
-    per_dtype = memo.answers.get(xp.__name__)
+    value: T = _constant_by_dtype(memo.name, xp, dtype, compute)
+    return value
+
+
+def _constant_by_dtype(memo: str, xp: Any, dtype: Any, compute: Callable[[Any, Any], Any]) -> Any:
+    answers = _MEMOS[memo].answers
+    per_dtype = answers.get(xp.__name__)
     if per_dtype is None:
-        per_dtype = memo.answers[xp.__name__] = {}
+        per_dtype = answers[xp.__name__] = {}
     try:
-        value: T = per_dtype[dtype]
-        return value
+        return per_dtype[dtype]
     except KeyError:
         pass
     except TypeError:
@@ -176,4 +187,4 @@ def constant_by_dtype(
     return value
 
 
-constant_by_dtype._dynamo_marked_constant = True  # type: ignore[attr-defined]
+_constant_by_dtype._dynamo_marked_constant = True  # type: ignore[attr-defined]

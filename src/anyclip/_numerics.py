@@ -282,7 +282,7 @@ def as_array(result: Any) -> Any:
     return result
 
 
-_THRESHOLDS: Memo[float] = Memo()
+_THRESHOLDS: Memo[float] = Memo("anyclip._numerics.thresholds")
 
 
 def float_overflow_threshold(xp: Namespace, dtype: Any) -> float:

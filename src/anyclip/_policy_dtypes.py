@@ -28,7 +28,7 @@ __all__ = [
 
 
 #: dtype_kind's answers, by namespace name, then dtype.
-_KINDS: ConstantMemo[str] = ConstantMemo()
+_KINDS: ConstantMemo[str] = ConstantMemo("anyclip._policy_dtypes.kinds")
 
 
 def dtype_kind(xp: Namespace, dtype: Any) -> str:

@@ -145,7 +145,7 @@ _FLUSHED = ("float32", "float64")
 _FLUSH_LIMITS: dict[str, tuple[float, float, float]] = {}
 
 #: :func:`_flush_info`'s answers, by (namespace name, dtype).
-_FLUSH_INFO: Memo[tuple[float, float, float] | None] = Memo()
+_FLUSH_INFO: Memo[tuple[float, float, float] | None] = Memo("anyclip._subnormals.flush_info")
 
 
 def _flush_info(xp: Namespace, x: Any) -> tuple[float, float, float] | None:

@@ -91,8 +91,8 @@ FLUSH_JAX = FlushKernels(JAX)
 
 #: The kernels of each (namespace name, dtype) met so far: string keys, which torch.compile
 #: can hash, and one dict lookup per call; inside ``flush_subnormals``, from the other dict.
-_CHOSEN: Memo[Kernels] = Memo()
-_CHOSEN_FLUSHING: Memo[Kernels] = Memo()
+_CHOSEN: Memo[Kernels] = Memo("anyclip._kernels.chosen")
+_CHOSEN_FLUSHING: Memo[Kernels] = Memo("anyclip._kernels.chosen_flushing")
 
 #: Libraries whose kernels are for float32 and float64 only.
 _FLOAT_ONLY = {"numpy": NUMPY, "jax": JAX}

@@ -7,6 +7,7 @@ and in the fresh process of ``tests/_first_call_worker.py``; here, what they rem
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 from types import SimpleNamespace
@@ -23,6 +24,13 @@ from anyclip._memo import (
     remembered,
 )
 
+_NUMBERS = itertools.count()
+
+
+def new_name() -> str:
+    """A memo name no other memo has (a test run twice in one process makes new memos)."""
+    return f"test_memo.{next(_NUMBERS)}"
+
 
 class Counter:
     """A compute function that counts its calls."""
@@ -36,7 +44,7 @@ class Counter:
 
 
 def test_remembered_computes_once_per_key():
-    memo: Memo[tuple[Any, ...]] = Memo("test_memo.1")
+    memo: Memo[tuple[Any, ...]] = Memo(new_name())
     compute = Counter()
     assert remembered(memo, "a", compute, 1) == ("answer", 1)
     assert remembered(memo, "a", compute, 2) == ("answer", 1)  # the key decides, not the args
@@ -46,7 +54,7 @@ def test_remembered_computes_once_per_key():
 
 
 def test_each_answer_in_an_attribute_named_by_remember():
-    memo: Memo[tuple[Any, ...]] = Memo("test_memo.2")
+    memo: Memo[tuple[Any, ...]] = Memo(new_name())
     first = remember(memo.name, "a", Counter(), 1)
     second = remember(memo.name, "b", Counter(), 2)
     assert first != second
@@ -56,7 +64,7 @@ def test_each_answer_in_an_attribute_named_by_remember():
 
 
 def test_an_unhashable_key_is_computed_each_time():
-    memo: Memo[tuple[Any, ...]] = Memo("test_memo.3")
+    memo: Memo[tuple[Any, ...]] = Memo(new_name())
     compute = Counter()
     key: list[int] = [1]
     assert remember(memo.name, key, compute, 5) == ""
@@ -68,7 +76,7 @@ def test_an_unhashable_key_is_computed_each_time():
 
 def test_memo_by_dtype_keeps_namespaces_apart():
     # the same dtype object under two namespaces: two answers
-    memo: Memo[tuple[Any, ...]] = Memo("test_memo.4")
+    memo: Memo[tuple[Any, ...]] = Memo(new_name())
     compute = Counter()
     xp1, xp2 = SimpleNamespace(__name__="one"), SimpleNamespace(__name__="two")
     assert memo_by_dtype(memo, xp1, "float32", compute) == ("answer", xp1, "float32")
@@ -80,7 +88,7 @@ def test_memo_by_dtype_keeps_namespaces_apart():
 
 
 def test_memo_by_dtype_computes_an_unhashable_dtype_each_time():
-    memo: Memo[tuple[Any, ...]] = Memo("test_memo.5")
+    memo: Memo[tuple[Any, ...]] = Memo(new_name())
     compute = Counter()
     xp = SimpleNamespace(__name__="one")
     dtype: dict[str, str] = {}
@@ -91,7 +99,7 @@ def test_memo_by_dtype_computes_an_unhashable_dtype_each_time():
 
 
 def test_an_error_in_compute_remembers_nothing():
-    memo: Memo[int] = Memo("test_memo.6")
+    memo: Memo[int] = Memo(new_name())
 
     def fails() -> int:
         raise ValueError("no answer")
@@ -103,7 +111,7 @@ def test_an_error_in_compute_remembers_nothing():
 
 
 def test_constant_by_dtype_keeps_namespaces_apart():
-    memo: ConstantMemo[tuple[Any, ...]] = ConstantMemo("test_memo.7")
+    memo: ConstantMemo[tuple[Any, ...]] = ConstantMemo(new_name())
     compute = Counter()
     xp1, xp2 = SimpleNamespace(__name__="one"), SimpleNamespace(__name__="two")
     assert constant_by_dtype(memo, xp1, "float32", compute) == ("answer", xp1, "float32")
@@ -117,7 +125,7 @@ def test_constant_by_dtype_keeps_namespaces_apart():
 def test_threads_filling_one_memo_each_get_their_own_answers():
     # without the lock in Memo._add, two threads adding at once took the same attribute and
     # one key answered with the other's value (about 70 of these 24,000 keys per run)
-    memo: Memo[tuple[int, int]] = Memo("test_memo.8")
+    memo: Memo[tuple[int, int]] = Memo(new_name())
     wrong: list[tuple[Any, Any]] = []
 
     def fill(thread: int) -> None:
@@ -139,3 +147,17 @@ def test_threads_filling_one_memo_each_get_their_own_answers():
         sys.setswitchinterval(interval)
     assert wrong == []
     assert len(memo) == 24000
+
+
+@pytest.mark.parametrize("kinds", [(Memo, Memo), (Memo, ConstantMemo), (ConstantMemo, Memo)])
+def test_a_second_memo_of_the_same_name_is_an_error(kinds):
+    # the functions Dynamo runs find a memo by its name: a second memo under it would take the
+    # first one's new answers, and the first would answer a new key with an older key's value
+    first, second = kinds
+    name = new_name()
+    memo = first(name)
+    with pytest.raises(ValueError, match=f"a memo named '{name}' exists already"):
+        second(name)
+    if isinstance(memo, Memo):
+        assert remembered(memo, "k1", lambda: 1) == 1
+        assert remembered(memo, "k2", lambda: 2) == 2

@@ -25,7 +25,9 @@ function behind :func:`constant_by_dtype` reads, which Dynamo runs and whose ans
 a constant (no guard at all). Eagerly it costs two calls, where a dict costs one. Only strings (and
 None), which anyclip compares and nothing else: Dynamo gives such a constant no place it can
 guard, and fails (``NotImplementedError``) on ``type()`` of it, or of an item of a tuple, which
-anyclip's arithmetic takes of its numbers; numbers and tuples go to a :class:`Memo`.
+anyclip's arithmetic takes of its numbers; numbers and tuples go to a :class:`Memo` (a number
+that is only compared, never computed with, may be a constant: ``_kernels/_plain.py``'s
+largest finite value).
 """
 
 from __future__ import annotations
@@ -48,20 +50,32 @@ _ADDING = threading.Lock()
 _MEMOS: dict[str, Any] = {}
 
 
+def _register(name: str, memo: Any) -> None:
+    if name in _MEMOS:
+        raise ValueError(
+            f"a memo named {name!r} exists already; expected a name no other memo has: name "
+            "each memo after its module and what it holds (importing again a module that makes "
+            "memos, as importlib.reload does, is not supported)"
+        )
+    _MEMOS[name] = memo
+
+
 class Memo(Generic[V]):
-    """Answers remembered by key: each in an attribute, its name in ``index`` under the key.
+    """Answers remembered by key: each in an attribute, its name in ``index``.
 
     Fill it with :func:`remembered`, :func:`memo_by_dtype` or :func:`remember` only. An
     object rather than a dict: Dynamo reads an attribute when the trace asks for it. The
-    index holds each key object, so that no key's answer is found under another object's key.
-    ``name`` names the memo for the functions Dynamo runs (one memo per name).
+    index holds each key object, so that no key's answer is found under another object's key:
+    under the key itself (:func:`remembered`), or under the namespace's name, then the dtype
+    (:func:`memo_by_dtype`). ``name`` names the memo for the functions Dynamo runs; no two
+    memos may share one (:class:`ValueError`).
     """
 
     def __init__(self, name: str) -> None:
+        _register(name, self)
         self.name = name
         self.index: dict[Any, Any] = {}
         self.size = 0
-        _MEMOS[name] = self
 
     def __len__(self) -> int:
         return self.size
@@ -119,8 +133,8 @@ def _remember_by_dtype(memo: str, xp: Any, dtype: Any, compute: Callable[[Any, A
     """
     m: Memo[Any] = _MEMOS[memo]
     per_dtype = m.index.get(xp.__name__)
-    if per_dtype is None:
-        per_dtype = m.index[xp.__name__] = {}
+    if per_dtype is None:  # setdefault: two threads here at once keep the same dict
+        per_dtype = m.index.setdefault(xp.__name__, {})
     try:
         name: str | None = per_dtype.get(dtype)
     except TypeError:
@@ -152,9 +166,9 @@ class ConstantMemo(Generic[V]):
     """
 
     def __init__(self, name: str) -> None:
+        _register(name, self)
         self.name = name
         self.answers: dict[str, dict[Any, V]] = {}
-        _MEMOS[name] = self
 
     def __len__(self) -> int:
         return sum(len(d) for d in self.answers.values())
@@ -176,7 +190,7 @@ def _constant_by_dtype(memo: str, xp: Any, dtype: Any, compute: Callable[[Any, A
     answers = _MEMOS[memo].answers
     per_dtype = answers.get(xp.__name__)
     if per_dtype is None:
-        per_dtype = answers[xp.__name__] = {}
+        per_dtype = answers.setdefault(xp.__name__, {})
     try:
         return per_dtype[dtype]
     except KeyError:

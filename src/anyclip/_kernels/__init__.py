@@ -89,8 +89,8 @@ _FLUSHING = {
 #: JAX's kernels flushing, for arrays off the CPU (XLA:GPU keeps IEEE subnormals).
 FLUSH_JAX = FlushKernels(JAX)
 
-#: The kernels of each (namespace name, dtype) met so far: string keys, which torch.compile
-#: can hash, and one dict lookup per call; inside ``flush_subnormals``, from the other dict.
+#: The kernels of each (namespace, dtype) met so far, in memos that torch.compile reads without
+#: compiling again (:mod:`anyclip._memo`); inside ``flush_subnormals``, from the other one.
 _CHOSEN: Memo[Kernels] = Memo("anyclip._kernels.chosen")
 _CHOSEN_FLUSHING: Memo[Kernels] = Memo("anyclip._kernels.chosen_flushing")
 

@@ -74,6 +74,13 @@ def _group_scheduling() -> Any:
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # the xdist controller, before it starts the workers: each worker's JAX cache folder gets
+    # what the others compiled in earlier runs (jax_cache.share_worker_entries)
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        jax_cache.share_worker_entries(jax_cache.enable())
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """:class:`_GroupScheduling` for ``--dist loadgroup``; xdist's own otherwise."""
     scheduling = _group_scheduling()

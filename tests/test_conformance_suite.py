@@ -188,6 +188,44 @@ def test_jax_cache_folder_and_settings(tmp_path) -> None:
     )
 
 
+def test_jax_cache_keys_do_not_depend_on_the_folder(tmp_path) -> None:
+    # the same program compiled with the cache in two worker folders gets the same key (the
+    # file name of its entry), so that one worker's entries serve the other: JAX's GPU-only XLA
+    # caches, whose paths inside the folder JAX hashes into the key, are off
+    pytest.importorskip("jax")
+    code = (
+        "import os, jax, jax.numpy as jnp\n"
+        "folder = jax_cache.enable()\n"
+        "jax.jit(lambda x: jnp.sin(x) * 2)(jnp.ones(3)).block_until_ready()\n"
+        "print(*sorted(n for n in os.listdir(folder) if n.startswith('jit__lambda')))"
+    )
+    keys = [
+        _enable_jax_cache(tmp_path, {"XDG_CACHE_HOME": str(tmp_path / home), **worker}, code)
+        for home, worker in (("a", {"PYTEST_XDIST_WORKER": "gw0"}), ("b", {}))
+    ]
+    assert len(keys[0]) == 1, keys
+    assert keys[0] == keys[1]
+
+
+def test_share_worker_entries_gives_each_worker_the_others_entries(tmp_path) -> None:
+    from anyclip_conformance.jax_cache import share_worker_entries
+
+    entries = {"gw0": {"a-cache": b"A", "b-cache": b"B"}, "gw1": {"b-cache": b"B", "c-cache": b"C"}}
+    for worker, files in entries.items():
+        (tmp_path / worker).mkdir()
+        (tmp_path / worker / ".lockfile").write_bytes(b"")
+        for name, data in files.items():
+            (tmp_path / worker / name).write_bytes(data)
+    (tmp_path / "other").mkdir()  # not a worker folder: left alone
+    (tmp_path / "other" / "d-cache").write_bytes(b"D")
+    assert share_worker_entries(tmp_path) == 2
+    for worker in entries:
+        got = {p.name: p.read_bytes() for p in (tmp_path / worker).iterdir()}
+        assert got == {".lockfile": b"", "a-cache": b"A", "b-cache": b"B", "c-cache": b"C"}
+    assert [p.name for p in (tmp_path / "other").iterdir()] == ["d-cache"]
+    assert share_worker_entries(tmp_path) == 0
+
+
 def test_unknown_backend_is_an_error_listing_the_valid_names(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--backends", "numpy,nmupy"])

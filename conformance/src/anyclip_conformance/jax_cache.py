@@ -15,22 +15,30 @@ Each pytest-xdist worker (``PYTEST_XDIST_WORKER``: ``gw0``, ``gw1``, ...) gets a
 own inside it (``.../jax/gw0``): JAX writes a cache entry with a plain ``write_bytes`` (no lock
 without a size limit, no rename), so a second process reading the same entry while it is written
 reads it truncated, and JAX turns that into a warning, which the suite's warnings-as-errors
-make a failure. The subprocesses a worker starts inherit its folder.
+make a failure. The subprocesses a worker starts inherit its folder. So that a worker finds
+what the other workers compiled in earlier runs (which tests a worker runs changes from run to
+run), the controller links each worker folder's entries into the others before any worker starts
+(:func:`share_worker_entries`); JAX's keys then match across folders because the cache's
+GPU-only XLA caches are off (``JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES=none``: JAX 0.10 puts
+their paths, inside the folder, into the compile options it hashes, so the same program had
+another key in each folder).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["default_dir", "enable"]
+__all__ = ["default_dir", "enable", "share_worker_entries"]
 
 #: JAX's settings (environment variables it reads at import) and the values set here: every
 #: program is cached, however small and however quickly it compiled.
 _SETTINGS = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none",
 }
 
 
@@ -58,5 +66,38 @@ def enable() -> Path:
         jax.config.update("jax_compilation_cache_dir", folder)
         for name in _SETTINGS:
             value = os.environ[name]
-            jax.config.update(name.lower(), float(value) if "TIME" in name else int(value))
+            typed: float | int | str = (
+                float(value) if "TIME" in name else int(value) if "BYTES" in name else value
+            )
+            try:
+                jax.config.update(name.lower(), typed)
+            except AttributeError:  # an option this JAX does not have
+                pass
     return Path(folder)
+
+
+def share_worker_entries(folder: Path) -> int:
+    """Link every entry of each worker folder (``folder/gw*``) into the others; how many.
+
+    Call it only while no worker runs (the pytest-xdist controller, before it starts them): a
+    link made while JAX writes the entry would let another worker read it truncated. A hard
+    link costs no space; where the file system refuses one, the entry is copied.
+    """
+    workers = [d for d in folder.glob("gw*") if d.is_dir()]
+    names = {
+        d: {p.name for p in d.iterdir() if p.is_file() and not p.name.startswith(".")}
+        for d in workers
+    }
+    made = 0
+    for source in workers:
+        for target in workers:
+            for name in names[source] - names[target]:
+                try:
+                    os.link(source / name, target / name)
+                except FileExistsError:
+                    continue
+                except OSError:
+                    shutil.copyfile(source / name, target / name)
+                names[target].add(name)
+                made += 1
+    return made

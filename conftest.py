@@ -73,7 +73,6 @@ def _group_scheduling() -> Any:
     return _GroupScheduling
 
 
-@pytest.hookimpl(optionalhook=True)
 def pytest_configure(config: pytest.Config) -> None:
     # the xdist controller, before it starts the workers: each worker's JAX cache folder gets
     # what the others compiled in earlier runs (jax_cache.share_worker_entries)
@@ -81,6 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
         jax_cache.share_worker_entries(jax_cache.enable())
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """:class:`_GroupScheduling` for ``--dist loadgroup``; xdist's own otherwise."""
     scheduling = _group_scheduling()

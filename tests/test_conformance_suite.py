@@ -226,6 +226,23 @@ def test_share_worker_entries_gives_each_worker_the_others_entries(tmp_path) -> 
     assert share_worker_entries(tmp_path) == 0
 
 
+def test_checkout_conftest_loads_without_xdist(tmp_path) -> None:
+    # pytest-xdist is optional (`pytest` in one process, an environment without it): the root
+    # conftest's xdist hook is marked optional, and its JAX-cache links run only under xdist
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    command = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider"]
+    command += ["--collect-only", "-q", "tests/test_memo.py"]
+    done = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "tests/test_memo.py::test_remembered_computes_once_per_key" in done.stdout
+
+
 def test_unknown_backend_is_an_error_listing_the_valid_names(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--backends", "numpy,nmupy"])

@@ -216,11 +216,13 @@ def test_share_worker_entries_gives_each_worker_the_others_entries(tmp_path) -> 
         (tmp_path / worker / ".lockfile").write_bytes(b"")
         for name, data in files.items():
             (tmp_path / worker / name).write_bytes(data)
+    (tmp_path / "gw0" / "sub").mkdir()  # not an entry: not linked
     (tmp_path / "other").mkdir()  # not a worker folder: left alone
     (tmp_path / "other" / "d-cache").write_bytes(b"D")
     assert share_worker_entries(tmp_path) == 2
+    assert not (tmp_path / "gw1" / "sub").exists()
     for worker in entries:
-        got = {p.name: p.read_bytes() for p in (tmp_path / worker).iterdir()}
+        got = {p.name: p.read_bytes() for p in (tmp_path / worker).iterdir() if p.is_file()}
         assert got == {".lockfile": b"", "a-cache": b"A", "b-cache": b"B", "c-cache": b"C"}
     assert [p.name for p in (tmp_path / "other").iterdir()] == ["d-cache"]
     assert share_worker_entries(tmp_path) == 0

@@ -1,9 +1,11 @@
 """The root ``conftest.py``'s pytest-xdist scheduler for ``--dist loadgroup``.
 
-It must hand out the same tests, in the same order, to the same workers as xdist's own
-``LoadGroupScheduling`` (it only forgets finished work units and finds indices in a dict), keep
-an ``xdist_group`` on one worker, and give a crashed worker's unfinished tests back to the
-queue. The workers are stand-ins that record what they are sent; no process is started.
+It must hand out every test once, the work units in the order xdist's own
+``LoadGroupScheduling`` takes them from its queue, in batches of a few dozen tests where xdist
+sends one unit per message (it also forgets finished work units and finds indices in a dict),
+keep an ``xdist_group`` on one worker, never let a worker run dry while tests are queued, and
+give a crashed worker's unfinished tests back to the queue. The workers are stand-ins that
+record what they are sent; no process is started.
 """
 
 from __future__ import annotations
@@ -45,14 +47,14 @@ class _Config:
 
 
 class _Worker:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, log: list[tuple[str, list[int]]]) -> None:
         self.gateway = type("Gateway", (), {"id": name})()
         self.queue: deque[int] = deque()
-        self.sent: list[list[int]] = []
+        self.log = log  # every worker's batches, in the order they were sent
         self.shutting_down = False
 
     def send_runtest_some(self, indices: list[int]) -> None:
-        self.sent.append(list(indices))
+        self.log.append((self.gateway.id, list(indices)))
         self.queue.extend(indices)
 
     def shutdown(self) -> None:
@@ -68,7 +70,8 @@ def _start(cls: Any, ids: list[str]) -> tuple[Any, list[_Worker]]:
     from xdist.remote import Producer
 
     sched = cls(_Config(), Producer("test", enabled=False))
-    workers = [_Worker("gw0"), _Worker("gw1")]
+    log: list[tuple[str, list[int]]] = []
+    workers = [_Worker("gw0", log), _Worker("gw1", log)]
     for w in workers:
         sched.add_node(w)
     for w in workers:  # equal collections, distinct string objects (as from two processes)
@@ -78,27 +81,53 @@ def _start(cls: Any, ids: list[str]) -> tuple[Any, list[_Worker]]:
 
 
 def _run(cls: Any, ids: list[str]) -> list[tuple[str, list[int]]]:
-    """Finish the tests one by one, alternating workers; every batch sent, in order."""
+    """Finish the tests one by one, alternating workers; every batch sent, in order sent."""
     sched, workers = _start(cls, ids)
-    log: list[tuple[str, int]] = []
+    ran: list[int] = []
     while any(w.queue for w in workers):
         for w in workers:
             if w.queue:
                 index = w.queue.popleft()
-                log.append((w.gateway.id, index))
+                ran.append(index)
                 sched.mark_test_complete(w, index)
     assert sched.tests_finished and not sched.has_pending
-    assert sorted(i for _, i in log) == list(range(len(ids)))
-    return [(w.gateway.id, batch) for w in workers for batch in w.sent]
+    assert sorted(ran) == list(range(len(ids)))
+    return workers[0].log
 
 
-def test_same_schedule_as_xdists_loadgroup() -> None:
+def test_units_go_out_in_xdists_order_in_batches() -> None:
     ids = _ids(2_000)
-    ours = _run(_group_scheduling(), ids)
-    assert ours == _run(xdist_scheduler.LoadGroupScheduling, ids)
+    cls = _group_scheduling()
+    ours = _run(cls, ids)
+    theirs = _run(xdist_scheduler.LoadGroupScheduling, ids)
+    sent = [i for _, batch in ours for i in batch]
+    assert sorted(sent) == list(range(len(ids)))  # every test once
     grouped = {i for i, nodeid in enumerate(ids) if nodeid.endswith("@g")}
     holders = {worker for worker, batch in ours if grouped & set(batch)}
     assert len(holders) == 1  # the group ran whole on one worker
+    # xdist sends a message per one-test unit; here one per batch of up to BATCH tests
+    assert len(theirs) == len(ids) - len(grouped) + 1
+    assert len(ours) <= len(ids) // (cls.BATCH - cls.REFILL_AT) + 4
+    assert all(len(batch) <= cls.BATCH for _, batch in ours if not grouped & set(batch))
+    # the units leave the queue in xdist's order: sorted by the first test each batch holds,
+    # the batches' tests are the units in queue order
+    split = _start(cls, ids)[0]._split_scope
+    order = list(dict.fromkeys(split(ids[i]) for _, batch in theirs for i in batch))
+    first_sent: dict[str, int] = {}
+    for n, (_, batch) in enumerate(ours):
+        for i in batch:
+            first_sent.setdefault(split(ids[i]), n)
+    assert sorted(order, key=first_sent.__getitem__) == order
+
+
+def test_a_worker_is_refilled_before_it_runs_dry() -> None:
+    ids = [f"tests/test_x.py::test_case[{i}]" for i in range(1_000)]
+    sched, workers = _start(_group_scheduling(), ids)
+    while any(w.queue for w in workers):
+        for w in workers:
+            if w.queue:
+                sched.mark_test_complete(w, w.queue.popleft())
+                assert w.queue or not sched.workqueue, "a worker waits while tests are queued"
 
 
 def test_finished_units_are_forgotten_and_a_crash_requeues_the_rest() -> None:

@@ -47,9 +47,9 @@ def _group_scheduling() -> Any:
         two tests or fewer left, a message per test here, and a worker whose next message is
         late (the controller shares the CPUs with it) waits with nothing to run. Here a worker
         left with :attr:`REFILL_AT` tests or fewer gets units up to :attr:`BATCH` tests in one
-        message. The units go out in xdist's order, and an ``xdist_group`` still runs whole on
-        one worker; at the end of the run a worker may hold up to :attr:`BATCH` small tests
-        while the other finishes (measured in CONTRIBUTING.md, "Running the tests").
+        message, fewer as the queue empties. The units go out in xdist's order, and an
+        ``xdist_group`` still runs whole on one worker (measured in CONTRIBUTING.md, "Running
+        the tests").
         """
 
         #: a worker with this many pending tests or fewer is sent more (xdist: 2)
@@ -71,11 +71,16 @@ def _group_scheduling() -> Any:
             self._send_units(node, 0)
 
         def _send_units(self, node: Any, pending: int) -> None:
-            """Send ``node`` units from the queue's head, one message, until it has BATCH tests."""
+            """Send ``node`` units from the queue's head, one message, until it has BATCH tests.
+
+            Fewer near the end of the queue: at most an eighth of what is queued per worker,
+            so that a short run (``make check``, ``-k``) still spreads over every worker.
+            """
             assigned = self.assigned_work.setdefault(node, {})
             indices = self._indices[node]
+            most = min(self.BATCH, pending + len(self.workqueue) // (8 * len(self.nodes)))
             batch: list[int] = []
-            while self.workqueue and (not batch or pending + len(batch) < self.BATCH):
+            while self.workqueue and (not batch or pending + len(batch) < most):
                 scope, work_unit = self.workqueue.popitem(last=False)
                 assigned[scope] = work_unit
                 batch.extend(indices[n] for n, done in work_unit.items() if not done)

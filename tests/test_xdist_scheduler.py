@@ -105,9 +105,10 @@ def test_units_go_out_in_xdists_order_in_batches() -> None:
     grouped = {i for i, nodeid in enumerate(ids) if nodeid.endswith("@g")}
     holders = {worker for worker, batch in ours if grouped & set(batch)}
     assert len(holders) == 1  # the group ran whole on one worker
-    # xdist sends a message per one-test unit; here one per batch of up to BATCH tests
+    # xdist sends a message per one-test unit; here one per batch of up to BATCH tests (fewer
+    # as the queue empties)
     assert len(theirs) == len(ids) - len(grouped) + 1
-    assert len(ours) <= len(ids) // (cls.BATCH - cls.REFILL_AT) + 4
+    assert len(ours) <= len(theirs) // 10
     assert all(len(batch) <= cls.BATCH for _, batch in ours if not grouped & set(batch))
     # the units leave the queue in xdist's order: sorted by the first test each batch holds,
     # the batches' tests are the units in queue order
@@ -145,3 +146,19 @@ def test_finished_units_are_forgotten_and_a_crash_requeues_the_rest() -> None:
     assert {nodeid for unit in sched.workqueue.values() for nodeid in unit} >= {
         ids[i] for i in pending
     }
+
+
+@pytest.mark.parametrize("n", [3, 10, 30, 100])
+def test_a_short_run_is_spread_over_both_workers(n: int) -> None:
+    # `make check` or a `-k` run of a few slow tests: a first batch of BATCH tests would give
+    # one worker nearly all of them. Both workers finish one test at a time, alternately.
+    ids = [f"tests/test_x.py::test_case[{i}]" for i in range(n)]
+    sched, workers = _start(_group_scheduling(), ids)
+    ran = {w.gateway.id: 0 for w in workers}
+    while any(w.queue for w in workers):
+        for w in workers:
+            if w.queue:
+                sched.mark_test_complete(w, w.queue.popleft())
+                ran[w.gateway.id] += 1
+    assert sum(ran.values()) == n
+    assert abs(ran["gw0"] - ran["gw1"]) <= 1, ran

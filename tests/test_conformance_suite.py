@@ -188,6 +188,44 @@ def test_jax_cache_folder_and_settings(tmp_path) -> None:
     )
 
 
+def test_a_second_run_at_once_gets_a_jax_cache_folder_of_its_own(tmp_path) -> None:
+    # two `make test` at once (two clones, one machine) each claim a folder for their lifetime:
+    # the second would otherwise read entries the first one's workers are writing
+    import os
+    import subprocess
+    import sys
+
+    outer = ("JAX_", "XDG_", "PYTEST_XDIST_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(outer)}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    base = tmp_path / "anyclip" / "jax"
+    code = "print(jax_cache.enable(), flush=True); import sys; sys.stdin.read()"
+    with subprocess.Popen(
+        [sys.executable, "-c", "from anyclip_conformance import jax_cache\n" + code],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdin is not None
+            assert holder.stdout.readline().strip() == str(base)  # the first run: as usual
+            show = "import os; print(jax_cache.enable(), os.environ['JAX_COMPILATION_CACHE_DIR'])"
+            second = _enable_jax_cache(tmp_path, {"XDG_CACHE_HOME": str(tmp_path)}, show)
+            assert second == [str(tmp_path / "anyclip" / "jax-1")] * 2  # its workers inherit it
+            # a worker of either run keeps its run's folder (inherited), claiming nothing
+            worker = {"JAX_COMPILATION_CACHE_DIR": str(base), "PYTEST_XDIST_WORKER": "gw0"}
+            assert _enable_jax_cache(tmp_path, worker, show) == [str(base / "gw0")] * 2
+            holder.stdin.close()
+            assert holder.wait(timeout=120) == 0
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+    # the first run is over: the usual folder is free again
+    again = _enable_jax_cache(tmp_path, {"XDG_CACHE_HOME": str(tmp_path)}, show)
+    assert again == [str(base)] * 2
+
+
 def test_jax_cache_keys_do_not_depend_on_the_folder(tmp_path) -> None:
     # the same program compiled with the cache in two worker folders gets the same key (the
     # file name of its entry), so that one worker's entries serve the other: JAX's GPU-only XLA

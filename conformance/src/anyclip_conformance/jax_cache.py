@@ -9,7 +9,11 @@ reused.
 
 Both ``python -m anyclip_conformance`` and a source checkout's ``conftest.py`` call
 :func:`enable` first. The folder is ``$JAX_COMPILATION_CACHE_DIR`` when set, otherwise
-``$XDG_CACHE_HOME/anyclip/jax`` (``~/.cache/anyclip/jax``).
+``$XDG_CACHE_HOME/anyclip/jax`` (``~/.cache/anyclip/jax``), claimed for the process's lifetime
+(a lock on its ``.in-use`` file): a second run at the same time (a second ``make test``, another
+clone) takes ``jax-1``, a third ``jax-2``, and so on, each warm from its own earlier runs,
+instead of reading entries the first one is writing. What a run starts (its xdist workers,
+their subprocesses) inherits the claimed folder through ``JAX_COMPILATION_CACHE_DIR``.
 
 Each pytest-xdist worker (``PYTEST_XDIST_WORKER``: ``gw0``, ``gw1``, ...) gets a folder of its
 own inside it (``.../jax/gw0``): JAX writes a cache entry with a plain ``write_bytes`` (no lock
@@ -31,7 +35,7 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["default_dir", "enable", "share_worker_entries"]
+__all__ = ["claim", "default_dir", "enable", "share_worker_entries"]
 
 #: JAX's settings (environment variables it reads at import) and the values set here: every
 #: program is cached, however small and however quickly it compiled.
@@ -55,8 +59,11 @@ def enable() -> Path:
     imported, sets its configuration too (it takes effect if nothing has compiled yet). In a
     pytest-xdist worker the folder is the worker's own subfolder (see the module's docstring).
     """
-    folder = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(default_dir()))
     worker = os.environ.get("PYTEST_XDIST_WORKER")
+    folder = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if folder is None:  # a run of its own: a folder no other run uses now
+        folder = str(default_dir() if worker else claim(default_dir()))
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
     if worker and Path(folder).name != worker:
         folder = os.environ["JAX_COMPILATION_CACHE_DIR"] = str(Path(folder) / worker)
     for name, value in _SETTINGS.items():
@@ -74,6 +81,41 @@ def enable() -> Path:
             except AttributeError:  # an option this JAX does not have
                 pass
     return Path(folder)
+
+
+#: The lock files' descriptors of the folders this process claimed, kept open until it exits.
+_CLAIMED: dict[Path, int] = {}
+
+#: How many folders :func:`claim` tries before it gives up and shares ``base``.
+_SLOTS = 32
+
+
+def claim(base: Path) -> Path:
+    """The first of ``base``, ``base-1``, ``base-2``, ... that no other process holds; now held.
+
+    The hold is an exclusive ``flock`` on the folder's ``.in-use`` file, released when this
+    process exits (also when it is killed), not passed to the processes it starts. Where the
+    platform has no ``flock`` (Windows), or every folder is held, ``base`` is returned unheld,
+    as before this lock existed.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return base
+    for n in range(_SLOTS):
+        folder = base if n == 0 else base.with_name(f"{base.name}-{n}")
+        if folder in _CLAIMED:
+            return folder
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / ".in-use", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        _CLAIMED[folder] = fd
+        return folder
+    return base
 
 
 def share_worker_entries(folder: Path) -> int:

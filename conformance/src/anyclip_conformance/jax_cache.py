@@ -95,8 +95,9 @@ def claim(base: Path) -> Path:
 
     The hold is an exclusive ``flock`` on the folder's ``.in-use`` file, released when this
     process exits (also when it is killed), not passed to the processes it starts. Where the
-    platform has no ``flock`` (Windows), or every folder is held, ``base`` is returned unheld,
-    as before this lock existed.
+    platform has no ``flock`` (Windows) or every folder is held, ``base`` is returned unheld,
+    as before this lock existed; a folder that cannot be written or locked (a file system
+    without locks) is returned unheld.
     """
     try:
         import fcntl
@@ -106,13 +107,19 @@ def claim(base: Path) -> Path:
         folder = base if n == 0 else base.with_name(f"{base.name}-{n}")
         if folder in _CLAIMED:
             return folder
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / ".in-use", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder / ".in-use", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # not writable here: JAX reports the folder itself
+            return folder
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:  # another process holds it
             os.close(fd)
             continue
+        except OSError:  # a file system without locks (some network mounts): unheld
+            os.close(fd)
+            return folder
         _CLAIMED[folder] = fd
         return folder
     return base

@@ -110,15 +110,14 @@ def test_units_go_out_in_xdists_order_in_batches() -> None:
     assert len(theirs) == len(ids) - len(grouped) + 1
     assert len(ours) <= len(theirs) // 10
     assert all(len(batch) <= cls.BATCH for _, batch in ours if not grouped & set(batch))
-    # the units leave the queue in xdist's order: sorted by the first test each batch holds,
-    # the batches' tests are the units in queue order
+    # the units leave the queue in xdist's order: where each unit's first test stands among
+    # all the tests sent, in the order sent, rises with its place in xdist's order
     split = _start(cls, ids)[0]._split_scope
     order = list(dict.fromkeys(split(ids[i]) for _, batch in theirs for i in batch))
     first_sent: dict[str, int] = {}
-    for n, (_, batch) in enumerate(ours):
-        for i in batch:
-            first_sent.setdefault(split(ids[i]), n)
-    assert sorted(order, key=first_sent.__getitem__) == order
+    for n, i in enumerate(sent):
+        first_sent.setdefault(split(ids[i]), n)
+    assert [first_sent[unit] for unit in order] == sorted(first_sent.values())
 
 
 def test_a_worker_is_refilled_before_it_runs_dry() -> None:

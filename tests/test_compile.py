@@ -556,6 +556,90 @@ def test_torch_compile_adapters_on_gradients_made_in_the_graph(backend, compile_
     assert torch.equal(raw[0], backend.asarray([3.0, 4.0], "float32"))  # inputs untouched
 
 
+#: Model-sized lists for the global norms: small tensors whose sizes add up past a group of the
+#: sums of squares, so that they are joined (where every tensor is smaller than a group, the
+#: groups are cut from the running total), as in a real model's list of biases and small
+#: layers. The CPU caps a group at ``SERIAL`` elements, other devices at ``JOIN``.
+MODEL_LISTS = {
+    "cpu-join": [(64, 32)] * 20 + [(5,)],
+    "device-join": [(240, 250)] * 24 + [(5,)],
+}
+
+#: name -> a new call on a list of parameters (a new ZClip for each: its history is its state)
+GLOBAL_NORM_CASES: dict[str, Callable[[Any], Callable[[list[Any]], Any]]] = {
+    "clip_by_global_norm": lambda at: (
+        lambda ps: anyclip.clip_by_global_norm([p.grad for p in ps], 1.0)
+    ),
+    "global_norm": lambda at: lambda ps: anyclip.global_norm([p.grad for p in ps]),
+    "tree.clip_by_global_norm": lambda at: (
+        lambda ps: tree.clip_by_global_norm({"g": [p.grad for p in ps]}, 1.0)
+    ),
+    "clip_grad_norm_": lambda at: lambda ps: at.clip_grad_norm_(ps, 1.0),
+    "get_total_norm": lambda at: lambda ps: at.get_total_norm([p.grad for p in ps]),
+    "ZClip.step": lambda at: at.ZClip(warmup_steps=1).step,
+}
+
+
+@torch_backends
+@pytest.mark.parametrize("shapes", list(MODEL_LISTS.values()), ids=list(MODEL_LISTS))
+@pytest.mark.parametrize("name", list(GLOBAL_NORM_CASES))
+def test_torch_compile_global_norms_of_model_sized_lists(backend, name, shapes):
+    """``fullgraph=True`` on lists whose small tensors are joined into groups: the cut of the
+    groups used ``bisect.bisect_left``, a C builtin that Dynamo refuses ("Attempted to call
+    function marked as skipped"), so every global norm of such a list failed to compile in one
+    graph (and broke the graph without ``fullgraph``). Dynamo's tracing is what is checked
+    (backend ``eager``: the graph's ops run as traced); the values equal the eager call's."""
+    at = pytest.importorskip("anyclip.torch")
+    torch = backend.module
+    from anyclip._kernels._base import BLOCK, JOIN, groups
+    from anyclip._kernels._torch_sums import SERIAL
+
+    on_cpu = backend.device.type == "cpu"
+    if (shapes == MODEL_LISTS["cpu-join"]) == on_cpu:
+        # the list takes the path under test on this device: every tensor smaller than a
+        # group, the groups cut from the running total
+        block, join = (SERIAL, SERIAL) if on_cpu else (BLOCK, JOIN)
+        sizes = [math.prod(s) for s in shapes]
+        assert max(sizes) < block and join <= sum(sizes)
+        cut = groups([np.empty(s) for s in shapes], np.size, block=block, join=join)
+        assert 1 < len(cut) < len(shapes)
+    make = GLOBAL_NORM_CASES[name]
+
+    def model() -> list[Any]:
+        gen = torch.Generator(device=backend.device).manual_seed(5)
+        params = []
+        for s in shapes:
+            p = torch.nn.Parameter(torch.zeros(s, device=backend.device))
+            p.grad = torch.randn(s, generator=gen, device=backend.device)
+            params.append(p)
+        return params
+
+    eager_params, compiled_params = model(), model()
+    eager = make(at)(eager_params)
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(make(at), fullgraph=True, backend="eager")(compiled_params)
+    finally:
+        torch._dynamo.reset()
+    leaves = torch.utils._pytree.tree_leaves
+    for what, got, want in (
+        ("result", leaves(compiled), leaves(eager)),
+        ("grads", [p.grad for p in compiled_params], [p.grad for p in eager_params]),
+    ):
+        assert len(got) == len(want), what
+        for i, (c, e) in enumerate(zip(got, want, strict=True)):
+            # compiled, the sums of squares take other steps (Dynamo-traceable ones) than
+            # eagerly: norms 1 ULP apart seen, scaled values 2
+            assert_array(
+                c,
+                backend.to_numpy(e),
+                backend=backend,
+                dtype="float32",
+                ulp=TORCH_ULP,
+                what=f"{what} {i}",
+            )
+
+
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)
 @pytest.mark.parametrize("name", ["clip_grad_norm_", "clip_grad_norm_-p1", "clip_grad_value_"])
 def test_torch_compile_off_the_cpu_makes_no_multi_tensor_op(backend, name, monkeypatch):

@@ -214,3 +214,22 @@ def test_torch_copies_to_the_cpu_wait_for_their_data(backend):
             if isinstance(node, ast.keyword) and node.arg == "non_blocking":
                 where = f"{path.relative_to(src)}:{node.lineno}"
                 assert path.name == "_compat.py", f"a non_blocking copy outside torch_to: {where}"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_groups_of_small_arrays_are_cut_at_the_cap(seed):
+    # groups() of arrays all smaller than a block: in order, each group closes with the
+    # first array that takes it to `join` elements or more (the last may hold fewer); the
+    # cut is made from the running total with a search written in Python (the C builtin
+    # `bisect` broke torch.compile: tests/test_compile.py)
+    from anyclip._kernels._base import groups
+
+    rng = np.random.default_rng(seed)
+    sizes = [int(n) for n in rng.integers(0, 40, size=int(rng.integers(1, 300)))]
+    join = int(rng.integers(1, 120))
+    got = groups(list(range(len(sizes))), lambda i: sizes[i], block=10**6, join=join)
+    assert [i for g in got for i in g] == list(range(len(sizes)))
+    for n, g in enumerate(got):
+        held = [sum(sizes[i] for i in g[:k]) for k in range(1, len(g) + 1)]
+        assert all(h < join for h in held[:-1]), (n, held)  # not closed before its last
+        assert held[-1] >= join or n == len(got) - 1, (n, held)

@@ -14,7 +14,6 @@ JAX axis name.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -462,6 +461,23 @@ def partials(
     return out
 
 
+def _first_at_least(ends: Sequence[int], value: int, lo: int) -> int:
+    """The first index from ``lo`` where the ascending ``ends`` reach ``value`` (else their length).
+
+    ``bisect.bisect_left`` in Python: torch.compile cannot trace the C builtin (with
+    ``fullgraph=True`` it refused every global norm of small tensors whose sizes add up past a
+    group; without, it broke the graph there), and runs this loop of a few steps.
+    """
+    hi = len(ends)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ends[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def groups(
     arrays: Sequence[Any],
     count: Callable[[Any], int],
@@ -489,7 +505,7 @@ def groups(
         start, base = 0, 0
         while start < len(ends):
             # the first array with which the group holds `join` elements or more
-            stop = min(bisect.bisect_left(ends, base + join, lo=start), len(ends) - 1) + 1
+            stop = min(_first_at_least(ends, base + join, start), len(ends) - 1) + 1
             cuts.append(list(arrays[start:stop]))
             start, base = stop, ends[stop - 1]
         return cuts

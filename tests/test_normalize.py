@@ -186,6 +186,52 @@ def test_normalize_vector(backend, make, check):
     check(norm, [5], "float32", ULP_DIV, what="norm")
 
 
+#: Norms whose reciprocal is outside the dtype's normal range, with TF 2.21's results
+#: (``tf.linalg.normalize``, measured; re-checked live with ``--live-tf``): XLA rewrites JAX's
+#: division by the norm as a product with its reciprocal, which flushed to 0 (float32,
+#: bfloat16 and float64 norms above about 8.5e37 and 4.5e307: every quotient 0) or overflowed
+#: (float16 norms below about 1.5e-5: inf and NaN). The inf norm of the cube's overflow keeps
+#: TF's zeros. (dtype, x, ord, TF's x / norm)
+EXTREME_NORMS = [
+    ("float32", [2e38, 1e38, 3e37], "inf", [1.0, 0.5, 0.15000000596046448]),
+    ("float32", [1e38, -1e38, 5e37], "1", [0.4000000059604645, -0.4000000059604645, 0.2]),
+    ("float32", [3e37, 2e38, -1.0], "3", [0.0, 0.0, -0.0]),
+    ("bfloat16", [2e38, 1e38, 3e37], "inf", [1.0, 0.5, 0.150390625]),
+    ("float64", [1.5e308, -1e308, 3e307], "inf", [1.0, -0.6666666666666666, 0.19999999999999998]),
+    ("float64", [1e308, 5e307, -2.5e307], "1", [4 / 7, 2 / 7, -1 / 7]),
+    ("float16", [1e-7, 5e-8, 0.0], "1", [0.66650390625, 0.333251953125, 0.0]),
+    ("float16", [6e-8, -1.2e-7, 0.0], "inf", [0.5, -1.0, 0.0]),
+]
+
+
+def _ord(name: str) -> float:
+    return INF if name == "inf" else float(name)
+
+
+@pytest.mark.parametrize(("dtype", "x", "ord_", "tf"), EXTREME_NORMS, ids=lambda v: str(v))
+def test_normalize_by_a_norm_whose_reciprocal_leaves_the_normal_range(
+    backend, make, check, dtype, x, ord_, tf
+):
+    normalized, _ = anyclip.normalize(make(x, dtype), ord=_ord(ord_))
+    check(normalized, tf, dtype, ULP_DIV)
+    with anyclip.flush_subnormals():
+        flushed, _ = anyclip.normalize(make(x, dtype), ord=_ord(ord_))
+    check(flushed, tf, dtype, ULP_DIV, what="flush_subnormals")
+
+
+@pytest.mark.live_tf
+def test_extreme_norms_table_is_tfs():
+    tf = pytest.importorskip("tensorflow")
+    import ml_dtypes
+
+    for dtype, x, ord_, want in EXTREME_NORMS:
+        np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+        got = tf.linalg.normalize(tf.constant(np.array(x, np_dtype)), ord=_ord(ord_))[0]
+        got = tf.cast(got, tf.float64).numpy()
+        np.testing.assert_array_equal(got, np.array(want, np_dtype).astype(np.float64))
+        assert list(np.signbit(got)) == list(np.signbit(want)), (dtype, x, ord_)
+
+
 def test_normalize_returns_tuple(backend, make):
     result = anyclip.normalize(make([3, 4]))
     assert isinstance(result, tuple)

@@ -28,7 +28,15 @@ from typing import Any, TypeVar
 from anyclip import _gradients as g
 from anyclip._compat import dtype_name, library
 from anyclip._kernels import Kernels
-from anyclip._numerics import as_array, complex_from_parts, constant, quiet, reduce_sum, sqrt
+from anyclip._numerics import (
+    as_array,
+    complex_from_parts,
+    constant,
+    quiet,
+    quotient,
+    reduce_sum,
+    sqrt,
+)
 from anyclip._subnormals import flush
 from anyclip._typing import Namespace, Nonfinite
 
@@ -532,7 +540,7 @@ def normalize(
         bits = _TRUEDIV_FLOAT_BITS[xp.iinfo(x.dtype).bits]
         fdt = xp.float32 if bits == 32 else xp.float64
         return kernels.flush(xp, xp.astype(x, fdt) / xp.astype(n, fdt), owned=True), n
-    return kernels.flush(xp, x / n, x, owned=True), n
+    return kernels.flush(xp, quotient(xp, x, n), x, owned=True), n
 
 
 # ------------------------------------------------------------ group norms

@@ -22,7 +22,7 @@ from typing import Any
 from anyclip._compat import device, dtype_name, is_functorch_wrapped, library
 from anyclip._kernels._tforder import tf_order_dtype
 from anyclip._kernels._tforder_xp import rounded_apart, tf_order_squares
-from anyclip._numerics import constant, reduce_sum, sqrt, tf_cast
+from anyclip._numerics import constant, quotient, reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
 __all__ = ["BLOCK", "JOIN", "ROW", "UPCAST_BLOCK", "Kernels", "Wrapping", "groups", "partials"]
@@ -132,8 +132,12 @@ class Kernels:
         return xp.where(pred, sqrt(xp, xp.where(pred, l2sum, ones)), l2sum)
 
     def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
-        """``owned / divisor``; ``owned`` is a temporary the core made, which may be reused."""
-        return owned / divisor
+        """``owned / divisor``; ``owned`` is a temporary the core made, which may be reused.
+
+        On JAX :func:`~anyclip._numerics.quotient`'s division, which XLA's reciprocal cannot
+        flush to 0 or overflow.
+        """
+        return quotient(xp, owned, divisor)
 
     def unit_norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
         """``sqrt(sum(x * x, axes, keepdims=True))`` of a real ``x``: AGC's unit norms.

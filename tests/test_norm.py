@@ -222,6 +222,22 @@ def test_complex64_other_ords_are_real(backend, make, check, ord, expected, ulp)
     check(out, np.float32(expected), "float32", ulp)
 
 
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("ord", [1, np.inf, 3])
+@pytest.mark.parametrize(
+    "entry",
+    [complex(math.nan, math.inf), complex(math.inf, math.nan), complex(math.nan, -math.inf)],
+    ids=str,
+)
+def test_complex_entry_with_an_infinite_part_has_an_infinite_size(
+    backend, make, check, dtype, ord, entry
+):
+    # C99's |z| (TF 2.21 measured: tf.norm([entry, 1+1j], ord) is inf for these three ords and
+    # both dtypes; JAX's abs gave NaN)
+    real = "float32" if dtype == "complex64" else "float64"
+    check(anyclip.norm(make([entry, 1 + 1j], dtype), ord=ord), np.inf, real)
+
+
 def test_complex128(backend, make, check):
     check(anyclip.norm(make([3 + 4j], "complex128")), np.complex128(5), "complex128", ULP)
 

@@ -160,9 +160,17 @@ def rsqrt(xp: Namespace, x: Any) -> Any:
 
 
 def abs(xp: Namespace, x: Any) -> Any:
-    """``abs(x)`` with TF's gradient ``sign(x)`` (0 at 0) for real ``x``."""
+    """``abs(x)`` with TF's gradient ``sign(x)`` (0 at 0) for real ``x``.
+
+    Complex ``x``: C99's ``|z|`` (TF's, NumPy's and torch's), inf where either part is
+    infinite, the other NaN included; JAX's ``abs`` gives NaN there.
+    """
     if xp.isdtype(x.dtype, "complex floating"):
-        return xp.abs(x)
+        out = xp.abs(x)
+        if library(xp) == "jax":
+            infinite = xp.logical_or(xp.isinf(xp.real(x)), xp.isinf(xp.imag(x)))
+            out = xp.where(infinite, xp.asarray(float("inf"), dtype=out.dtype), out)
+        return out
     lib = library(xp)
     if lib == "torch" and _torch_needs_grad(x):
         return _torch_function("abs").apply(x)

@@ -23,11 +23,12 @@ backend's ``broadcast_arrays``, whose own gradient sums back to the original sha
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from anyclip._compat import library, torch_compiling
 from anyclip._memo import Memo, remembered
-from anyclip._numerics import rsqrt_rounded_once, tf_rsqrt_grad, torch_rsqrt
+from anyclip._numerics import constant, rsqrt_rounded_once, tf_rsqrt_grad, torch_rsqrt
 from anyclip._typing import Namespace
 
 __all__ = ["abs", "maximum", "minimum", "rsqrt"]
@@ -169,7 +170,7 @@ def abs(xp: Namespace, x: Any) -> Any:
         out = xp.abs(x)
         if library(xp) == "jax":
             infinite = xp.logical_or(xp.isinf(xp.real(x)), xp.isinf(xp.imag(x)))
-            out = xp.where(infinite, xp.asarray(float("inf"), dtype=out.dtype), out)
+            out = xp.where(infinite, constant(xp, math.inf, out.dtype, out), out)
         return out
     lib = library(xp)
     if lib == "torch" and _torch_needs_grad(x):

@@ -62,11 +62,10 @@ def test_norm_below_clip_round_trip(backend, make, check):
 
 # §2.3 / B6: no shortcut when nothing is clipped, t*c/c is computed (t*3/3 rounds in float32).
 @pytest.mark.xfail_backend(
-    "jax",
     "jax-gpu",
-    reason="XLA on CPU rewrites x / broadcast(d) as x * (1 / d): 1 ULP from TF's correctly "
-    "rounded division (inside the ULP budget of the function; see docs/index.md); on a GPU "
-    "(an H200, JAX 0.11.2) 1 ULP as well, the same rewrite or XLA:GPU's float32 division "
+    reason="1 ULP from TF's correctly rounded division on a GPU (an H200, JAX 0.11.2): XLA's "
+    "rewrite of x / broadcast(d) as x * (1 / d) (undone since on the CPU, by an optimization "
+    "barrier on the divisor; not yet run on a GPU) or XLA:GPU's float32 division "
     "(div.full.f32, not correctly rounded)",
 )
 def test_no_identity_shortcut(backend, make, check):

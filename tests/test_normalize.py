@@ -187,7 +187,7 @@ def test_normalize_vector(backend, make, check):
 
 
 #: Norms whose reciprocal is outside the dtype's normal range, with TF 2.21's results
-#: (``tf.linalg.normalize``, measured; re-checked live with ``--live-tf``): XLA rewrites JAX's
+#: (``tf.linalg.normalize``, measured; re-checked live with ``--live-tf``): XLA rewrote JAX's
 #: division by the norm as a product with its reciprocal, which flushed to 0 (float32,
 #: bfloat16 and float64 norms above about 8.5e37 and 4.5e307: every quotient 0) or overflowed
 #: (float16 norms below about 1.5e-5: inf and NaN). The inf norm of the cube's overflow keeps
@@ -230,6 +230,62 @@ def test_extreme_norms_table_is_tfs():
         got = tf.cast(got, tf.float64).numpy()
         np.testing.assert_array_equal(got, np.array(want, np_dtype).astype(np.float64))
         assert list(np.signbit(got)) == list(np.signbit(want)), (dtype, x, ord_)
+
+
+#: Complex vectors and TF 2.21's ``tf.linalg.normalize`` of them (measured; re-checked live
+#: with ``--live-tf``). TF divides each part by the norm's real part (Eigen's rule for a
+#: divisor ``c + 0j``), where NumPy's and torch's complex division multiply by ``1 / c``: one
+#: part 1 ULP away in each of these but the last, whose zero's sign comes from ``-0 + -3 * 0``.
+#: (dtype, x, ord, TF's x / norm)
+COMPLEX_QUOTIENTS = [
+    ("complex128", [1 + 2j, 3 - 1j], "euclidean",
+     [0.2581988897471611 + 0.5163977794943222j, 0.7745966692414834 - 0.2581988897471611j]),
+    ("complex128", [1e30, 1], "1", [1 + 0j, 9.999999999999999e-31 + 0j]),
+    ("complex64", [1 + 2j, 3 - 1j], "euclidean",
+     [0.25819888710975647 + 0.5163977742195129j, 0.774596631526947 - 0.25819888710975647j]),
+    ("complex128", [0.1 + 0.2j, complex(-0.0, -0.3), 0.7], "inf",
+     [0.14285714285714288 + 0.28571428571428575j, complex(-0.0, -0.4285714285714286), 1 + 0j]),
+    ("complex64", [0.5 - 1.5j, 2 + 0.25j, complex(-0.0, -3.0)], "1",
+     [0.07579543441534042 - 0.22738629579544067j, 0.3031817376613617 + 0.03789771720767021j,
+      complex(-0.0, -0.45477259159088135)]),
+]  # fmt: skip
+
+
+def _complex_ord(name: str) -> str | float:
+    return name if name == "euclidean" else _ord(name)
+
+
+@pytest.mark.parametrize(("dtype", "x", "ord_", "tf"), COMPLEX_QUOTIENTS, ids=lambda v: str(v))
+def test_complex_normalize_divides_each_part_as_tf(backend, make, check, dtype, x, ord_, tf):
+    normalized, _ = anyclip.normalize(make(x, dtype), ord=_complex_ord(ord_))
+    check(normalized, tf, dtype, 0)
+    got = backend.to_numpy(normalized)
+    want = np.array(tf, dtype)
+    assert list(np.signbit(got.real)) == list(np.signbit(want.real))
+    assert list(np.signbit(got.imag)) == list(np.signbit(want.imag))
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_normalize_is_each_part_divided_by_the_norm(backend, make, check, dtype):
+    # the property behind the table above, on random rows: parts divided by the kept norm
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((8, 33)) * 10 + 1j * rng.standard_normal((8, 33))).astype(dtype)
+    normalized, norm = anyclip.normalize(make(x, dtype), ord=1, axis=1)
+    c = backend.to_numpy(norm).real
+    want = np.empty_like(x)
+    want.real, want.imag = x.real / c, x.imag / c
+    check(normalized, want, dtype, 0)
+
+
+@pytest.mark.live_tf
+def test_complex_quotients_table_is_tfs():
+    tf = pytest.importorskip("tensorflow")
+    for dtype, x, ord_, want in COMPLEX_QUOTIENTS:
+        got = tf.linalg.normalize(tf.constant(np.array(x, dtype)), ord=_complex_ord(ord_))[0]
+        got = got.numpy()
+        want = np.array(want, dtype)
+        np.testing.assert_array_equal(got, want)
+        assert list(np.signbit(got.real)) == list(np.signbit(want.real)), (dtype, x, ord_)
 
 
 def test_normalize_returns_tuple(backend, make):
@@ -312,11 +368,10 @@ def test_normalize_dtypes(backend, make, check, dtype):
 
 
 @pytest.mark.xfail_backend(
-    "jax",
     "jax-gpu",
-    reason="XLA on CPU rewrites x / broadcast(d) as x * (1 / d): 1 ULP from TF's correctly "
-    "rounded division (inside the ULP budget of the function; see docs/index.md); on a GPU "
-    "(an H200, JAX 0.11.2) 1 ULP as well, the same rewrite or XLA:GPU's float32 division "
+    reason="1 ULP from TF's correctly rounded division on a GPU (an H200, JAX 0.11.2): XLA's "
+    "rewrite of x / broadcast(d) as x * (1 / d) (undone since on the CPU, by an optimization "
+    "barrier on the divisor; not yet run on a GPU) or XLA:GPU's float32 division "
     "(div.full.f32, not correctly rounded)",
 )
 def test_normalize_is_division_by_norm(backend, make, check):

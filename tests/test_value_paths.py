@@ -346,23 +346,13 @@ def test_jax_off_the_cpu_is_flushed_by_anyclip(
     check(out, gen.decode(case["tf"]), case["tf"]["dtype"], ulp=ULP.get(case["fn"], 0))
 
 
-#: Under ``jax.jit`` XLA turns ``(t * c) / c`` into ``t * (c / c)`` (it rewrites a division
-#: by a broadcast value as a product, docs/tf-behaviour.md): the subnormal ``t * c`` that TF
-#: flushes is never formed.
-JIT_REASSOCIATES = frozenset(
-    {"subnormal/float32/clip_by_norm/6", "subnormal/float64/clip_by_norm/6"}
-)
-
-
+#: Under ``jax.jit`` XLA turned ``(t * c) / c`` into ``t * (c / c)`` (it rewrites a division
+#: by a broadcast value as a product): the subnormal ``t * c`` that TF flushes was never
+#: formed (``clip_by_norm/6``). The divisor's optimization barrier keeps TF's order.
 @pytest.mark.parametrize("backend", ["jax"], indirect=True)
 @pytest.mark.parametrize("case_id", _ids("subnormal/"))
-def test_subnormals_under_jax_jit(
-    case_id: str, backend: Backend, make: Any, check: Any, request: pytest.FixtureRequest
-):
+def test_subnormals_under_jax_jit(case_id: str, backend: Backend, make: Any, check: Any):
     """XLA:CPU flushes by itself: TF's values under ``jax.jit`` with no switch."""
-    if case_id in JIT_REASSOCIATES:
-        reason = "XLA reassociates (t * c) / d under jit: the flushed product is never formed"
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     case = CASES[case_id]
     out = _call(case, make, unknown=False, compile=backend.module.jit)
     check(out, gen.decode(case["tf"]), case["tf"]["dtype"], ulp=ULP.get(case["fn"], 0))

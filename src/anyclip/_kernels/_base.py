@@ -134,8 +134,8 @@ class Kernels:
     def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
         """``owned / divisor``; ``owned`` is a temporary the core made, which may be reused.
 
-        On JAX :func:`~anyclip._numerics.quotient`'s division, which XLA's reciprocal cannot
-        flush to 0 or overflow.
+        On JAX :func:`~anyclip._numerics.quotient`'s division, which XLA cannot rewrite as a
+        product with the reciprocal: TF's correctly rounded quotients.
         """
         return quotient(xp, owned, divisor)
 

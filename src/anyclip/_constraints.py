@@ -20,7 +20,7 @@ from typing import Any
 from anyclip import _core
 from anyclip import _gradients as g
 from anyclip._compat import dtype_name
-from anyclip._numerics import reduce_sum, sqrt
+from anyclip._numerics import quotient, reduce_sum, sqrt
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -36,14 +36,15 @@ __all__ = [
 def _divide(xp: Namespace, a: Any, b: Any) -> Any:
     """``a / b``, correctly rounded; float16 through float32, as TF's (Eigen's) half division.
 
-    The float32 quotient rounded to float16 is the correctly rounded float16 quotient. Taking
-    that route keeps XLA (which turns a division by a broadcast array into a multiplication by
-    its reciprocal) from overflowing ``1 / 1.19e-7``, float16's epsilon, into ``inf``, which
-    made an all-zero float16 slice NaN on JAX where Keras gives 0.
+    The float32 quotient rounded to float16 is the correctly rounded float16 quotient. On JAX
+    through :func:`~anyclip._numerics.quotient`, which XLA cannot turn into a multiplication by
+    the reciprocal of a broadcast divisor (1 ULP from Keras' quotient in places, and
+    ``1 / 1.19e-7``, float16's epsilon, overflowed into ``inf``, which made an all-zero float16
+    slice NaN on JAX where Keras gives 0).
     """
     if dtype_name(a.dtype) != "float16":
-        return a / b
-    return xp.astype(xp.astype(a, xp.float32) / xp.astype(b, xp.float32), a.dtype)
+        return quotient(xp, a, b)
+    return xp.astype(quotient(xp, xp.astype(a, xp.float32), xp.astype(b, xp.float32)), a.dtype)
 
 
 def norms(xp: Namespace, w: Any, axes: tuple[int, ...] | None) -> Any:

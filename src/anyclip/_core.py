@@ -203,7 +203,7 @@ def global_norm(
 
 def _scale_step(xp: Namespace, b: Any, clip_norm: Any, divisor: Any) -> Any:
     """``(b * clip_norm) / divisor``: :func:`clip_by_norm`'s elementwise step."""
-    return (b * clip_norm) / divisor
+    return quotient(xp, b * clip_norm, divisor)
 
 
 def _inv_norm_step(xp: Namespace, b: Any, x_inv_norm: Any) -> Any:
@@ -562,7 +562,7 @@ def normalize(
     if xp.isdtype(x.dtype, "integral"):
         bits = _TRUEDIV_FLOAT_BITS[xp.iinfo(x.dtype).bits]
         fdt = xp.float32 if bits == 32 else xp.float64
-        return kernels.flush(xp, xp.astype(x, fdt) / xp.astype(n, fdt), owned=True), n
+        return kernels.flush(xp, quotient(xp, xp.astype(x, fdt), xp.astype(n, fdt)), owned=True), n
     return kernels.flush(xp, quotient(xp, x, n), x, owned=True), n
 
 

@@ -17,6 +17,9 @@ backends with autodiff (torch autograd, JAX). Every other backend gets the plain
   ``1 / sqrt(x)`` gives NaN there. On JAX this rule is reverse mode only (``custom_vjp``), so
   forward mode (``jax.jvp``) does not go through ``l2_normalize`` or ``clip_by_average_norm``.
 
+On JAX, the division by a norm and the square root take TF's gradient order too, as custom
+JVPs next to their values in :mod:`anyclip._numerics` (``quotient``, ``sqrt``).
+
 The arguments must share one dtype; shapes broadcast (on the custom-rule paths through the
 backend's ``broadcast_arrays``, whose own gradient sums back to the original shapes).
 """

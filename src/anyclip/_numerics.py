@@ -272,22 +272,51 @@ def quotient(xp: Namespace, a: Any, b: Any) -> Any:
         import jax
 
         # one program: called eagerly, the steps one by one cost a dispatch each
-        _JAX_QUOTIENT.append(jax.jit(_divided_apart))
+        divide = jax.custom_jvp(_divided_apart)
+        divide.defjvp(_divided_apart_jvp)
+        _JAX_QUOTIENT.append(jax.jit(divide))
     return _JAX_QUOTIENT[0](a, b)
 
 
-#: :func:`_divided_apart` under ``jax.jit``, made at the first JAX quotient.
+#: :func:`_divided_apart` with TF's gradient, under ``jax.jit``, made at the first JAX quotient.
 _JAX_QUOTIENT: list[Callable[[Any, Any], Any]] = []
 
 
-def _divided_apart(a: Any, b: Any) -> Any:
-    """``a / b`` with ``b`` broadcast to the result's shape behind an optimization barrier."""
+def _apart(a: Any, b: Any) -> Any:
+    """``b`` broadcast against ``a`` behind an optimization barrier."""
     import jax
     import jax.numpy as jnp
 
     shape = jnp.broadcast_shapes(jnp.shape(a), jnp.shape(b))
     barrier: Callable[[Any], Any] = jax.lax.optimization_barrier  # untyped in JAX
-    return a / barrier(jnp.broadcast_to(b, shape))
+    return barrier(jnp.broadcast_to(b, shape))
+
+
+def _divided_apart(a: Any, b: Any) -> Any:
+    """``a / b`` with ``b`` broadcast to the result's shape behind an optimization barrier."""
+    return a / _apart(a, b)
+
+
+def _divided_apart_jvp(primals: Any, tangents: Any) -> Any:
+    """TF's gradient of ``RealDiv``: ``da / b`` and ``db * ((-a / b) / b)``, in that order.
+
+    JAX's own rule multiplies by ``b ** -2``, whose other rounding leaves residues where TF's
+    cancels exactly (``clip_by_norm`` of a clipped 0-d ``-5.87``: TF's gradient 0, JAX's
+    1.1e-16) and moves others by a few ULP. Written as a JVP, so that forward mode works too;
+    JAX transposes it into TF's reverse-mode steps: ``g / b`` and the sum of
+    ``g * ((-a / b) / b)`` over the axes ``b`` was broadcast along.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    a, b = primals
+    da, db = tangents
+    wide = _apart(a, b)
+    shape = jnp.shape(wide)
+    q = a / wide
+    # apart, or XLA folds (-a / b) / b into -a / (b * b)
+    once: Any = jax.lax.optimization_barrier(-a / wide)
+    return q, da / wide + jnp.broadcast_to(db, shape) * (once / wide)
 
 
 def sqrt(xp: Namespace, x: Any) -> Any:
@@ -297,12 +326,37 @@ def sqrt(xp: Namespace, x: Any) -> Any:
     of inputs); the root of float32 taken in float64 and rounded back is. anyclip takes roots of
     reduced sums only, so the widening costs little. MPS has no float64 and keeps torch.sqrt.
     """
-    if library(xp) == "torch":
+    lib = library(xp)
+    if lib == "torch":
         import torch
 
         if x.dtype == torch.float32 and x.device.type != "mps":
             return torch.sqrt(x.double()).float()
+    if lib == "jax" and xp.isdtype(x.dtype, "real floating"):
+        if not _JAX_SQRT:
+            import jax
+
+            root = jax.custom_jvp(lambda v: jax.numpy.sqrt(v))
+            root.defjvp(_sqrt_jvp)
+            _JAX_SQRT.append(root)
+        return _JAX_SQRT[0](x)
     return xp.sqrt(x)
+
+
+#: JAX's square root with TF's gradient (:func:`_sqrt_jvp`), made at the first JAX root.
+_JAX_SQRT: list[Callable[[Any], Any]] = []
+
+
+def _sqrt_jvp(primals: Any, tangents: Any) -> Any:
+    """TF's gradient of ``Sqrt``, ``(0.5 * g) / y``, where JAX's multiplies by ``0.5 / y``.
+
+    Written as the tangent ``(dx / y) * 0.5``, which JAX transposes into TF's order.
+    """
+    import jax.numpy as jnp
+
+    (x,), (dx,) = primals, tangents
+    y = jnp.sqrt(x)
+    return y, (dx / y) * jnp.asarray(0.5, dtype=y.dtype)
 
 
 def quiet(xp: Namespace) -> contextlib.AbstractContextManager[Any]:

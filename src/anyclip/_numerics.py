@@ -315,7 +315,8 @@ def _divided_apart_jvp(primals: Any, tangents: Any) -> Any:
     shape = jnp.shape(wide)
     q = a / wide
     # apart, or XLA folds (-a / b) / b into -a / (b * b)
-    once: Any = jax.lax.optimization_barrier(-a / wide)
+    barrier: Callable[[Any], Any] = jax.lax.optimization_barrier  # untyped in JAX
+    once = barrier(-a / wide)
     return q, da / wide + jnp.broadcast_to(db, shape) * (once / wide)
 
 

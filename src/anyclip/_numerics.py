@@ -304,9 +304,11 @@ def _divided_apart_jvp(primals: Any, tangents: Any) -> Any:
     cancels exactly (``clip_by_norm`` of a clipped 0-d ``-5.87``: TF's gradient 0, JAX's
     1.1e-16) and moves others by a few ULP. Written as a JVP, so that forward mode works too;
     JAX transposes it into TF's reverse-mode steps: ``g / b`` and the sum of
-    ``g * ((-a / b) / b)`` over the axes ``b`` was broadcast along.
+    ``g * ((-a / b) / b)`` over the axes ``b`` was broadcast along. ``-a / b`` is taken as
+    ``-q`` (the same bits): written as ``(-a / b) / b``, XLA folds it into ``-a / (b * b)``.
+    Two divisions per element, as TF's: under ``jax.jit`` on a 2-core CPU the gradient of
+    ``clip_by_norm`` of 2048 x 2048 float32 took about 2.9 ms, 1.6-1.9 ms with JAX's rule.
     """
-    import jax
     import jax.numpy as jnp
 
     a, b = primals
@@ -314,10 +316,7 @@ def _divided_apart_jvp(primals: Any, tangents: Any) -> Any:
     wide = _apart(a, b)
     shape = jnp.shape(wide)
     q = a / wide
-    # apart, or XLA folds (-a / b) / b into -a / (b * b)
-    barrier: Callable[[Any], Any] = jax.lax.optimization_barrier  # untyped in JAX
-    once = barrier(-a / wide)
-    return q, da / wide + jnp.broadcast_to(db, shape) * (once / wide)
+    return q, da / wide + jnp.broadcast_to(db, shape) * ((-q) / wide)
 
 
 def sqrt(xp: Namespace, x: Any) -> Any:

@@ -25,7 +25,7 @@ from anyclip._compat import (
     may_be_sharded,
     torch_compiling,
 )
-from anyclip._memo import Memo, memo_by_dtype
+from anyclip._memo import Memo, memo_by_dtype, remembered
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -268,18 +268,25 @@ def quotient(xp: Namespace, a: Any, b: Any) -> Any:
     """
     if library(xp) != "jax" or not xp.isdtype(b.dtype, "real floating"):
         return a / b
-    if not _JAX_QUOTIENT:
-        import jax
-
-        # one program: called eagerly, the steps one by one cost a dispatch each
-        divide = jax.custom_jvp(_divided_apart)
-        divide.defjvp(_divided_apart_jvp)
-        _JAX_QUOTIENT.append(jax.jit(divide))
-    return _JAX_QUOTIENT[0](a, b)
+    return remembered(_JAX_RULES, "quotient", _jax_rule, _divided_apart, _divided_apart_jvp)(a, b)
 
 
-#: :func:`_divided_apart` with TF's gradient, under ``jax.jit``, made at the first JAX quotient.
-_JAX_QUOTIENT: list[Callable[[Any, Any], Any]] = []
+#: JAX's quotient and square root with TF's gradients, each made at its first call.
+_JAX_RULES: Memo[Callable[..., Any]] = Memo("anyclip._numerics.jax_rules")
+
+
+def _jax_rule(value: Callable[..., Any], jvp: Callable[..., Any]) -> Callable[..., Any]:
+    """``value`` with the JVP ``jvp`` (TF's gradient), as one ``jax.jit`` program.
+
+    Compiled: called eagerly, a bare ``custom_jvp`` function is traced anew at each call
+    (145 us for a 0-d square root, 8 us compiled), and the steps of one would each cost a
+    dispatch.
+    """
+    import jax
+
+    rule = jax.custom_jvp(value)
+    rule.defjvp(jvp)
+    return jax.jit(rule)
 
 
 def _apart(a: Any, b: Any) -> Any:
@@ -333,18 +340,14 @@ def sqrt(xp: Namespace, x: Any) -> Any:
         if x.dtype == torch.float32 and x.device.type != "mps":
             return torch.sqrt(x.double()).float()
     if lib == "jax" and xp.isdtype(x.dtype, "real floating"):
-        if not _JAX_SQRT:
-            import jax
-
-            root = jax.custom_jvp(lambda v: jax.numpy.sqrt(v))
-            root.defjvp(_sqrt_jvp)
-            _JAX_SQRT.append(root)
-        return _JAX_SQRT[0](x)
+        return remembered(_JAX_RULES, "sqrt", _jax_rule, _jax_sqrt, _sqrt_jvp)(x)
     return xp.sqrt(x)
 
 
-#: JAX's square root with TF's gradient (:func:`_sqrt_jvp`), made at the first JAX root.
-_JAX_SQRT: list[Callable[[Any], Any]] = []
+def _jax_sqrt(x: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.sqrt(x)
 
 
 def _sqrt_jvp(primals: Any, tangents: Any) -> Any:

@@ -99,8 +99,11 @@ class Kernels:
         return sqrt(xp, self._square_sum(xp, x, axes))
 
     def _square_sum(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
-        """``sum(x * x, axes, keepdims=True)``, over every axis in TF's order where it can."""
-        if axes is None:
+        """``sum(x * x, axes, keepdims=True)``, over every axis in TF's order where it can.
+
+        ``axes`` naming every axis is TF's full reduction too (the same bits as ``None``).
+        """
+        if axes is None or len(axes) == x.ndim:  # axes: distinct, non-negative
             total = self.tf_order_squares(xp, [x], half=False)
             if total is not None:
                 return xp.reshape(total, (1,) * x.ndim)

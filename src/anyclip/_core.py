@@ -167,9 +167,10 @@ def nonnegative(xp: Namespace, clip_norm: Any, zero: Any) -> Any:
     ``clip_norm`` of ``-0.0`` stays ``-0.0`` (and every zero of ``t * clip_norm`` keeps its
     sign), where NumPy's float32 and float64 ``maximum`` return the second operand (its float16
     one the first) and XLA's gives ``+0.0``. NaN passes through; the gradient goes to
-    ``clip_norm`` where it is ``>= 0``, as TF's. A NumPy 0-d result is a NumPy scalar, as
-    NumPy's ``maximum`` returns (its cast to ``t``'s dtype then follows TF's conversion of a
-    scalar: silent where it overflows).
+    ``clip_norm`` where it is ``>= 0``, as TF's (and where it is NaN, where TF's goes to the
+    0: the gradient is NaN either way, through ``t * clip_norm``). A NumPy 0-d result is a
+    NumPy scalar, as NumPy's ``maximum`` returns (its cast to ``t``'s dtype then follows TF's
+    conversion of a scalar: silent where it overflows).
     """
     out = xp.where(clip_norm < zero, zero, clip_norm)
     if library(xp) == "numpy" and out.ndim == 0:

@@ -227,8 +227,13 @@ def test_clip_by_global_norm_gradients_table_is_tfs():
         (1.0, [-0.063999996, 0.048000008], 2.2),
         (5.0, [-0.31999993, 0.24000001], 2.2),  # tie: active branch
         (-1.0, [0, 0], 0),  # max(c, 0): no gradient reaches c
+        # TF 2.21 (live GradientTape, x = [3, 4], w = [1, 2]): a NaN clip_norm gets none either
+        # (maximum's gradient goes to its first operand where it is >= 0), a zero one all of it
+        (math.nan, [math.nan, math.nan], 0),
+        (0.0, [0, 0], 2.2),
+        (-0.0, [0, 0], 2.2),
     ],
-    ids=["active", "tie", "negative"],
+    ids=["active", "tie", "negative", "nan", "zero", "negative-zero"],
 )
 def test_clip_by_norm_wrt_clip(grad_backend, make, check, weights, clip, gx_expected, gc_expected):
     gx, gc = grad_backend.grad(anyclip.clip_by_norm, [make([3, 4]), make(clip)], weights((2,)))

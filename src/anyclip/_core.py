@@ -163,16 +163,15 @@ clip_by_value = _entry(_clip_by_value, can_warn=False)  # minimum and maximum ne
 def nonnegative(xp: Namespace, clip_norm: Any, zero: Any) -> Any:
     """``maximum(clip_norm, 0)``, as ``tf.clip_by_norm`` clamps an array ``clip_norm``.
 
-    As a ``where``: TF's scalar ``maximum`` returns its first operand on a tie, so a
-    ``clip_norm`` of ``-0.0`` stays ``-0.0`` (and every zero of ``t * clip_norm`` keeps its
-    sign), where NumPy's float32 and float64 ``maximum`` return the second operand (its float16
-    one the first) and XLA's gives ``+0.0``. NaN passes through; the gradient goes to
-    ``clip_norm`` where it is ``>= 0``, as TF's (and where it is NaN, where TF's goes to the
-    0: the gradient is NaN either way, through ``t * clip_norm``). A NumPy 0-d result is a
-    NumPy scalar, as NumPy's ``maximum`` returns (its cast to ``t``'s dtype then follows TF's
-    conversion of a scalar: silent where it overflows).
+    TF's ``maximum`` with TF's gradient (to ``clip_norm`` where it is ``>= 0``; none where it
+    is negative or NaN), except that a zero ``clip_norm`` is taken as it is: TF's scalar
+    ``maximum`` returns its first operand on a tie, so ``-0.0`` stays ``-0.0`` (and every zero
+    of ``t * clip_norm`` keeps its sign), where NumPy's float32 and float64 ``maximum`` return
+    the second operand (its float16 one the first) and XLA's gives ``+0.0``. A NumPy 0-d result
+    is a NumPy scalar, as NumPy's ``maximum`` returns (its cast to ``t``'s dtype then follows
+    TF's conversion of a scalar: silent where it overflows).
     """
-    out = xp.where(clip_norm < zero, zero, clip_norm)
+    out = xp.where(clip_norm == zero, clip_norm, g.maximum(xp, clip_norm, zero))
     if library(xp) == "numpy" and out.ndim == 0:
         return out[()]
     return out

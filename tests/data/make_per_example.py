@@ -184,7 +184,7 @@ def run_tf_sum(g: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
     factors = scales.numpy().reshape((-1,) + (1,) * (g.ndim - 1))
     product = (g.astype(np_dtype) * factors).astype(np_dtype)
-    bits = np.uint16 if np.dtype(np_dtype).itemsize == 2 else np_dtype
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(np_dtype).itemsize]
     if not np.array_equal(clipped.numpy().view(bits), product.view(bits)):
         raise AssertionError("clip_by_global_norm is not each example times its factor")
     total = tf.reduce_sum(clipped, axis=0)

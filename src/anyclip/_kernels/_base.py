@@ -25,7 +25,17 @@ from anyclip._kernels._tforder_xp import rounded_apart, tf_order_squares
 from anyclip._numerics import constant, quotient, reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
 
-__all__ = ["BLOCK", "JOIN", "ROW", "UPCAST_BLOCK", "Kernels", "Wrapping", "groups", "partials"]
+__all__ = [
+    "BLOCK",
+    "JOIN",
+    "ROW",
+    "UPCAST_BLOCK",
+    "Kernels",
+    "Wrapping",
+    "every_axis",
+    "groups",
+    "partials",
+]
 
 #: Arrays of this many elements or more are large: their squares are summed on their own (the
 #: smaller ones joined first), and the NumPy clip writes its second step in place.
@@ -99,11 +109,8 @@ class Kernels:
         return sqrt(xp, self._square_sum(xp, x, axes))
 
     def _square_sum(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
-        """``sum(x * x, axes, keepdims=True)``, over every axis in TF's order where it can.
-
-        ``axes`` naming every axis is TF's full reduction too (the same bits as ``None``).
-        """
-        if axes is None or len(axes) == x.ndim:  # axes: distinct, non-negative
+        """``sum(x * x, axes, keepdims=True)``, over every axis in TF's order where it can."""
+        if every_axis(x, axes):
             total = self.tf_order_squares(xp, [x], half=False)
             if total is not None:
                 return xp.reshape(total, (1,) * x.ndim)
@@ -488,6 +495,15 @@ def _first_at_least(ends: Sequence[int], value: int, lo: int) -> int:
         else:
             hi = mid
     return lo
+
+
+def every_axis(x: Any, axes: tuple[int, ...] | None) -> bool:
+    """Whether a reduction over ``axes`` (distinct, non-negative, or None) reduces all of ``x``.
+
+    TF reduces ``axes`` that name every axis as it reduces ``axes=None``: one full reduction,
+    the same bits (measured, TF 2.21, float64).
+    """
+    return axes is None or len(axes) == x.ndim
 
 
 def groups(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from anyclip._kernels._base import ROW, Kernels, groups
+from anyclip._kernels._base import ROW, Kernels, every_axis, groups
 from anyclip._kernels._tforder import tf_order_sums, tf_order_total
 from anyclip._typing import Namespace
 
@@ -29,7 +29,7 @@ class NumpyKernels(Kernels):
     name = "numpy"
 
     def _norm_over_all(self, x: Any, axes: tuple[int, ...] | None) -> Any | None:
-        if axes is not None and len(axes) < x.ndim:  # every axis named: TF's full reduction
+        if not every_axis(x, axes):
             return None
         import numpy as np
 

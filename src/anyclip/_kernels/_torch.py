@@ -29,7 +29,7 @@ from typing import Any
 
 from anyclip._compat import torch_to
 from anyclip._kernels import _base
-from anyclip._kernels._base import ROW, Kernels
+from anyclip._kernels._base import ROW, Kernels, every_axis
 from anyclip._kernels._dist import (
     any_dtensor,
     dtensor_half_squares,
@@ -93,13 +93,13 @@ class TorchKernels(Kernels):
 
         if x.is_cuda:  # CUDA's reduction tree needs no rows: one launch
             return cuda_norm(torch, x, axes)
-        if axes is None or len(axes) == x.ndim:
+        if every_axis(x, axes):
             total = _tf_order(xp, torch, [x], half=False)
             if total is not None:
                 return torch.reshape(sqrt(xp, total), (1,) * x.ndim)
         if count <= ROW:
             return torch.linalg.vector_norm(x, dim=axes, keepdim=True)
-        if axes is not None and len(axes) < x.ndim:  # many long norms: the generic sums
+        if not every_axis(x, axes):  # many long norms: the generic sums
             return None
         norms = _partial_norms(torch, [x])
         return torch.reshape(sqrt(xp, torch.sum(norms * norms)), (1,) * x.ndim)

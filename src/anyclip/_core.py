@@ -397,12 +397,12 @@ def norm(
         a = g.abs(xp, x)
         if ord == 1:
             if isinstance(axis, tuple):
-                r = _max(xp, reduce_sum(xp, a, axis[0], keepdims=True), axis[1], kernels)
+                r = _max(xp, _sum_kept(xp, kernels, a, axis[0]), axis[1], kernels)
             else:
-                r = reduce_sum(xp, a, axis, keepdims=True)
+                r = _sum_kept(xp, kernels, a, axis)
         elif ord == math.inf:
             if isinstance(axis, tuple):
-                r = _max(xp, reduce_sum(xp, a, axis[1], keepdims=True), axis[0], kernels)
+                r = _max(xp, _sum_kept(xp, kernels, a, axis[1]), axis[0], kernels)
             else:
                 r = _max(xp, a, axis, kernels)
         else:
@@ -410,13 +410,22 @@ def norm(
             inv_p = _scalar(xp, 1.0 / ord, a)
             if kernels.ftz:
                 f = kernels.flush
-                r = f(xp, f(xp, reduce_sum(xp, f(xp, a**p), axis, True)) ** inv_p)
+                r = f(xp, f(xp, _sum_kept(xp, kernels, f(xp, a**p), axis)) ** inv_p)
             else:
-                r = reduce_sum(xp, a**p, axis, keepdims=True) ** inv_p
+                r = _sum_kept(xp, kernels, a**p, axis) ** inv_p
     r = kernels.settle(xp, r)
     if keepdims:
         return r
     return _squeeze_reduced(xp, r, axis)
+
+
+def _sum_kept(xp: Namespace, kernels: Kernels | None, a: Any, axis: Any) -> Any:
+    """``sum(a, axis, keepdims=True)`` of ``a >= 0``: in TF's order where ``kernels`` can.
+
+    :meth:`~anyclip._kernels.Kernels.tf_sum` (float64), else the library's own sum.
+    """
+    total = None if kernels is None else kernels.tf_sum(xp, a, axis)
+    return reduce_sum(xp, a, axis, keepdims=True) if total is None else total
 
 
 def _abs_sum(xp: Namespace, b: Any) -> Any:
@@ -518,11 +527,11 @@ def l2_normalize(
         # TF scales the parts apart: inf + 0j gives nan + 0j, not nan + nan j
         return complex_from_parts(xp, re * x_inv_norm, im * x_inv_norm, x.dtype)
     if kernels is None or not kernels.ftz:
-        square_sum = settle(reduce_sum(xp, x * x, axis, keepdims=True))
+        square_sum = settle(_sum_kept(xp, kernels, x * x, axis))
         x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
         return x * x_inv_norm
     xs = kernels.flush_squares(xp, x)
-    square_sum = settle(reduce_sum(xp, xs * xs, axis, keepdims=True))
+    square_sum = settle(_sum_kept(xp, kernels, xs * xs, axis))
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, kernels.flush(xp, epsilon)))
     return kernels.flush(xp, x * x_inv_norm, x, owned=True)
 

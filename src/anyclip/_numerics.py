@@ -329,9 +329,11 @@ def _divided_apart_jvp(primals: Any, tangents: Any) -> Any:
 def sqrt(xp: Namespace, x: Any) -> Any:
     """A correctly rounded square root, as TF's.
 
-    ``torch.sqrt`` of float32 is not correctly rounded on some CPUs (1 ULP off on about a fifth
-    of inputs); the root of float32 taken in float64 and rounded back is. anyclip takes roots of
-    reduced sums only, so the widening costs little. MPS has no float64 and keeps torch.sqrt.
+    ``torch.sqrt`` is not correctly rounded on the CPU (torch's x86-64 wheels take MKL's
+    vector math: 1 ULP off on about a fifth of float32 inputs and 1 in 80 float64 ones); the
+    root of float32 taken in float64 and rounded back is (53 >= 2 * 24 + 2 bits: no double
+    rounding), and a float64 root is corrected by :func:`_torch_sqrt64`. anyclip takes roots
+    of reduced sums only, so this costs little. MPS has no float64 and keeps torch.sqrt.
     """
     lib = library(xp)
     if lib == "torch":
@@ -339,9 +341,70 @@ def sqrt(xp: Namespace, x: Any) -> Any:
 
         if x.dtype == torch.float32 and x.device.type != "mps":
             return torch.sqrt(x.double()).float()
+        if x.dtype == torch.float64 and x.device.type == "cpu":
+            return _torch_sqrt64(torch, x)
     if lib == "jax" and xp.isdtype(x.dtype, "real floating"):
         return remembered(_JAX_RULES, "sqrt", _jax_rule, _jax_sqrt, _sqrt_jvp)(x)
     return xp.sqrt(x)
+
+
+#: :func:`_torch_sqrt64` scales ``x`` below ``2**-500`` up by ``2**600`` and above
+#: ``2**500`` down by as much (exact), so that Dekker's products neither overflow nor
+#: underflow, and the root back by ``2**300``.
+_SQRT64_SCALE = (2.0**-500, 2.0**500, 2.0**600, 2.0**300)
+
+#: Veltkamp's splitter for float64: ``2**27 + 1``.
+_SPLIT64 = 134217729.0
+
+
+def _torch_sqrt64(torch: Any, x: Any) -> Any:
+    """The correctly rounded square root of a float64 CPU tensor, on the device.
+
+    ``torch.sqrt``'s root ``y`` is within 1 ULP; the rounded root is ``y``'s neighbour above
+    exactly when ``x > y * up`` and the one below when ``x <= y * down`` (the squares of the
+    midpoints differ from those products by less than the spacing of ``x``). Each product is
+    compared exactly: Dekker's product ``p + e`` (Veltkamp's split, no fused multiply-add
+    needed) against ``x - p``, which is exact (Sterbenz); very small and very large ``x``
+    (subnormals included) are scaled by an even power of two first, the root back by half
+    of it (:data:`_SQRT64_SCALE`: exact). Elementwise, no host read. The
+    gradient is ``torch.sqrt``'s (the correction is a constant of ``0`` or one ULP); while
+    ``torch.compile`` traces, ``torch.sqrt`` alone (Inductor's root is the CPU's, rounded
+    correctly).
+    """
+    y = torch.sqrt(x)
+    if torch.compiler.is_compiling():
+        return y
+    lo, hi, scale, root = _SQRT64_SCALE
+    with torch.no_grad():
+        xd, yd = x.detach(), y.detach()
+        small, large = xd < lo, xd > hi
+        xs = torch.where(small, xd * scale, torch.where(large, xd * (1 / scale), xd))
+        ys = torch.where(small, yd * root, torch.where(large, yd * (1 / root), yd))
+        up = torch.nextafter(ys, torch.full_like(ys, math.inf))
+        down = torch.nextafter(ys, torch.zeros_like(ys))
+        p_up, e_up = _two_product(ys, up)
+        p_down, e_down = _two_product(ys, down)
+        finite = (xs > 0) & (xs < math.inf)
+        fixed = torch.where(finite & (xs - p_up > e_up), up, ys)
+        fixed = torch.where(finite & (xs - p_down <= e_down), down, fixed)
+        fixed = torch.where(small, fixed * (1 / root), torch.where(large, fixed * root, fixed))
+        # y + 0.0 would turn the root of -0.0 into 0.0, and inf - inf is NaN
+        moved = (fixed != yd) & (xd > 0) & (xd < math.inf)
+        step = torch.where(moved, fixed - yd, torch.zeros_like(yd))
+    return torch.where(moved, y + step, y)
+
+
+def _two_product(a: Any, b: Any) -> tuple[Any, Any]:
+    """Dekker's exact product of float64 ``a`` and ``b``: ``(p, e)`` with ``p + e == a * b``."""
+    p = a * b
+    c = a * _SPLIT64
+    ah = c - (c - a)
+    al = a - ah
+    d = b * _SPLIT64
+    bh = d - (d - b)
+    bl = b - bh
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return p, e
 
 
 def _jax_sqrt(x: Any) -> Any:

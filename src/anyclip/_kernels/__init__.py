@@ -46,7 +46,7 @@ from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, pla
 from anyclip._kernels._tforder import numpy_rows_in_order
 from anyclip._kernels._tforder_xp import rounded_apart, tf_order_row_sums, tf_order_vector_sum
 from anyclip._kernels._torch import TorchKernels
-from anyclip._kernels._torch_sums import torch_numpy_rows
+from anyclip._kernels._torch_sums import torch_tf_row_sums
 from anyclip._memo import Memo, memo_by_dtype
 from anyclip._subnormals import OPEN, flushing
 from anyclip._typing import Namespace
@@ -166,7 +166,13 @@ def tf_vector_sum(xp: Namespace, values: Any, *, packet: int, leaf: int, lanes: 
 
 
 def tf_row_sums(
-    xp: Namespace, rows: Any, *, packet: int, leaf: int, square: float | None = None
+    xp: Namespace,
+    rows: Any,
+    *,
+    packet: int,
+    leaf: int,
+    square: float | None = None,
+    phase: int = 0,
 ) -> Any:
     """Each row of the 2-D ``rows`` summed in the order of TF 2.21's full ``reduce_sum``.
 
@@ -177,22 +183,21 @@ def tf_row_sums(
     Eigen's packet accumulators with NumPy's in-order reduction
     (:func:`~anyclip._kernels._tforder.numpy_rows_in_order`); torch runs this NumPy code
     on a NumPy view of the tensor (:func:`~anyclip._kernels._torch_sums.torch_numpy_rows`).
+    ``phase``: where each row starts in Eigen's packets (see ``tf_order_row_sums``).
     """
     lib = library(xp)
     if lib == "jax":
-        return jax_tf_row_sums(xp, rows, packet, leaf, square)
-    if lib == "torch" and (view := torch_numpy_rows(rows)) is not None:
-        import array_api_compat.numpy as np_xp
-        import torch
-
-        sums = tf_row_sums(np_xp, view, packet=packet, leaf=leaf, square=square)
-        return torch.from_numpy(sums)
+        return jax_tf_row_sums(xp, rows, packet, leaf, square, phase)
+    if lib == "torch":
+        return torch_tf_row_sums(xp, rows, packet=packet, leaf=leaf, square=square, phase=phase)
     in_order = None
     if lib == "numpy":
         import numpy as np
 
         in_order = functools.partial(numpy_rows_in_order, np)
-    return tf_order_row_sums(xp, rows, packet=packet, leaf=leaf, square=square, in_order=in_order)
+    return tf_order_row_sums(
+        xp, rows, packet=packet, leaf=leaf, square=square, in_order=in_order, phase=phase
+    )
 
 
 def _choose(xp: Namespace, dtype: Any) -> Kernels:

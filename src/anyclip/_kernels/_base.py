@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._compat import device, dtype_name, is_functorch_wrapped, library
+from anyclip._kernels._tfaxes import tf_sum_or_none
 from anyclip._kernels._tforder import tf_order_dtype
 from anyclip._kernels._tforder_xp import rounded_apart, tf_order_squares
 from anyclip._numerics import constant, quotient, reduce_sum, sqrt, tf_cast
@@ -109,12 +110,37 @@ class Kernels:
         return sqrt(xp, self._square_sum(xp, x, axes))
 
     def _square_sum(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
-        """``sum(x * x, axes, keepdims=True)``, over every axis in TF's order where it can."""
+        """``sum(x * x, axes, keepdims=True)``, in TF's order where it can."""
         if every_axis(x, axes):
             total = self.tf_order_squares(xp, [x], half=False)
             if total is not None:
                 return xp.reshape(total, (1,) * x.ndim)
-        return self.settle(xp, reduce_sum(xp, x * x, axes, keepdims=True))
+        return self.nonnegative_sum(xp, x * x, axes)
+
+    def nonnegative_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | None) -> Any:
+        """``sum(y, axes, keepdims=True)`` of addends ``>= 0`` (squares, absolute values).
+
+        In TF's order where :meth:`tf_sum` can, else the library's (settled: one all-reduce
+        for a DTensor sharded over a reduced axis).
+        """
+        total = self.tf_sum(xp, y, axes)
+        if total is not None:
+            return total
+        return self.settle(xp, reduce_sum(xp, y, axes, keepdims=True))
+
+    def tf_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any | None:
+        """``sum(y, axes, keepdims=True)`` of a float64 ``y >= 0`` in TF 2.21's order, or None.
+
+        :func:`~anyclip._kernels._tfaxes.tf_axes_sum` (array-API operations) for the
+        libraries of :data:`_TF_ORDER`: every float64 reduction of ``reduce_sum`` and
+        ``tf.norm`` over some of the axes lands on TF's bits there, where the library's own
+        order was up to 13 ULP away (a 1-norm down the 300 rows of a ``(300, 40)`` array).
+        None for other dtypes (float32 sums keep the library's order, within TF's few ULP),
+        empty arrays, and other libraries.
+        """
+        if library(xp) not in _TF_ORDER or dtype_name(y.dtype) != "float64":
+            return None
+        return tf_sum_or_none(xp, y, axes)
 
     def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
         """The float64 sum of squares of ``arrays`` in TF's order, 0-d, or None.
@@ -402,6 +428,10 @@ class Wrapping(Kernels):
     def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
         """As the wrapped kernels'."""
         return self.base.norm2(xp, x, axes)
+
+    def nonnegative_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | None) -> Any:
+        """As the wrapped kernels'."""
+        return self.base.nonnegative_sum(xp, y, axes)
 
     def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
         """As the wrapped kernels'."""

@@ -37,15 +37,19 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from anyclip._compat import dtype_name
 from anyclip._kernels._base import Kernels
+from anyclip._kernels._tfaxes import tf_axes_sum, tf_layout
 from anyclip._kernels._tforder import (
     eigen_packet,
+    numpy_rows_in_order,
     tf_order_dtype,
     tf_order_nodes,
     tf_order_sums,
     tf_order_total,
     tf_order_walk,
 )
+from anyclip._kernels._tforder_xp import tf_order_row_sums
 from anyclip._numerics import reduce_sum
 from anyclip._subnormals import OPEN, flush_subnormals, flushing
 from anyclip._typing import Namespace
@@ -83,6 +87,29 @@ class DaskKernels(Kernels):
         if not tf_order_dtype(arrays[0].dtype, half=half):
             return None
         return _tf_order_squares(xp, arrays, half=half)
+
+    def tf_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any | None:
+        """As :meth:`Kernels.tf_sum`, lazily: the reduced axes in one chunk, a task per chunk.
+
+        ``y`` is rechunked so that each chunk holds the reduced axes whole (the kept axes keep
+        their chunks), and each chunk is summed by the NumPy form
+        (:func:`~anyclip._kernels._tfaxes.tf_axes_sum`) on TF's route for the whole array,
+        its outputs placed by their index in the whole output (``block_info``): Eigen's
+        packets and row splits fall by it. None (dask's own sums) over every axis (one chunk
+        would hold the whole array; the sums of squares over every axis take
+        :meth:`tf_order_squares`) and for unknown chunk sizes.
+        """
+        if dtype_name(y.dtype) != "float64" or not _known_shape(y) or y.size == 0:
+            return None
+        shape = tuple(int(d) for d in y.shape)
+        named = _named_axes(axes, len(shape))
+        if len(tf_layout(shape, named)[0]) <= 1 or all(shape[i] == 1 for i in named):
+            return None
+        whole = y.rechunk({i: -1 for i in named})
+        chunks = tuple((1,) if i in named else c for i, c in enumerate(whole.chunks))
+        step = functools.partial(_tf_sum_chunk, axes=named, whole=shape)
+        map_blocks: Callable[..., Any] = whole.map_blocks  # untyped in dask
+        return map_blocks(step, chunks=chunks, dtype=whole.dtype)
 
     def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
         """As :meth:`Kernels.clip_norm2`, without TF's double ``where``: dask records no gradient.
@@ -280,6 +307,43 @@ def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
         meta=np.empty((), dtype=dtype),
         token="anyclip-tf-order-total",
     )
+
+
+def _named_axes(axes: tuple[int, ...] | int | None, ndim: int) -> tuple[int, ...]:
+    """``axes`` (None, one or several, negative from the end) as sorted non-negative axes."""
+    if axes is None:
+        return tuple(range(ndim))
+    listed = (axes,) if isinstance(axes, int) else axes
+    return tuple(sorted({a % ndim for a in listed}))
+
+
+def _tf_sum_chunk(
+    block: Any, axes: tuple[int, ...], whole: tuple[int, ...], block_info: Any = None
+) -> Any:
+    """One chunk's TF-order sum over ``axes`` (held whole), placed in the ``whole`` array."""
+    import array_api_compat.numpy as np_xp
+    import numpy as np
+
+    where = block_info[0]["array-location"]
+    kept = [i for i in range(len(whole)) if i not in axes]
+    grids = np.meshgrid(*(np.arange(*where[i]) for i in kept), indexing="ij")
+    place = np.ravel_multi_index(grids, [whole[i] for i in kept]) if kept else np.zeros(())
+    out = tuple(1 if i in axes else int(n) for i, n in enumerate(block.shape))
+    packet, leaf = eigen_packet(block.dtype)
+    in_order = functools.partial(numpy_rows_in_order, np)
+    rows = functools.partial(tf_order_row_sums, in_order=in_order)
+    with np.errstate(all="ignore"):
+        total = tf_axes_sum(
+            np_xp,
+            block,
+            axes,
+            packet=packet,
+            leaf=leaf,
+            row_sums=rows,
+            whole=whole,
+            place=np.reshape(place, out),
+        )
+    return np.asarray(total)
 
 
 def _node_sum(block: Any) -> Any:

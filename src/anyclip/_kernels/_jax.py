@@ -33,6 +33,7 @@ zero-padded copy of the short arrays (:func:`_squares_by_array`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,6 +41,7 @@ from typing import Any
 from anyclip._compat import dtype_name, may_be_sharded
 from anyclip._kernels import _base
 from anyclip._kernels._base import Kernels, groups
+from anyclip._kernels._tfaxes import tf_sum_or_none
 from anyclip._kernels._tforder import _leaves, eigen_packet, tf_order_dtype
 from anyclip._kernels._tforder_xp import (
     _add_nodes,
@@ -462,6 +464,26 @@ def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
     return _segment_sums(xp, halves, [len(arrays)], packet, leaf)[0]
 
 
+def _fori_in_turn(xp: Namespace, z: Any) -> Any:
+    """The slices of ``z``'s first axis added one after another (traced): a ``fori_loop``."""
+    from jax import lax
+
+    def add(i: Any, total: Any) -> Any:
+        return total + lax.dynamic_index_in_dim(z, i, axis=0, keepdims=False)
+
+    return lax.fori_loop(1, int(z.shape[0]), add, z[0, ...])
+
+
+def _row_sums_form(xp: Namespace, _: Any, rows: Any, **kwargs: Any) -> Any:
+    """:func:`jax_tf_row_sums` in the form :func:`~anyclip._kernels._tfaxes.tf_axes_sum` calls."""
+    return jax_tf_row_sums(xp, rows, kwargs["packet"], kwargs["leaf"], None, kwargs.get("phase", 0))
+
+
+def _vector_sum_form(xp: Namespace, _: Any, values: Any, **kwargs: Any) -> Any:
+    """:func:`jax_tf_vector_sum` in the form :func:`~anyclip._kernels._tfaxes.tf_axes_sum` calls."""
+    return jax_tf_vector_sum(xp, values, kwargs["packet"], kwargs["leaf"], kwargs["lanes"])
+
+
 def jax_tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any:
     """The rows of ``f * flat`` added in TF 2.21's ``reduce_sum`` order, in ``acc``.
 
@@ -502,7 +524,7 @@ def jax_tf_vector_sum(xp: Namespace, values: Any, packet: int, leaf: int, lanes:
 
 
 def jax_tf_row_sums(
-    xp: Namespace, rows: Any, packet: int, leaf: int, square: float | None = None
+    xp: Namespace, rows: Any, packet: int, leaf: int, square: float | None = None, phase: int = 0
 ) -> Any:
     """:func:`~anyclip._kernels._tforder_xp.tf_order_row_sums` as one compiled program.
 
@@ -512,11 +534,11 @@ def jax_tf_row_sums(
     additions they feed (:func:`anyclip._kernels.rounded_apart`).
     """
 
-    def run(r: Any, packet: int, leaf: int, square: float | None) -> Any:
-        return tf_order_row_sums(xp, r, packet=packet, leaf=leaf, square=square)
+    def run(r: Any, packet: int, leaf: int, square: float | None, phase: int) -> Any:
+        return tf_order_row_sums(xp, r, packet=packet, leaf=leaf, square=square, phase=phase)
 
-    found = _tf_jit(("rows", False, xp.__name__), run, static_argnums=(1, 2, 3))
-    return found(rows, packet, leaf, square)
+    found = _tf_jit(("rows", False, xp.__name__), run, static_argnums=(1, 2, 3, 4))
+    return found(rows, packet, leaf, square, phase)
 
 
 class JaxKernels(Kernels):
@@ -547,6 +569,30 @@ class JaxKernels(Kernels):
             ("by-array", half, xp.__name__), lambda *a: _squares_by_array(xp, a, half=half)
         )
         return total(*arrays)
+
+    def tf_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any | None:
+        """As :meth:`Kernels.tf_sum`, for float64 arrays on the CPU, not sharded: one program.
+
+        Compiled once per shape and axes (inlined under the caller's ``jit``); its slices
+        added in turn by a ``lax.fori_loop``, TF's row and vector sums as
+        :func:`jax_tf_row_sums` and :func:`jax_tf_vector_sum`; the addends rounded first
+        (:func:`~anyclip._kernels.rounded_apart`: no fused multiply-add with the square).
+        """
+        if dtype_name(y.dtype) != "float64" or not _tf_order_ok([y]) or y.size == 0:
+            return None
+        named = (axes,) if isinstance(axes, int) else axes
+
+        def run(v: Any, named: tuple[int, ...] | None) -> Any:
+            return tf_sum_or_none(
+                xp,
+                rounded_apart(xp, v),
+                named,
+                in_turn=_fori_in_turn,
+                row_sums=functools.partial(_row_sums_form, xp),
+                vector_sum=functools.partial(_vector_sum_form, xp),
+            )
+
+        return _tf_jit(("axes", False, xp.__name__), run, static_argnums=(1,))(y, named)
 
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """As :meth:`Kernels.half_squares`, one reduction per group of arrays under 65,536."""

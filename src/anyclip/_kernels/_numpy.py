@@ -13,11 +13,14 @@ so only TF's order lands on TF's value; the rows' order was 11 ULP from TF at 25
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from anyclip._kernels._base import ROW, Kernels, every_axis, groups
-from anyclip._kernels._tforder import tf_order_sums, tf_order_total
+from anyclip._kernels._tfaxes import tf_sum_or_none
+from anyclip._kernels._tforder import numpy_rows_in_order, tf_order_sums, tf_order_total
+from anyclip._kernels._tforder_xp import tf_order_row_sums
 from anyclip._typing import Namespace
 
 __all__ = ["NumpyKernels", "squared_sum"]
@@ -45,6 +48,16 @@ class NumpyKernels(Kernels):
         """As :meth:`Kernels.clip_norm2` (NumPy records no gradient, so no ``where``)."""
         fast = self._norm_over_all(t, axes)
         return super().clip_norm2(xp, t, axes) if fast is None else fast
+
+    def tf_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any | None:
+        """As :meth:`Kernels.tf_sum`; the rows of the packet accumulators added by NumPy."""
+        if y.dtype != xp.float64:
+            return None
+        import numpy as np
+
+        in_order = functools.partial(numpy_rows_in_order, np)
+        rows = functools.partial(tf_order_row_sums, in_order=in_order)
+        return tf_sum_or_none(xp, y, axes, row_sums=rows)
 
     def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
         """``owned / divisor`` written into ``owned``."""

@@ -156,7 +156,8 @@ def plain_norm(x: Any) -> Any | None:
             if x.numel() > SMALL or not x.is_cpu or torch.compiler.is_compiling():
                 return None
             total = small_sum(x.reshape(-1).tolist(), square=True)
-            return torch.sqrt(torch.tensor(total, dtype=torch.float64))
+            # math.sqrt rounds correctly; torch.sqrt on the CPU does not (anyclip._numerics.sqrt)
+            return torch.tensor(math.sqrt(total), dtype=torch.float64)
         return torch.linalg.vector_norm(x)
     if lib == "numpy" and x.size <= _SMALL:
         import numpy as np

@@ -256,6 +256,7 @@ def tf_order_row_sums(
     lanes: Any = None,
     square: float | None = None,
     in_order: Any = None,
+    phase: int = 0,
 ) -> Any:
     """Each row of the 2-D ``rows`` summed in TF 2.21's order for a full ``reduce_sum``.
 
@@ -279,6 +280,11 @@ def tf_order_row_sums(
     squared and added a thirty-second of the examples at a time (:data:`_IN_ORDER_PARTS`), a few
     operations per run of leaves instead of one per row.
 
+    ``phase``: where each row starts in Eigen's packets of the array it belongs to (TF's
+    ``reduce_sum`` over the last axis of a matrix whose rows are not a whole number of
+    packets: :func:`~anyclip._kernels._tfaxes.tf_axes_sum`); the tree's splits of a row
+    longer than a leaf fall on those packets. 0 for a row reduced as an array of its own.
+
     Examples
     --------
     >>> import array_api_strict as xp
@@ -291,7 +297,7 @@ def tf_order_row_sums(
     if n == 0:
         return xp.zeros((b,), dtype=rows.dtype, device=device(rows))
     spans: list[tuple[int, int]] = []
-    tree = _leaves(0, 0, n, spans, leaf, packet)
+    tree = _leaves(-phase, phase, n, spans, leaf, packet)
     prep = None if square is None else _squarer(xp, rows, square)
     sums: list[Any] = []
     first = 0

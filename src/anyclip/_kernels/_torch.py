@@ -36,6 +36,7 @@ from anyclip._kernels._dist import (
     is_dtensor,
     replicate_partials,
 )
+from anyclip._kernels._tfaxes import tf_sum_or_none
 from anyclip._kernels._torch_multi import cuda_half_squares, cuda_norm
 from anyclip._kernels._torch_sums import (
     _FAST,
@@ -45,6 +46,7 @@ from anyclip._kernels._torch_sums import (
     _partial_norms,
     _reduced_count,
     _tf_order,
+    torch_tf_row_sums,
 )
 from anyclip._numerics import reduce_sum, sqrt, tf_cast
 from anyclip._typing import Namespace
@@ -97,12 +99,36 @@ class TorchKernels(Kernels):
             total = _tf_order(xp, torch, [x], half=False)
             if total is not None:
                 return torch.reshape(sqrt(xp, total), (1,) * x.ndim)
+        elif self.tf_sum_ok(x):  # some axes: TF's order (the generic steps, tf_sum)
+            return None
         if count <= ROW:
             return torch.linalg.vector_norm(x, dim=axes, keepdim=True)
         if not every_axis(x, axes):  # many long norms: the generic sums
             return None
         norms = _partial_norms(torch, [x])
         return torch.reshape(sqrt(xp, torch.sum(norms * norms)), (1,) * x.ndim)
+
+    @staticmethod
+    def tf_sum_ok(y: Any) -> bool:
+        """Whether :meth:`tf_sum` adds ``y`` in TF's order: float64, on the CPU, plain, eager."""
+        import torch
+
+        return (
+            y.dtype == torch.float64
+            and y.is_cpu
+            and not any_dtensor([y])
+            and not torch.compiler.is_compiling()
+        )
+
+    def tf_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any | None:
+        """As :meth:`Kernels.tf_sum`, for float64 CPU tensors (not DTensors, not compiling).
+
+        torch's ``cumsum`` adds in order on the CPU; TF's row sums run on a NumPy view where
+        no gradient is recorded (:func:`~anyclip._kernels._torch_sums.torch_tf_row_sums`).
+        """
+        if not self.tf_sum_ok(y):
+            return None
+        return tf_sum_or_none(xp, y, axes, row_sums=torch_tf_row_sums)
 
     def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
         """As :meth:`Kernels.norm2`; by ``vector_norm`` rows when no gradient is recorded."""

@@ -10,6 +10,7 @@ float64 CPU sums in TF's order on a NumPy view of the tensors' memory (:func:`_t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,8 +18,8 @@ from anyclip._kernels._base import ROW, groups
 from anyclip._kernels._dist import (
     any_dtensor,
 )
-from anyclip._kernels._tforder import tf_order_sums, tf_order_total
-from anyclip._kernels._tforder_xp import tf_order_squares
+from anyclip._kernels._tforder import numpy_rows_in_order, tf_order_sums, tf_order_total
+from anyclip._kernels._tforder_xp import tf_order_row_sums, tf_order_squares
 from anyclip._kernels._torch_multi import cpu_half_square_sums
 from anyclip._numerics import reduce_sum
 from anyclip._typing import Namespace
@@ -27,6 +28,7 @@ __all__ = [
     "HALF_JOIN",
     "SERIAL",
     "torch_numpy_rows",
+    "torch_tf_row_sums",
 ]
 
 
@@ -341,6 +343,24 @@ def torch_numpy_rows(rows: Any) -> Any | None:
     if _numpy() is None:
         return None
     return rows.numpy(force=True)
+
+
+def torch_tf_row_sums(xp: Namespace, rows: Any, **kwargs: Any) -> Any:
+    """:func:`~anyclip._kernels._tforder_xp.tf_order_row_sums` of a torch ``rows``.
+
+    On a NumPy view of the tensor's memory where :func:`torch_numpy_rows` gives one (NumPy's
+    in-order reduction of the packet accumulators' rows), else in torch operations.
+    ``kwargs``: ``packet``, ``leaf`` and optionally ``square`` and ``phase``.
+    """
+    view = torch_numpy_rows(rows)
+    if view is None:
+        return tf_order_row_sums(xp, rows, **kwargs)
+    import array_api_compat.numpy as np_xp
+    import numpy as np
+    import torch
+
+    in_order = functools.partial(numpy_rows_in_order, np)
+    return torch.from_numpy(tf_order_row_sums(np_xp, view, in_order=in_order, **kwargs))
 
 
 def _numpy() -> Any | None:

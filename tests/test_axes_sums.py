@@ -107,6 +107,20 @@ def test_torch_with_a_gradient_recorded(backend, make, check, case):
     assert bool(t.grad.isfinite().all())
 
 
+@pytest.mark.parametrize("backend", ["torch", "jax"], indirect=True)
+@pytest.mark.parametrize("case", CASES)
+def test_norm_gradient(backend, make, check, case):
+    # the gradient of the sum of the norms (TF's GradientTape): bit for bit through the
+    # TF-order sums (torch's cumsum, JAX's fori_loop) and the corrected root, whose gradient
+    # is TF's rule on the corrected value (torch's own rule on its uncorrected root was 2 to
+    # 3 ULP off here)
+    x, axes = gen.inputs()[str(case)], gen.CASES[case][1]
+    if len(axes) != 1:
+        pytest.skip("tf.norm takes one axis (two are a matrix norm)")
+    (got,) = backend.grad(lambda t: anyclip.norm(t, axis=axes[0]), [make(x, "float64")], 1.0)
+    check(got, REF[f"{case}/norm2_grad"], "float64")
+
+
 @pytest.mark.parametrize("chunking", ["halves", "ones"])
 @pytest.mark.parametrize("case", CASES)
 def test_dask_chunks(case, chunking):

@@ -46,15 +46,16 @@ def test_sqrt_is_correctly_rounded(backend, make, check, dtype):
 
 
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)
-def test_torch_float64_root_keeps_torchs_gradient(backend, make):
-    # the correction is a constant (0 or one ULP): the gradient is torch's own sqrt's
-    import torch
-
-    t = make(np.array([2.0, 3.0, 1e-300, 1e300]), "float64").requires_grad_()
-    sqrt(backend.xp, t).sum().backward()
-    want = make(np.array([2.0, 3.0, 1e-300, 1e300]), "float64").requires_grad_()
-    torch.sqrt(want).sum().backward()
-    assert torch.equal(t.grad, want.grad)
+def test_torch_float64_root_gradient_is_tfs_rule(backend, make, check):
+    # TF's SqrtGrad, (g * 0.5) / r, on the correctly rounded root r (torch's own rule used
+    # its uncorrected root); 0 keeps torch.sqrt's infinite gradient, as TF's
+    v = np.concatenate([_values("float64")[:-3], [0.0]])  # no inf or the largest: finite g
+    g = np.random.default_rng(3).uniform(-3.0, 3.0, v.size)
+    (got,) = backend.grad(lambda t: sqrt(backend.xp, t), [make(v, "float64")], make(g, "float64"))
+    root = _reference(v)
+    with np.errstate(divide="ignore"):
+        want = (g * 0.5) / root
+    check(got, want, "float64")
 
 
 def test_norms_of_one_value_per_row(backend, make, check):

@@ -422,10 +422,12 @@ def norm(
 def _sum_kept(xp: Namespace, kernels: Kernels | None, a: Any, axis: Any) -> Any:
     """``sum(a, axis, keepdims=True)`` of ``a >= 0``: in TF's order where ``kernels`` can.
 
-    :meth:`~anyclip._kernels.Kernels.tf_sum` (float64), else the library's own sum.
+    :meth:`~anyclip._kernels.Kernels.nonnegative_sum` (TF's order for float64), else the
+    library's own sum.
     """
-    total = None if kernels is None else kernels.tf_sum(xp, a, axis)
-    return reduce_sum(xp, a, axis, keepdims=True) if total is None else total
+    if kernels is None:
+        return reduce_sum(xp, a, axis, keepdims=True)
+    return kernels.nonnegative_sum(xp, a, axis)
 
 
 def _abs_sum(xp: Namespace, b: Any) -> Any:

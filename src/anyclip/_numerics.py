@@ -366,10 +366,12 @@ def _torch_sqrt64(torch: Any, x: Any) -> Any:
     compared exactly: Dekker's product ``p + e`` (Veltkamp's split, no fused multiply-add
     needed) against ``x - p``, which is exact (Sterbenz); very small and very large ``x``
     (subnormals included) are scaled by an even power of two first, the root back by half
-    of it (:data:`_SQRT64_SCALE`: exact). Elementwise, no host read. The
-    gradient is ``torch.sqrt``'s (the correction is a constant of ``0`` or one ULP); while
-    ``torch.compile`` traces, ``torch.sqrt`` alone (Inductor's root is the CPU's, rounded
-    correctly).
+    of it (:data:`_SQRT64_SCALE`: exact). Elementwise, no host read.
+
+    The gradient is TF's and torch's rule on the corrected root, ``g / (2 r)``: the root is
+    the constant ``r`` plus ``(x - x) / (2 r)`` (zero, with that derivative); 0, negative and
+    non-finite ``x`` keep ``torch.sqrt`` (root and gradient). While ``torch.compile`` traces,
+    ``torch.sqrt`` alone (Inductor's root is the CPU's, rounded correctly).
     """
     y = torch.sqrt(x)
     if torch.compiler.is_compiling():
@@ -384,14 +386,12 @@ def _torch_sqrt64(torch: Any, x: Any) -> Any:
         down = torch.nextafter(ys, torch.zeros_like(ys))
         p_up, e_up = _two_product(ys, up)
         p_down, e_down = _two_product(ys, down)
-        finite = (xs > 0) & (xs < math.inf)
-        fixed = torch.where(finite & (xs - p_up > e_up), up, ys)
-        fixed = torch.where(finite & (xs - p_down <= e_down), down, fixed)
+        fixed = torch.where(xs - p_up > e_up, up, ys)
+        fixed = torch.where(xs - p_down <= e_down, down, fixed)
         fixed = torch.where(small, fixed * (1 / root), torch.where(large, fixed * root, fixed))
-        # y + 0.0 would turn the root of -0.0 into 0.0, and inf - inf is NaN
-        moved = (fixed != yd) & (xd > 0) & (xd < math.inf)
-        step = torch.where(moved, fixed - yd, torch.zeros_like(yd))
-    return torch.where(moved, y + step, y)
+        regular = (xd > 0) & (xd < math.inf)
+        twice = torch.where(regular, fixed * 2, torch.ones_like(fixed))
+    return torch.where(regular, fixed + (x - xd) / twice, y)
 
 
 def _two_product(a: Any, b: Any) -> tuple[Any, Any]:

@@ -16,7 +16,8 @@ TF's results by the case's index ``<i>``: ``<i>/clip_by_norm`` ``tf.clip_by_norm
 CLIP_NORM, axes)``, ``<i>/sum`` ``tf.reduce_sum(x * x, axes, keepdims=True)``, for inputs of
 at most ``SMALL`` elements ``<i>/l2_normalize`` ``tf.math.l2_normalize(x, axes)``, and where
 the axes are one axis, ``<i>/norm1`` and ``<i>/norm2``: ``tf.norm`` with ``ord=1`` and
-``ord=2`` over it (``keepdims=True``); plus the TensorFlow and NumPy versions
+``ord=2`` over it (``keepdims=True``), and ``<i>/norm2_grad``: the gradient of the sum of
+the latter (``tf.GradientTape``); plus the TensorFlow and NumPy versions
 (``versions``). TF runs on its default threads: partial reductions compute each output on
 one thread, so their bits do not depend on the thread count.
 """
@@ -92,6 +93,10 @@ def run_tf() -> dict[str, np.ndarray]:
             for order in (1, 2):
                 norm = tf.norm(t, ord=order, axis=axes[0], keepdims=True)
                 out[f"{key}/norm{order}"] = norm.numpy()
+            with tf.GradientTape() as tape:
+                tape.watch(t)
+                total = tf.reduce_sum(tf.norm(t, axis=axes[0]))
+            out[f"{key}/norm2_grad"] = tape.gradient(total, t).numpy()
     out["versions"] = np.array([tf.__version__, np.__version__])
     return out
 

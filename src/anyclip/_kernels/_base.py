@@ -117,7 +117,7 @@ class Kernels:
                 return xp.reshape(total, (1,) * x.ndim)
         return self.nonnegative_sum(xp, x * x, axes)
 
-    def nonnegative_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | None) -> Any:
+    def nonnegative_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any:
         """``sum(y, axes, keepdims=True)`` of addends ``>= 0`` (squares, absolute values).
 
         In TF's order where :meth:`tf_sum` can, else the library's (settled: one all-reduce
@@ -429,7 +429,7 @@ class Wrapping(Kernels):
         """As the wrapped kernels'."""
         return self.base.norm2(xp, x, axes)
 
-    def nonnegative_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | None) -> Any:
+    def nonnegative_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any:
         """As the wrapped kernels'."""
         return self.base.nonnegative_sum(xp, y, axes)
 

@@ -105,7 +105,7 @@ class DaskKernels(Kernels):
         named = _named_axes(axes, len(shape))
         if len(tf_layout(shape, named)[0]) <= 1 or all(shape[i] == 1 for i in named):
             return None
-        whole = y.rechunk({i: -1 for i in named})
+        whole = y.rechunk(_whole_axes(y, named))
         chunks = tuple((1,) if i in named else c for i, c in enumerate(whole.chunks))
         step = functools.partial(_tf_sum_chunk, axes=named, whole=shape)
         map_blocks: Callable[..., Any] = whole.map_blocks  # untyped in dask
@@ -307,6 +307,22 @@ def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
         meta=np.empty((), dtype=dtype),
         token="anyclip-tf-order-total",
     )
+
+
+def _whole_axes(y: Any, named: tuple[int, ...]) -> dict[int, Any]:
+    """The rechunking that puts the ``named`` axes of ``y`` in one chunk each.
+
+    The other axes keep their chunks while a chunk stays within dask's ``array.chunk-size``;
+    past it they take dask's ``"auto"`` sizes, so that joining a long reduced axis does not
+    make chunks that many times larger.
+    """
+    import dask
+
+    limit = dask.utils.parse_bytes(dask.config.get("array.chunk-size"))
+    joined = math.prod(int(y.shape[i]) for i in named)
+    widest = math.prod(max(c) for i, c in enumerate(y.chunks) if i not in named)
+    kept: Any = "auto" if joined * widest * y.dtype.itemsize > limit else None
+    return {i: -1 if i in named else kept for i in range(y.ndim) if i in named or kept}
 
 
 def _named_axes(axes: tuple[int, ...] | int | None, ndim: int) -> tuple[int, ...]:

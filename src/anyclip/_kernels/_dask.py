@@ -42,6 +42,7 @@ from anyclip._kernels._base import Kernels
 from anyclip._kernels._tfaxes import tf_axes_sum, tf_layout
 from anyclip._kernels._tforder import (
     eigen_packet,
+    numpy_in_turn,
     numpy_rows_in_order,
     tf_order_dtype,
     tf_order_nodes,
@@ -356,6 +357,7 @@ def _tf_sum_chunk(
             packet=packet,
             leaf=leaf,
             row_sums=rows,
+            in_turn=numpy_in_turn,
             whole=whole,
             place=np.reshape(place, out),
         )

@@ -19,7 +19,12 @@ from typing import Any
 
 from anyclip._kernels._base import ROW, Kernels, every_axis, groups
 from anyclip._kernels._tfaxes import tf_sum_or_none
-from anyclip._kernels._tforder import numpy_rows_in_order, tf_order_sums, tf_order_total
+from anyclip._kernels._tforder import (
+    numpy_in_turn,
+    numpy_rows_in_order,
+    tf_order_sums,
+    tf_order_total,
+)
 from anyclip._kernels._tforder_xp import tf_order_row_sums
 from anyclip._typing import Namespace
 
@@ -57,7 +62,7 @@ class NumpyKernels(Kernels):
 
         in_order = functools.partial(numpy_rows_in_order, np)
         rows = functools.partial(tf_order_row_sums, in_order=in_order)
-        return tf_sum_or_none(xp, y, axes, row_sums=rows)
+        return tf_sum_or_none(xp, y, axes, row_sums=rows, in_turn=numpy_in_turn)
 
     def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
         """``owned / divisor`` written into ``owned``."""

@@ -46,6 +46,7 @@ from anyclip._kernels._torch_sums import (
     _partial_norms,
     _reduced_count,
     _tf_order,
+    torch_in_turn,
     torch_tf_row_sums,
 )
 from anyclip._numerics import reduce_sum, sqrt, tf_cast
@@ -123,12 +124,13 @@ class TorchKernels(Kernels):
     def tf_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any | None:
         """As :meth:`Kernels.tf_sum`, for float64 CPU tensors (not DTensors, not compiling).
 
-        torch's ``cumsum`` adds in order on the CPU; TF's row sums run on a NumPy view where
-        no gradient is recorded (:func:`~anyclip._kernels._torch_sums.torch_tf_row_sums`).
+        Where no gradient is recorded, on a NumPy view of the tensor's memory
+        (:func:`~anyclip._kernels._torch_sums.torch_in_turn` and ``torch_tf_row_sums``);
+        else in torch operations (``cumsum`` adds in order on the CPU).
         """
         if not self.tf_sum_ok(y):
             return None
-        return tf_sum_or_none(xp, y, axes, row_sums=torch_tf_row_sums)
+        return tf_sum_or_none(xp, y, axes, row_sums=torch_tf_row_sums, in_turn=torch_in_turn)
 
     def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
         """As :meth:`Kernels.norm2`; by ``vector_norm`` rows when no gradient is recorded."""

@@ -18,7 +18,13 @@ from anyclip._kernels._base import ROW, groups
 from anyclip._kernels._dist import (
     any_dtensor,
 )
-from anyclip._kernels._tforder import numpy_rows_in_order, tf_order_sums, tf_order_total
+from anyclip._kernels._tfaxes import cumulative_in_turn
+from anyclip._kernels._tforder import (
+    numpy_in_turn,
+    numpy_rows_in_order,
+    tf_order_sums,
+    tf_order_total,
+)
 from anyclip._kernels._tforder_xp import tf_order_row_sums, tf_order_squares
 from anyclip._kernels._torch_multi import cpu_half_square_sums
 from anyclip._numerics import reduce_sum
@@ -27,6 +33,7 @@ from anyclip._typing import Namespace
 __all__ = [
     "HALF_JOIN",
     "SERIAL",
+    "torch_in_turn",
     "torch_numpy_rows",
     "torch_tf_row_sums",
 ]
@@ -361,6 +368,22 @@ def torch_tf_row_sums(xp: Namespace, rows: Any, **kwargs: Any) -> Any:
 
     in_order = functools.partial(numpy_rows_in_order, np)
     return torch.from_numpy(tf_order_row_sums(np_xp, view, in_order=in_order, **kwargs))
+
+
+def torch_in_turn(xp: Namespace, z: Any) -> Any:
+    """The slices of a torch ``z``'s first axis added one after another.
+
+    On a NumPy view of the tensor's memory where :func:`torch_numpy_rows` gives one
+    (:func:`~anyclip._kernels._tforder.numpy_in_turn`, NumPy's in-order reduction), else
+    torch's running sum (``cumsum`` adds in order on the CPU; its backward is the gradient of
+    a sum, whatever its order).
+    """
+    view = torch_numpy_rows(z)
+    if view is None:
+        return cumulative_in_turn(xp, z)
+    import torch
+
+    return torch.from_numpy(numpy_in_turn(xp, view))
 
 
 def _numpy() -> Any | None:

@@ -9,7 +9,10 @@ the same data:
 * one tensor of 1,000,000 float64 values: ``norm`` and ``clip_by_norm`` on NumPy, torch (CPU,
   eager), JAX (CPU, eager and under ``jax.jit``) and array-api-strict;
 * 2,000 tensors of 256 float64 values (one leaf of TF's tree each) and ResNet-50's parameters
-  in float64 (161 tensors, 25,557,032 values): ``global_norm`` on NumPy and torch.
+  in float64 (161 tensors, 25,557,032 values): ``global_norm`` on NumPy and torch;
+* one 1,000 x 1,000 float64 matrix: ``clip_by_norm`` over axis 0 (TF's columns: Eigen's packet
+  accumulators) and over axis 1 (its rows: one tree each; ``anyclip._kernels._tfaxes``) on
+  NumPy and torch.
 
 The anchors are each library's own float64 norm (its order of additions: not TF's value, up to
 20 ULP away) and, for ``clip_by_norm``, TF's formula written with it. The table gives the
@@ -22,6 +25,7 @@ includes).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 from collections.abc import Callable
@@ -43,13 +47,28 @@ def _none(_: Any) -> None:
     return None
 
 
+def _numpy_clip(m: np.ndarray, c: float, axis: int) -> np.ndarray:
+    norms = np.linalg.norm(m, axis=axis, keepdims=True)
+    return m * (c / np.maximum(norms, c))
+
+
+def _torch_clip(t: Any, c: float, axis: int) -> Any:
+    import torch
+
+    norms = torch.linalg.vector_norm(t, dim=axis, keepdim=True)
+    return t * (c / torch.clamp(norms, min=c))
+
+
 def cases(small: bool) -> tuple[list[Case], list[str]]:
     """Every row, and notes on the backends that are not installed."""
     import anyclip
 
     rng = np.random.default_rng(0)
     n, many, width = (10_000, 20, 256) if small else (1_000_000, 2_000, 256)
+    side = 100 if small else 1_000
     x = rng.standard_normal(n)
+    m = rng.standard_normal((side, side))
+    matrix = f"one {side:,} x {side:,} float64 matrix"
     xs = [rng.standard_normal(width) for _ in range(many)]
     model = [rng.standard_normal(s) for s in resnet50_shapes()[: 10 if small else None]]
     one = f"one tensor of {n:,} float64 values"
@@ -94,6 +113,18 @@ def cases(small: bool) -> tuple[list[Case], list[str]]:
             _none,
         ),
     ]
+    for axis in (0, 1):
+        rows.append(
+            (
+                matrix,
+                f"clip_by_norm, axes={axis}",
+                "numpy",
+                "m * (c / maximum(norm(m, axis), c))",
+                functools.partial(anyclip.clip_by_norm, m, c, axes=axis),
+                functools.partial(_numpy_clip, m, c, axis),
+                _none,
+            )
+        )
     notes: list[str] = []
     try:
         import torch
@@ -142,6 +173,19 @@ def cases(small: bool) -> tuple[list[Case], list[str]]:
                 _none,
             ),
         ]
+        tmat = torch.from_numpy(m.copy())
+        for axis in (0, 1):
+            rows.append(
+                (
+                    matrix,
+                    f"clip_by_norm, axes={axis}",
+                    "torch",
+                    "t * (c / clamp(vector_norm(t, axis), min=c))",
+                    functools.partial(anyclip.clip_by_norm, tmat, c, axes=axis),
+                    functools.partial(_torch_clip, tmat, c, axis),
+                    _none,
+                )
+            )
     rows += _jax_cases(x, one, notes)
     rows += _dask_cases(small, notes)
     try:
@@ -275,7 +319,10 @@ def main(argv: list[str] | None = None) -> int:
             "gather the leaves and add them in array-API operations (under `jit`, traced); "
             "dask rechunks the flattened array at nodes of TF's tree and sums each node as "
             "NumPy does, one task per node (its rows build and compute the graph, with "
-            "dask's threaded scheduler). "
+            "dask's threaded scheduler). A sum over some of the axes (the matrix rows) follows "
+            "TF's route for the shape (`anyclip._kernels._tfaxes`): its columns add a slice "
+            "at a time (NumPy's in-order reduction, torch through a view of its memory), its "
+            "rows each sum as a tree. "
             "The first eager JAX call for a new shape compiles two programs (about 2 s for "
             "1,000,000 elements), outside the medians. NumPy's anchors call OpenBLAS's "
             "multi-threaded dot, whose time swings with the machine's load (0.06 ms to 16 ms "

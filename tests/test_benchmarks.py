@@ -148,7 +148,7 @@ def test_float64_benchmark_command_writes_table(tmp_path):
     run_module("benchmarks.float64", "--small", "--budget", "0.01", "--output", str(out))
     table = out.read_text()
     assert table.startswith("## float64 sums in TF's order")
-    for op in ("norm", "clip_by_norm", "global_norm"):
+    for op in ("norm", "clip_by_norm", "global_norm", "clip_by_norm, axes=0"):
         assert f"| {op} | numpy |" in table
 
 

@@ -46,16 +46,18 @@ def test_sqrt_is_correctly_rounded(backend, make, check, dtype):
 
 
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)
-def test_torch_float64_root_gradient_is_tfs_rule(backend, make, check):
-    # TF's SqrtGrad, (g * 0.5) / r, on the correctly rounded root r (torch's own rule used
-    # its uncorrected root); 0 keeps torch.sqrt's infinite gradient, as TF's
-    v = np.concatenate([_values("float64")[:-3], [0.0]])  # no inf or the largest: finite g
-    g = np.random.default_rng(3).uniform(-3.0, 3.0, v.size)
-    (got,) = backend.grad(lambda t: sqrt(backend.xp, t), [make(v, "float64")], make(g, "float64"))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_root_gradient_is_tfs_rule(backend, make, check, dtype):
+    # TF's SqrtGrad, (g * 0.5) / r, in the dtype, on the correctly rounded root r: torch's
+    # own rule used its uncorrected float64 root, and the float32 root's gradient went through
+    # the float64 one (26% of float32 gradients 1 ULP off); 0 keeps an infinite gradient
+    v = np.concatenate([_values(dtype)[:-3], [0.0]]).astype(dtype)  # no inf or the largest
+    g = np.random.default_rng(3).uniform(-3.0, 3.0, v.size).astype(dtype)
+    (got,) = backend.grad(lambda t: sqrt(backend.xp, t), [make(v, dtype)], make(g, dtype))
     root = _reference(v)
     with np.errstate(divide="ignore"):
-        want = (g * 0.5) / root
-    check(got, want, "float64")
+        want = (g * g.dtype.type(0.5)) / root
+    check(got, want, dtype)
 
 
 def test_norms_of_one_value_per_row(backend, make, check):

@@ -332,15 +332,21 @@ def sqrt(xp: Namespace, x: Any) -> Any:
     ``torch.sqrt`` is not correctly rounded on the CPU (torch's x86-64 wheels take MKL's
     vector math: 1 ULP off on about a fifth of float32 inputs and 1 in 80 float64 ones); the
     root of float32 taken in float64 and rounded back is (53 >= 2 * 24 + 2 bits: no double
-    rounding), and a float64 root is corrected by :func:`_torch_sqrt64`. anyclip takes roots
-    of reduced sums only, so this costs little. MPS has no float64 and keeps torch.sqrt.
+    rounding), and a float64 root is corrected by :func:`_torch_sqrt64`. The gradient is TF's
+    rule on the rounded root (:func:`_with_tf_root_gradient`; through the float64 root, the
+    float32 gradient was 1 ULP off TF's in places). anyclip takes roots of reduced sums only,
+    so this costs little. MPS has no float64 and keeps torch.sqrt.
     """
     lib = library(xp)
     if lib == "torch":
         import torch
 
         if x.dtype == torch.float32 and x.device.type != "mps":
-            return torch.sqrt(x.double()).float()
+            if not (torch.is_grad_enabled() and x.requires_grad):
+                return torch.sqrt(x.double()).float()
+            with torch.no_grad():
+                root = torch.sqrt(x.double()).float()
+            return _with_tf_root_gradient(torch, x, root, torch.sqrt(x))
         if x.dtype == torch.float64 and x.device.type == "cpu":
             return _torch_sqrt64(torch, x)
     if lib == "jax" and xp.isdtype(x.dtype, "real floating"):
@@ -368,10 +374,9 @@ def _torch_sqrt64(torch: Any, x: Any) -> Any:
     (subnormals included) are scaled by an even power of two first, the root back by half
     of it (:data:`_SQRT64_SCALE`: exact). Elementwise, no host read.
 
-    The gradient is TF's and torch's rule on the corrected root, ``g / (2 r)``: the root is
-    the constant ``r`` plus ``(x - x) / (2 r)`` (zero, with that derivative); 0, negative and
-    non-finite ``x`` keep ``torch.sqrt`` (root and gradient). While ``torch.compile`` traces,
-    ``torch.sqrt`` alone (Inductor's root is the CPU's, rounded correctly).
+    The gradient is TF's rule on the corrected root (:func:`_with_tf_root_gradient`). While
+    ``torch.compile`` traces, ``torch.sqrt`` alone (Inductor's root is the CPU's, rounded
+    correctly).
     """
     y = torch.sqrt(x)
     if torch.compiler.is_compiling():
@@ -389,9 +394,22 @@ def _torch_sqrt64(torch: Any, x: Any) -> Any:
         fixed = torch.where(xs - p_up > e_up, up, ys)
         fixed = torch.where(xs - p_down <= e_down, down, fixed)
         fixed = torch.where(small, fixed * (1 / root), torch.where(large, fixed * root, fixed))
+    return _with_tf_root_gradient(torch, x, fixed, y)
+
+
+def _with_tf_root_gradient(torch: Any, x: Any, root: Any, plain: Any) -> Any:
+    """``root`` (the rounded root of ``x``, no gradient) with TF's ``SqrtGrad``, ``g / (2 root)``.
+
+    ``root`` plus ``(x - x) / (2 root)``: zero, whose derivative (backward and forward mode)
+    is TF's rule on ``root`` in ``x``'s dtype (``(g * 0.5) / root`` is ``g / (2 root)``: the
+    halving is exact). ``plain`` (``torch.sqrt(x)``) where ``x`` is 0, negative or not
+    finite: its value and gradient are TF's there already.
+    """
+    with torch.no_grad():
+        xd = x.detach()
         regular = (xd > 0) & (xd < math.inf)
-        twice = torch.where(regular, fixed * 2, torch.ones_like(fixed))
-    return torch.where(regular, fixed + (x - xd) / twice, y)
+        twice = torch.where(regular, root * 2, torch.ones_like(root))
+    return torch.where(regular, root + (x - xd) / twice, plain)
 
 
 def _two_product(a: Any, b: Any) -> tuple[Any, Any]:

@@ -59,6 +59,26 @@ def _torch_clip(t: Any, c: float, axis: int) -> Any:
     return t * (c / torch.clamp(norms, min=c))
 
 
+def _axes_rows(
+    workload: str, backend: str, anchor: str, m: Any, clip: Callable[..., Any]
+) -> list[Case]:
+    """``clip_by_norm`` over axis 0 and over axis 1 of the matrix ``m``, against ``clip``."""
+    import anyclip
+
+    return [
+        (
+            workload,
+            f"clip_by_norm, axes={axis}",
+            backend,
+            anchor,
+            functools.partial(anyclip.clip_by_norm, m, 1.0, axes=axis),
+            functools.partial(clip, m, 1.0, axis),
+            _none,
+        )
+        for axis in (0, 1)
+    ]
+
+
 def cases(small: bool) -> tuple[list[Case], list[str]]:
     """Every row, and notes on the backends that are not installed."""
     import anyclip
@@ -113,18 +133,7 @@ def cases(small: bool) -> tuple[list[Case], list[str]]:
             _none,
         ),
     ]
-    for axis in (0, 1):
-        rows.append(
-            (
-                matrix,
-                f"clip_by_norm, axes={axis}",
-                "numpy",
-                "m * (c / maximum(norm(m, axis), c))",
-                functools.partial(anyclip.clip_by_norm, m, c, axes=axis),
-                functools.partial(_numpy_clip, m, c, axis),
-                _none,
-            )
-        )
+    rows += _axes_rows(matrix, "numpy", "m * (c / maximum(norm(m, axis), c))", m, _numpy_clip)
     notes: list[str] = []
     try:
         import torch
@@ -173,19 +182,8 @@ def cases(small: bool) -> tuple[list[Case], list[str]]:
                 _none,
             ),
         ]
-        tmat = torch.from_numpy(m.copy())
-        for axis in (0, 1):
-            rows.append(
-                (
-                    matrix,
-                    f"clip_by_norm, axes={axis}",
-                    "torch",
-                    "t * (c / clamp(vector_norm(t, axis), min=c))",
-                    functools.partial(anyclip.clip_by_norm, tmat, c, axes=axis),
-                    functools.partial(_torch_clip, tmat, c, axis),
-                    _none,
-                )
-            )
+        anchor = "t * (c / clamp(vector_norm(t, axis), min=c))"
+        rows += _axes_rows(matrix, "torch", anchor, torch.from_numpy(m.copy()), _torch_clip)
     rows += _jax_cases(x, one, notes)
     rows += _dask_cases(small, notes)
     try:

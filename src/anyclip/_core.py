@@ -422,8 +422,8 @@ def norm(
 def _sum_kept(xp: Namespace, kernels: Kernels | None, a: Any, axis: Any) -> Any:
     """``sum(a, axis, keepdims=True)`` of ``a >= 0``: in TF's order where ``kernels`` can.
 
-    :meth:`~anyclip._kernels.Kernels.nonnegative_sum` (TF's order for float64), else the
-    library's own sum.
+    :meth:`~anyclip._kernels.Kernels.nonnegative_sum` (TF's order for float64; settled: a
+    DTensor's partial sum all-reduced), else the library's own sum.
     """
     if kernels is None:
         return reduce_sum(xp, a, axis, keepdims=True)
@@ -529,11 +529,11 @@ def l2_normalize(
         # TF scales the parts apart: inf + 0j gives nan + 0j, not nan + nan j
         return complex_from_parts(xp, re * x_inv_norm, im * x_inv_norm, x.dtype)
     if kernels is None or not kernels.ftz:
-        square_sum = settle(_sum_kept(xp, kernels, x * x, axis))
+        square_sum = _sum_kept(xp, kernels, x * x, axis)  # settled
         x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
         return x * x_inv_norm
     xs = kernels.flush_squares(xp, x)
-    square_sum = settle(_sum_kept(xp, kernels, xs * xs, axis))
+    square_sum = _sum_kept(xp, kernels, xs * xs, axis)  # settled
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, kernels.flush(xp, epsilon)))
     return kernels.flush(xp, x * x_inv_norm, x, owned=True)
 

@@ -27,7 +27,6 @@ Importing this package imports no framework.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,8 +42,12 @@ from anyclip._kernels._jax import (
 )
 from anyclip._kernels._numpy import NumpyKernels
 from anyclip._kernels._plain import plain_clip_by_norm, plain_clip_by_value, plain_norm
-from anyclip._kernels._tforder import numpy_rows_in_order
-from anyclip._kernels._tforder_xp import rounded_apart, tf_order_row_sums, tf_order_vector_sum
+from anyclip._kernels._tforder_xp import (
+    numpy_tf_row_sums,
+    rounded_apart,
+    tf_order_row_sums,
+    tf_order_vector_sum,
+)
 from anyclip._kernels._torch import TorchKernels
 from anyclip._kernels._torch_sums import torch_tf_row_sums
 from anyclip._memo import Memo, memo_by_dtype
@@ -190,14 +193,8 @@ def tf_row_sums(
         return jax_tf_row_sums(xp, rows, packet, leaf, square, phase)
     if lib == "torch":
         return torch_tf_row_sums(xp, rows, packet=packet, leaf=leaf, square=square, phase=phase)
-    in_order = None
-    if lib == "numpy":
-        import numpy as np
-
-        in_order = functools.partial(numpy_rows_in_order, np)
-    return tf_order_row_sums(
-        xp, rows, packet=packet, leaf=leaf, square=square, in_order=in_order, phase=phase
-    )
+    sums = numpy_tf_row_sums if lib == "numpy" else tf_order_row_sums
+    return sums(xp, rows, packet=packet, leaf=leaf, square=square, phase=phase)
 
 
 def _choose(xp: Namespace, dtype: Any) -> Kernels:

@@ -39,18 +39,17 @@ from typing import Any
 
 from anyclip._compat import dtype_name
 from anyclip._kernels._base import Kernels
-from anyclip._kernels._tfaxes import tf_axes_sum, tf_layout
+from anyclip._kernels._tfaxes import named_axes, tf_axes_sum, tf_layout
 from anyclip._kernels._tforder import (
     eigen_packet,
     numpy_in_turn,
-    numpy_rows_in_order,
     tf_order_dtype,
     tf_order_nodes,
     tf_order_sums,
     tf_order_total,
     tf_order_walk,
 )
-from anyclip._kernels._tforder_xp import tf_order_row_sums
+from anyclip._kernels._tforder_xp import numpy_tf_row_sums
 from anyclip._numerics import reduce_sum
 from anyclip._subnormals import OPEN, flush_subnormals, flushing
 from anyclip._typing import Namespace
@@ -103,7 +102,7 @@ class DaskKernels(Kernels):
         if dtype_name(y.dtype) != "float64" or not _known_shape(y) or y.size == 0:
             return None
         shape = tuple(int(d) for d in y.shape)
-        named = _named_axes(axes, len(shape))
+        named = named_axes(axes, len(shape))
         if len(tf_layout(shape, named)[0]) <= 1 or all(shape[i] == 1 for i in named):
             return None
         whole = y.rechunk(_whole_axes(y, named))
@@ -326,14 +325,6 @@ def _whole_axes(y: Any, named: tuple[int, ...]) -> dict[int, Any]:
     return {i: -1 if i in named else kept for i in range(y.ndim) if i in named or kept}
 
 
-def _named_axes(axes: tuple[int, ...] | int | None, ndim: int) -> tuple[int, ...]:
-    """``axes`` (None, one or several, negative from the end) as sorted non-negative axes."""
-    if axes is None:
-        return tuple(range(ndim))
-    listed = (axes,) if isinstance(axes, int) else axes
-    return tuple(sorted({a % ndim for a in listed}))
-
-
 def _tf_sum_chunk(
     block: Any, axes: tuple[int, ...], whole: tuple[int, ...], block_info: Any = None
 ) -> Any:
@@ -347,8 +338,6 @@ def _tf_sum_chunk(
     place = np.ravel_multi_index(grids, [whole[i] for i in kept]) if kept else np.zeros(())
     out = tuple(1 if i in axes else int(n) for i, n in enumerate(block.shape))
     packet, leaf = eigen_packet(block.dtype)
-    in_order = functools.partial(numpy_rows_in_order, np)
-    rows = functools.partial(tf_order_row_sums, in_order=in_order)
     with np.errstate(all="ignore"):
         total = tf_axes_sum(
             np_xp,
@@ -356,7 +345,7 @@ def _tf_sum_chunk(
             axes,
             packet=packet,
             leaf=leaf,
-            row_sums=rows,
+            row_sums=numpy_tf_row_sums,
             in_turn=numpy_in_turn,
             whole=whole,
             place=np.reshape(place, out),

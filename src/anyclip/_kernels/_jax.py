@@ -41,7 +41,7 @@ from typing import Any
 from anyclip._compat import dtype_name, may_be_sharded
 from anyclip._kernels import _base
 from anyclip._kernels._base import Kernels, groups
-from anyclip._kernels._tfaxes import tf_sum_or_none
+from anyclip._kernels._tfaxes import named_axes, tf_sum_or_none
 from anyclip._kernels._tforder import _leaves, eigen_packet, tf_order_dtype
 from anyclip._kernels._tforder_xp import (
     _add_nodes,
@@ -580,9 +580,9 @@ class JaxKernels(Kernels):
         """
         if dtype_name(y.dtype) != "float64" or not _tf_order_ok([y]) or y.size == 0:
             return None
-        named = (axes,) if isinstance(axes, int) else axes
+        named = named_axes(axes, y.ndim)  # one program for -1 and the last axis
 
-        def run(v: Any, named: tuple[int, ...] | None) -> Any:
+        def run(v: Any, named: tuple[int, ...]) -> Any:
             return tf_sum_or_none(
                 xp,
                 rounded_apart(xp, v),

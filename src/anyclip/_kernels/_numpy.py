@@ -13,7 +13,6 @@ so only TF's order lands on TF's value; the rows' order was 11 ULP from TF at 25
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,11 +20,10 @@ from anyclip._kernels._base import ROW, Kernels, every_axis, groups
 from anyclip._kernels._tfaxes import tf_sum_or_none
 from anyclip._kernels._tforder import (
     numpy_in_turn,
-    numpy_rows_in_order,
     tf_order_sums,
     tf_order_total,
 )
-from anyclip._kernels._tforder_xp import tf_order_row_sums
+from anyclip._kernels._tforder_xp import numpy_tf_row_sums
 from anyclip._typing import Namespace
 
 __all__ = ["NumpyKernels", "squared_sum"]
@@ -58,11 +56,7 @@ class NumpyKernels(Kernels):
         """As :meth:`Kernels.tf_sum`; the rows of the packet accumulators added by NumPy."""
         if y.dtype != xp.float64:
             return None
-        import numpy as np
-
-        in_order = functools.partial(numpy_rows_in_order, np)
-        rows = functools.partial(tf_order_row_sums, in_order=in_order)
-        return tf_sum_or_none(xp, y, axes, row_sums=rows, in_turn=numpy_in_turn)
+        return tf_sum_or_none(xp, y, axes, row_sums=numpy_tf_row_sums, in_turn=numpy_in_turn)
 
     def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
         """``owned / divisor`` written into ``owned``."""

@@ -37,7 +37,7 @@ from anyclip._compat import device
 from anyclip._kernels._tforder import eigen_packet
 from anyclip._kernels._tforder_xp import tf_order_row_sums, tf_order_vector_sum
 
-__all__ = ["cumulative_in_turn", "tf_axes_sum", "tf_layout", "tf_sum_or_none"]
+__all__ = ["cumulative_in_turn", "named_axes", "tf_axes_sum", "tf_layout", "tf_sum_or_none"]
 
 #: Rows from which Eigen's ``InnerMostDimPreserver`` adds into four packet accumulators.
 _FOUR_FROM = 16
@@ -174,13 +174,16 @@ def tf_sum_or_none(
     shape = tuple(int(d) for d in y.shape)
     if math.prod(shape) == 0:
         return None
-    if axes is None:
-        named: tuple[int, ...] = tuple(range(len(shape)))
-    else:
-        listed = (axes,) if isinstance(axes, int) else axes
-        named = tuple(sorted({a % len(shape) for a in listed}))
     packet, leaf = eigen_packet(y.dtype)
-    return tf_axes_sum(xp, y, named, packet=packet, leaf=leaf, **forms)
+    return tf_axes_sum(xp, y, named_axes(axes, len(shape)), packet=packet, leaf=leaf, **forms)
+
+
+def named_axes(axes: tuple[int, ...] | int | None, ndim: int) -> tuple[int, ...]:
+    """``axes`` (None for every axis, one or several, negative from the end), sorted, >= 0."""
+    if axes is None:
+        return tuple(range(ndim))
+    listed = (axes,) if isinstance(axes, int) else axes
+    return tuple(sorted({a % ndim for a in listed}))
 
 
 def _packed(xp: Any, z: Any, packet: int, c: int, outputs: int, place: Any) -> bool | Any:

@@ -15,10 +15,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from anyclip._compat import device, library
-from anyclip._kernels._tforder import _LEAF, _PACKET, _leaves, _levels, _pos, _walk, eigen_packet
+from anyclip._kernels._tforder import (
+    _LEAF,
+    _PACKET,
+    _leaves,
+    _levels,
+    _pos,
+    _walk,
+    eigen_packet,
+    numpy_rows_in_order,
+)
 from anyclip._numerics import constant
 
 __all__ = [
+    "numpy_tf_row_sums",
     "rounded_apart",
     "square_list",
     "tf_order_row_sums",
@@ -311,6 +321,18 @@ def tf_order_row_sums(
         sums += [got[:, k] for k in range(count)]
         first += count
     return _walk(tree, sums)
+
+
+def numpy_tf_row_sums(xp: Any, rows: Any, **kwargs: Any) -> Any:
+    """:func:`tf_order_row_sums` of a NumPy ``rows``, the accumulators' rows added by NumPy.
+
+    ``in_order`` is :func:`~anyclip._kernels._tforder.numpy_rows_in_order`; ``kwargs``:
+    ``packet``, ``leaf`` and optionally ``square`` and ``phase``.
+    """
+    import numpy as np
+
+    in_order = functools.partial(numpy_rows_in_order, np)
+    return tf_order_row_sums(xp, rows, in_order=in_order, **kwargs)
 
 
 def rounded_apart(xp: Any, x: Any) -> Any:

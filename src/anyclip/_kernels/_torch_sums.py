@@ -10,7 +10,6 @@ float64 CPU sums in TF's order on a NumPy view of the tensors' memory (:func:`_t
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,11 +20,10 @@ from anyclip._kernels._dist import (
 from anyclip._kernels._tfaxes import cumulative_in_turn
 from anyclip._kernels._tforder import (
     numpy_in_turn,
-    numpy_rows_in_order,
     tf_order_sums,
     tf_order_total,
 )
-from anyclip._kernels._tforder_xp import tf_order_row_sums, tf_order_squares
+from anyclip._kernels._tforder_xp import numpy_tf_row_sums, tf_order_row_sums, tf_order_squares
 from anyclip._kernels._torch_multi import cpu_half_square_sums
 from anyclip._numerics import reduce_sum
 from anyclip._typing import Namespace
@@ -363,11 +361,9 @@ def torch_tf_row_sums(xp: Namespace, rows: Any, **kwargs: Any) -> Any:
     if view is None:
         return tf_order_row_sums(xp, rows, **kwargs)
     import array_api_compat.numpy as np_xp
-    import numpy as np
     import torch
 
-    in_order = functools.partial(numpy_rows_in_order, np)
-    return torch.from_numpy(tf_order_row_sums(np_xp, view, in_order=in_order, **kwargs))
+    return torch.from_numpy(numpy_tf_row_sums(np_xp, view, **kwargs))
 
 
 def torch_in_turn(xp: Namespace, z: Any) -> Any:

@@ -689,18 +689,16 @@ def test_torch_compile_off_the_cpu_makes_no_multi_tensor_op(backend, name, monke
 
 @torch_backends
 @pytest.mark.parametrize("case_id", TORCH_CASES)
-def test_torch_compile_flush_subnormals(backend, case_id, request):
+def test_torch_compile_flush_subnormals(backend, compile_fullgraph, case_id, request):
     # inside flush_subnormals() every case compiles without a graph break (Dynamo cannot read
-    # the ContextVar; anyclip reads an attribute it guards on) and gives the eager values
-    torch = backend.module
-    torch._dynamo.reset()
+    # the ContextVar; anyclip reads an attribute it guards on) with torch.compile's default
+    # compiler, as users compile, and gives the eager values
     case = CASES[case_id]
     _declare_too_old(backend, case, request)
     args = _inputs(backend, case)
     with anyclip.flush_subnormals():
         eager = case.fn(*args)
-        compiled = torch.compile(case.fn, fullgraph=True, backend="aot_eager")(*args)
-    torch._dynamo.reset()
+        compiled = compile_fullgraph(case.fn)(*args)
     _assert_same(backend, compiled, eager, ulp=TORCH_ULP)
 
 

@@ -31,10 +31,9 @@ jax_cache.enable()
 
 pytest_plugins = ["anyclip_conformance.plugin"]
 
-#: ``gc.set_threshold`` during the tests (Python's default: 700, 10, 10). The default collects
-#: the young generation every 700 allocations, so the short-lived cycles of a JAX lowering or a
-#: Dynamo trace outlive several collections, reach the oldest generation, and trigger its full
-#: collections: 34 and 53 of them in the two workers of a whole run, up to 2.7 s each.
+#: ``gc.set_threshold`` during the tests (Python's default: 700, 10, 10). With the default, the
+#: two workers of a whole run made 34 and 53 full collections, up to 2.7 s each (49 and 68 s in
+#: the collector); with this and the freeze below, 43 and 25 s (CONTRIBUTING.md).
 GC_THRESHOLDS = (50_000, 20, 20)
 
 

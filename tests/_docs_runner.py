@@ -53,9 +53,12 @@ def _category(name: str) -> type[Warning]:
 def _set_filters(filters: list[list[Any]] | None) -> None:
     if filters is None:
         return
+    # the categories' modules imported first: an import can add filters of its own (torch
+    # 2.11's does), which would otherwise come before the ones set here
+    categories = [_category(f[2]) for f in filters]
     warnings.resetwarnings()
-    for action, message, category, module, lineno in filters:
-        warnings.filterwarnings(action, message, _category(category), module, lineno, append=True)
+    for (action, message, _, module, lineno), category in zip(filters, categories, strict=True):
+        warnings.filterwarnings(action, message, category, module, lineno, append=True)
 
 
 def run_block(name: str, code: str, filters: list[list[Any]] | None) -> dict[str, Any]:

@@ -407,4 +407,9 @@ def jax_compiles() -> Iterator[list[str]]:
 
     jax.monitoring.register_event_duration_secs_listener(listen)
     yield seen
-    jax.monitoring.unregister_event_duration_listener(listen)
+    unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
+    if unregister is None:  # JAX before 0.6 (the floor is 0.5.3): only its private name
+        from jax._src import monitoring
+
+        unregister = monitoring._unregister_event_duration_listener_by_callback
+    unregister(listen)

@@ -46,27 +46,43 @@ OWN_ORDER_ULP = 4
 CASES = [pytest.param(i, id=f"{shape}-{axes}") for i, (shape, axes) in enumerate(gen.CASES)]
 
 
+def inputs() -> dict[str, np.ndarray]:
+    """The script's inputs (new arrays each call), checked to be those TF's results were
+    made from."""
+    xs = gen.inputs()
+    got, want = gen.inputs_digest(xs), str(REF["inputs_sha256"])
+    if got != want:
+        raise AssertionError(
+            f"NumPy {np.__version__} generates other inputs than those of "
+            f"tests/data/axes_sums.npz (made with NumPy {REF['versions'][1]}): SHA-256 "
+            f"{got} instead of {want}. Compare with TF on these inputs: rerun "
+            "tests/data/make_axes_sums.py with TensorFlow 2.21, or run with that NumPy."
+        )
+    return xs
+
+
 def budget(name: str) -> int:
     return 0 if name in TF_ORDER else OWN_ORDER_ULP
 
 
 def test_inputs_are_the_files():
-    # one input per case, of the case's shape (the file holds TF's outputs only)
-    xs = gen.inputs()
+    # one input per case, of the case's shape, the inputs TF's results were made from (the
+    # file holds their digest and TF's outputs)
+    xs = inputs()
     assert [xs[str(i)].shape for i in range(len(gen.CASES))] == [s for s, _ in gen.CASES]
     assert all(REF[f"{i}/clip_by_norm"].shape == s for i, (s, _) in enumerate(gen.CASES))
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_clip_by_norm(backend, make, check, case):
-    x, axes = gen.inputs()[str(case)], gen.CASES[case][1]
+    x, axes = inputs()[str(case)], gen.CASES[case][1]
     out = anyclip.clip_by_norm(make(x, "float64"), gen.CLIP_NORM, axes=axes)
     check(out, REF[f"{case}/clip_by_norm"], "float64", budget(backend.name))
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_l2_normalize(backend, make, check, case):
-    x, axes = gen.inputs()[str(case)], gen.CASES[case][1]
+    x, axes = inputs()[str(case)], gen.CASES[case][1]
     if x.size > gen.SMALL:
         pytest.skip("not stored: the file keeps l2_normalize for the small inputs only")
     out = anyclip.l2_normalize(make(x, "float64"), axis=list(axes))
@@ -76,7 +92,7 @@ def test_l2_normalize(backend, make, check, case):
 @pytest.mark.parametrize("order", [1, 2])
 @pytest.mark.parametrize("case", CASES)
 def test_norm(backend, make, check, case, order):
-    x, axes = gen.inputs()[str(case)], gen.CASES[case][1]
+    x, axes = inputs()[str(case)], gen.CASES[case][1]
     if len(axes) != 1:
         pytest.skip("tf.norm takes one axis (two are a matrix norm)")
     out = anyclip.norm(make(x, "float64"), ord=order, axis=axes[0], keepdims=True)
@@ -88,7 +104,7 @@ def test_norm(backend, make, check, case, order):
 def test_under_jit(backend, make, check, case):
     # the same order traced and inlined into the caller's program: the squares are rounded
     # before they are added (no fused multiply-add), the slices added by a fori_loop
-    x, axes = gen.inputs()[str(case)], gen.CASES[case][1]
+    x, axes = inputs()[str(case)], gen.CASES[case][1]
     clip = backend.jit(lambda t: anyclip.clip_by_norm(t, gen.CLIP_NORM, axes=axes))
     check(clip(make(x, "float64")), REF[f"{case}/clip_by_norm"], "float64")
 
@@ -98,7 +114,7 @@ def test_under_jit(backend, make, check, case):
 def test_torch_with_a_gradient_recorded(backend, make, check, case):
     # while autograd records, the sums run in torch operations (cumsum, no NumPy view):
     # the same bits, and a gradient
-    x, axes = gen.inputs()[str(case)], gen.CASES[case][1]
+    x, axes = inputs()[str(case)], gen.CASES[case][1]
     t = make(x, "float64").requires_grad_()
     out = anyclip.clip_by_norm(t, gen.CLIP_NORM, axes=axes)
     check(out.detach(), REF[f"{case}/clip_by_norm"], "float64")
@@ -114,7 +130,7 @@ def test_norm_gradient(backend, make, check, case):
     # TF-order sums (torch's cumsum, JAX's fori_loop) and the corrected root, whose gradient
     # is TF's rule on the corrected value (torch's own rule on its uncorrected root was 2 to
     # 3 ULP off here)
-    x, axes = gen.inputs()[str(case)], gen.CASES[case][1]
+    x, axes = inputs()[str(case)], gen.CASES[case][1]
     if len(axes) != 1:
         pytest.skip("tf.norm takes one axis (two are a matrix norm)")
     (got,) = backend.grad(lambda t: anyclip.norm(t, axis=axes[0]), [make(x, "float64")], 1.0)
@@ -129,7 +145,7 @@ def test_dask_chunks(case, chunking):
     # outputs placed by their index in the whole output
     da = pytest.importorskip("dask.array")
     backend = load_backend("dask")
-    x, axes = gen.inputs()[str(case)], gen.CASES[case][1]
+    x, axes = inputs()[str(case)], gen.CASES[case][1]
     if chunking == "halves":
         chunks = tuple(max(1, n // 2) for n in x.shape)
     else:

@@ -16,11 +16,19 @@ frameworks' modules, the collected items: some 1.9 million objects) to ``gc.free
 makes the collector's young generation larger (:data:`GC_THRESHOLDS`), so that the run's full
 collections no longer walk them again and again (measured in CONTRIBUTING.md, "Running the
 tests").
+
+Inductor's C++ kernels are cached under a key that holds the compiler's command line, and so
+the path of the venv's torch (``-I``/``-L``): every fresh clone, with its own ``.venv``,
+compiled its some 200 kernels again (about a second of CPU each) although its FX graph cache
+hit. :func:`_stable_inductor_kernel_keys` writes that path into the key as the torch build
+instead (measured in CONTRIBUTING.md, "Running the tests").
 """
 
 from __future__ import annotations
 
 import gc
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -48,6 +56,60 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+#: Whether :func:`_stable_inductor_kernel_keys` ran in this process (once torch was imported).
+_KERNEL_KEYS_DONE: list[bool] = []
+
+
+def _stable_inductor_kernel_keys() -> None:
+    """Key Inductor's compiled C++ by the torch build, not by where the venv's torch lies.
+
+    ``torch._inductor.codecache.write`` names a kernel's ``.so`` (and a precompiled header)
+    by a hash of its source and of ``extra``, the compile command, which holds the torch
+    folder in its ``-I`` and ``-L`` flags. Here that folder is replaced in ``extra`` by the
+    torch version and build commit, so another venv of the same torch build (a fresh clone's)
+    finds the kernels compiled before instead of compiling them again. The kernels link no
+    torch library (only the C and C++ runtimes), and their headers are the build's own, so
+    the same build gives the same kernel. Nothing changes when torch has no such function
+    (another torch version): the keys are torch's own then. Only the test run is changed,
+    never anyclip.
+    """
+    if _KERNEL_KEYS_DONE or "torch" not in sys.modules:
+        return
+    _KERNEL_KEYS_DONE.append(True)
+    try:
+        import torch
+        from torch._inductor import codecache
+        from torch.utils import cpp_extension
+    except Exception:  # noqa: BLE001 - a torch without Inductor: nothing to key
+        return
+    write = getattr(codecache, "write", None)
+    folder = getattr(cpp_extension, "_TORCH_PATH", None)
+    if not callable(write) or not isinstance(folder, str) or not folder:
+        return
+    build = f"<torch {torch.__version__} {getattr(torch.version, 'git_version', '')}>"
+
+    def write_keyed_by_build(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > 2 and isinstance(args[2], str):
+            args = (*args[:2], args[2].replace(folder, build), *args[3:])
+        elif isinstance(kwargs.get("extra"), str):
+            kwargs["extra"] = kwargs["extra"].replace(folder, build)
+        return write(*args, **kwargs)
+
+    codecache.write = write_keyed_by_build
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    _stable_inductor_kernel_keys()  # a test before imported torch: before its fixtures compile
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    _stable_inductor_kernel_keys()  # its fixtures imported torch: before the test compiles
+    return (yield)
 
 
 def _group_scheduling() -> Any:

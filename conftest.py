@@ -88,13 +88,15 @@ def _stable_inductor_kernel_keys() -> None:
     folder = getattr(cpp_extension, "_TORCH_PATH", None)
     if not callable(write) or not isinstance(folder, str) or not folder:
         return
-    build = f"<torch {torch.__version__} {getattr(torch.version, 'git_version', '')}>"
+    # the folder with its separator: a sibling such as ``.../torchvision`` is left as it is
+    inside = folder.rstrip("/") + "/"
+    build = f"<torch {torch.__version__} {getattr(torch.version, 'git_version', '')}>/"
 
     def write_keyed_by_build(*args: Any, **kwargs: Any) -> Any:
         if len(args) > 2 and isinstance(args[2], str):
-            args = (*args[:2], args[2].replace(folder, build), *args[3:])
+            args = (*args[:2], args[2].replace(inside, build), *args[3:])
         elif isinstance(kwargs.get("extra"), str):
-            kwargs["extra"] = kwargs["extra"].replace(folder, build)
+            kwargs["extra"] = kwargs["extra"].replace(inside, build)
         return write(*args, **kwargs)
 
     codecache.write = write_keyed_by_build

@@ -31,6 +31,12 @@ def test_kernel_key_names_the_torch_build_not_its_folder(backend, tmp_path, monk
     here = key(folder)
     assert here == key(build)  # this venv's torch keys as its build would anywhere
     assert here != key("/another/venv/lib/python3/site-packages/torch")  # another folder
+    # a sibling folder that starts with the torch folder's name keeps its own path
+    vision = f"-I{folder}vision/include"
+    assert (
+        codecache.write(SOURCE, "cpp", vision)[0]
+        != codecache.write(SOURCE, "cpp", f"-I{build}vision/include")[0]
+    )
     # keywords as torch's own callers pass them (the precompiled header's key)
     by_keyword, _ = codecache.write(content=SOURCE, extension="cpp", extra=f"-I{folder}/x")
     assert by_keyword == codecache.write(SOURCE, "cpp", f"-I{build}/x")[0]

@@ -621,3 +621,111 @@ def test_declared_integer_p_norm_with_a_numpy_ord_is_one():
     # TF 2.21: 1 (p and 1/p cast to int32: sum(|x| ** 3) ** 0); anyclip: TypeError
     out = anyclip.norm(np.array([3, -4, 1], np.int32), ord=np.float64(3.0))
     assert out == 1
+
+
+# ------------------------------------- 9. jax.jit over one element; constraints inside the flush
+# (differential fuzzing, 2026-11-29). Under jax.jit XLA rewrote sqrt(x * x) over one element
+# into abs(x): the square's overflow that TF's norm has was lost. 1e30 squared overflows
+# float32 and 1e200 float64, so TF's norm is inf there (TF 2.21: tf.norm of [[1e30, 1]] over
+# axis 0 is [inf, 1], tf.linalg.normalize's [0, 1]; Keras 3.15's MaxNorm(1, axis=0) gives
+# [[0, 0.9999999]], MinMaxNorm(0, 1, axis=0) [[nan, 0.9999999]], UnitNorm of [[1e200]] 0).
+_ONE_ELEMENT_JIT = {
+    "norm": (lambda x: anyclip.norm(x, axis=0), [[1e30, 1.0]], [math.inf, 1.0]),
+    "norm-all": (lambda x: anyclip.norm(x[:, :1]), [[1e30, 1.0]], math.inf),
+    "normalize": (lambda x: anyclip.normalize(x, axis=0)[0], [[1e30, 1.0]], [[0.0, 1.0]]),
+    "max_norm": (lambda x: anyclip.constraints.max_norm(x, 1.0, 0), [[1e30, 1.0]], None),
+    "min_max_norm": (
+        lambda x: anyclip.constraints.min_max_norm(x, 0.0, 1.0, 1.0, 0),
+        [[1e30, 1.0]],
+        None,
+    ),
+    "unit_norm-f64": (lambda x: anyclip.constraints.unit_norm(x, 0), [[1e200]], [[0.0]]),
+}
+
+
+def _keras_float32(name: str) -> np.ndarray:
+    """Keras 3's MaxNorm / MinMaxNorm(rate=1) of [[1e30, 1]] over axis 0, op by op in float32."""
+    w = np.array([[1e30, 1.0]], np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        n = np.sqrt(np.sum(w * w, axis=0, keepdims=True))  # [inf, 1]: NumPy squares as TF
+        lo = np.float32(0.0)
+        desired = np.clip(n, lo, np.float32(1.0))
+        if name == "min_max_norm":  # rate * clip + (1 - rate) * n, rate 1: 0 * inf is NaN
+            desired = np.float32(1.0) * desired + np.float32(0.0) * n
+        return w * (desired / (np.float32(1e-7) + n))
+
+
+@jax_backends
+@pytest.mark.parametrize("case", list(_ONE_ELEMENT_JIT))
+def test_one_element_norm_under_jit_keeps_the_squares_overflow(backend, make, check, case):
+    fn, x, want = _ONE_ELEMENT_JIT[case]
+    dtype = "float64" if case.endswith("-f64") else "float32"
+    want = _keras_float32(case) if want is None else np.asarray(want, dtype)
+    check(backend.jit(fn)(make(np.array(x), dtype)), want, dtype)
+    check(fn(make(np.array(x), dtype)), want, dtype)  # eagerly too
+
+
+# Keras 3.15 on TF 2.21 flushes every op (TF's FTZ/DAZ): UnitNorm of [[-1e-42]] (a float32
+# subnormal, read as -0) is [[-0.]]; MaxNorm(0.5) of [[2e-38], [1]] scales 2e-38 by
+# 0.5 / (1 + 1e-7) to about 1e-38, a subnormal, which TF flushes to 0; MinMaxNorm(0, 0.5) the
+# same. anyclip.constraints ignored flush_subnormals(): -1e-35, 1e-38 and 1e-38.
+_FLUSHED_CONSTRAINTS = {
+    "unit_norm": (lambda w: anyclip.constraints.unit_norm(w), [[-1e-42]], [[-0.0]]),
+    "max_norm": (lambda w: anyclip.constraints.max_norm(w, 0.5), [[2e-38], [1.0]], None),
+    "min_max_norm": (
+        lambda w: anyclip.constraints.min_max_norm(w, 0.0, 0.5),
+        [[2e-38], [1.0]],
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(_FLUSHED_CONSTRAINTS))
+def test_constraints_flush_inside_flush_subnormals(backend, make, case):
+    fn, w, want = _FLUSHED_CONSTRAINTS[case]
+    with anyclip.flush_subnormals():
+        out = backend.to_numpy(fn(make(np.array(w), "float32")))
+    if want is None:  # the subnormal product flushed; the other element as Keras's
+        one = np.float32(1.0) * (np.float32(0.5) / (np.float32(1e-7) + np.float32(1.0)))
+        want = [[0.0], [one]]
+    np.testing.assert_array_equal(out, np.asarray(want, np.float32))
+    assert np.signbit(out).tolist() == np.signbit(np.asarray(want, np.float32)).tolist()
+
+
+# ------------------------------------------ 10. float16 operands, NumPy scalar use_norm (2026-11-29)
+# TF 2.21 converts a Python float (alone or in a list) to float16 through float32, a NumPy scalar
+# with NumPy's one rounding: -46.765625312855775 is -46.75 from a Python float and -46.78125 from
+# np.float64 (clip_by_value of [-50.] float16, TF 2.21); an l2_normalize epsilon of
+# 0.4471435430176882 gives 0.01495361 for [0.01, 0] float16 (TF 2.21). NumPy and JAX rounded the
+# Python float once, torch the NumPy scalar twice.
+_F16_BOUND = -46.765625312855775
+
+
+@pytest.mark.parametrize(
+    ("kind", "want"),
+    [("python", -46.75), ("list", -46.75), ("numpy64", -46.78125), ("numpy32", -46.75)],
+)
+def test_float16_operands_convert_as_tf(backend, make, check, kind, want):
+    bound = {
+        "python": _F16_BOUND,
+        "list": [_F16_BOUND],
+        "numpy64": np.float64(_F16_BOUND),
+        "numpy32": np.float32(_F16_BOUND),
+    }[kind]
+    t = make(np.array([-50.0], np.float16), "float16")
+    check(anyclip.clip_by_value(t, bound, 1.0), np.array([want], np.float16), "float16")
+
+
+def test_float16_epsilon_converts_as_tf(backend, make, check):
+    x = make(np.array([0.01, 0.0], np.float16), "float16")
+    out = anyclip.l2_normalize(x, epsilon=0.4471435430176882)
+    check(out, np.array([0.01495361, 0.0], np.float16), "float16")  # TF 2.21
+
+
+@pytest.mark.parametrize("scalar", [np.float32(10.0), np.float64(10.0)])
+def test_numpy_scalar_use_norm_is_a_value(backend, make, check, scalar):
+    # TF 2.21: a NumPy scalar use_norm is cast to the lists' dtype ([0.3, 0.4]) and returned
+    # as passed; a Python float is refused (declared: docs/tf-behaviour.md)
+    out, norm = anyclip.clip_by_global_norm([make([3.0, 4.0], "float32")], 1.0, use_norm=scalar)
+    check(out[0], np.array([0.3, 0.4], np.float32), "float32")
+    assert norm is scalar

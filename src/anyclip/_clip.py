@@ -18,6 +18,7 @@ from anyclip import _core
 from anyclip._compat import (
     dtype_name,
     is_array,
+    is_numpy_scalar,
     library,
     namespace,
 )
@@ -383,11 +384,12 @@ def _clip_global(
         xp = group_namespace(group) or xp  # no array here: still joins the all-reduce
     groups = check_group(xp, group)
     bools: list[int] = []
+    given = use_norm  # a NumPy scalar is returned as passed, as TF returns it
     if use_norm is None:
         mixed_ok = accumulate_dtype is not None
         values = floating_list(xp, items, mixed_ok=mixed_ok, beside=(clip_norm,))
         use_norm, k = _global_norm_of(kernels, xp, values, accumulate_dtype, groups)
-    elif not is_array(use_norm):
+    elif not is_array(use_norm) and not is_numpy_scalar(use_norm):
         kind = type(use_norm).__name__
         msg = (
             "`use_norm` must be a 0-d floating array (the precomputed global norm), "
@@ -395,6 +397,13 @@ def _clip_global(
             f"{tf_words(f'{kind!r} object has no attribute ' + repr('dtype'))}"  # TF's
         )
         raise TypeError(msg)
+    elif is_numpy_scalar(use_norm):  # a value in TF: cast to the lists' dtype, returned as is
+        values, bools = real_list(xp, items, beside=(clip_norm,))
+        present = [v for v in values if v is not None]
+        if not present:
+            return back([None] * len(values)), use_norm
+        given, use_norm = use_norm, as_operand(use_norm, xp, present[0], "use_norm")
+        k = kernels if kernels is not None else kernels_for(xp, present)
     else:
         values, bools = real_list(xp, items, beside=(use_norm, clip_norm))
         use_norm = native_order(use_norm)
@@ -421,7 +430,7 @@ def _clip_global(
     clipped = _core.clip_by_global_norm(
         xp, k, values, c, norm, policy, unclipped_at_inf=at_inf, bools=bools
     )
-    return back(clipped), use_norm
+    return back(clipped), given if is_numpy_scalar(given) else use_norm
 
 
 def _tf_use_norm_kind(dtype: Any) -> str | None:

@@ -11,6 +11,11 @@ as Keras's do on the TF backend; nothing branches on an array value, so everythi
 
 The constraints are projections applied after an optimizer step, not differentiated through;
 their gradients are whatever the backend's autodiff gives for these ops.
+
+The norms are the kernels' (``kernels.norm2``, chosen by the public layer), as ``tf.norm``'s:
+Keras's ``sqrt(sum(square(w)))`` is the same TF ops, so float64 sums take TF's order where the
+kernels have it, and with flushing kernels (inside :class:`anyclip.flush_subnormals`) every op
+flushes its subnormal inputs and results, as TF's CPU kernels do.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from typing import Any
 from anyclip import _core
 from anyclip import _gradients as g
 from anyclip._compat import dtype_name
-from anyclip._numerics import quotient, reduce_sum, sqrt
+from anyclip._kernels import Kernels
+from anyclip._numerics import quotient, sqrt
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -47,37 +53,51 @@ def _divide(xp: Namespace, a: Any, b: Any) -> Any:
     return xp.astype(quotient(xp, xp.astype(a, xp.float32), xp.astype(b, xp.float32)), a.dtype)
 
 
-def norms(xp: Namespace, w: Any, axes: tuple[int, ...] | None) -> Any:
+def norms(xp: Namespace, kernels: Kernels, w: Any, axes: tuple[int, ...] | None) -> Any:
     """``sqrt(sum(square(w), axis=axes, keepdims=True))``: Keras's ``norms``.
 
-    ``axes=()`` reduces nothing (TF's ``reduce_sum`` over no axis), giving ``sqrt(w * w)``;
-    torch's ``sum(dim=())`` would reduce every axis, so that case does not call it.
+    ``kernels.norm2``: TF's order for float64 sums where the kernels have it, the square kept
+    apart under ``jax.jit`` where a norm spans one element (XLA would fold ``sqrt(w * w)``
+    into ``abs(w)``, without the square's overflow), subnormal squares flushed by flushing
+    kernels. ``axes=()`` reduces nothing (TF's ``reduce_sum`` over no axis), giving
+    ``sqrt(w * w)``; torch's ``sum(dim=())`` would reduce every axis, so that case does not
+    call it.
     """
-    squares = w * w
     if axes == ():
-        return sqrt(xp, squares)
-    return sqrt(xp, reduce_sum(xp, squares, axes, keepdims=True))
+        return sqrt(xp, kernels.flush(xp, w * w, w))
+    return kernels.norm2(xp, kernels.flush_squares(xp, w), axes)
 
 
 @_core._entry
 def max_norm(
-    xp: Namespace, w: Any, max_value: Any, epsilon: Any, axes: tuple[int, ...] | None
+    xp: Namespace,
+    kernels: Kernels,
+    w: Any,
+    max_value: Any,
+    epsilon: Any,
+    axes: tuple[int, ...] | None,
 ) -> Any:
     """``w * (clip(norms, 0, max_value) / (epsilon + norms))``: Keras's ``MaxNorm``."""
-    n = norms(xp, w, axes)
-    desired = _core.clip_by_value(xp, n, xp.zeros_like(max_value), max_value)
-    return w * _divide(xp, desired, epsilon + n)
+    f = kernels.flush
+    n = norms(xp, kernels, w, axes)
+    desired = _core.clip_by_value(xp, n, xp.zeros_like(max_value), max_value, kernels)
+    q = f(xp, _divide(xp, desired, f(xp, f(xp, epsilon) + n)))
+    return f(xp, w * q, w)
 
 
 @_core._entry
-def unit_norm(xp: Namespace, w: Any, epsilon: Any, axes: tuple[int, ...] | None) -> Any:
+def unit_norm(
+    xp: Namespace, kernels: Kernels, w: Any, epsilon: Any, axes: tuple[int, ...] | None
+) -> Any:
     """``w / (epsilon + norms)``: Keras's ``UnitNorm``."""
-    return _divide(xp, w, epsilon + norms(xp, w, axes))
+    f = kernels.flush
+    return f(xp, _divide(xp, w, f(xp, f(xp, epsilon) + norms(xp, kernels, w, axes))), w)
 
 
 @_core._entry
 def min_max_norm(
     xp: Namespace,
+    kernels: Kernels,
     w: Any,
     min_value: Any,
     max_value: Any,
@@ -91,9 +111,12 @@ def min_max_norm(
     Keras's ``MinMaxNorm``; ``one_minus_rate`` is ``1 - rate`` as Keras computes it (in Python
     for a Python ``rate``), passed in so that its rounding is the caller's choice.
     """
-    n = norms(xp, w, axes)
-    desired = rate * _core.clip_by_value(xp, n, min_value, max_value) + one_minus_rate * n
-    return w * _divide(xp, desired, epsilon + n)
+    f = kernels.flush
+    n = norms(xp, kernels, w, axes)
+    clipped = _core.clip_by_value(xp, n, min_value, max_value, kernels)
+    desired = f(xp, f(xp, f(xp, rate) * clipped) + f(xp, f(xp, one_minus_rate) * n))
+    q = f(xp, _divide(xp, desired, f(xp, f(xp, epsilon) + n)))
+    return f(xp, w * q, w)
 
 
 @_core._entry

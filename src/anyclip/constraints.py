@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from anyclip import _constraints
 from anyclip._compat import namespace
+from anyclip._kernels import kernels_for
 from anyclip._keywords import hints_keywords
 from anyclip._policy import as_input, as_operand, check_broadcastable, normalize_axes
 from anyclip._policy_dtypes import require_kind
@@ -47,11 +48,11 @@ __all__ = [
 #: Keras's default ``keras.config.epsilon()``, added to the norms before dividing.
 _EPSILON = 1e-7
 
-_WEIGHT = "a real dtype (floating, or integer: Keras computes those in float32)"
+_WEIGHT = "a real dtype (floating, or integer: computed in float32)"
 
 
 def _weight(w: Any, names: tuple[str, ...], *bounds: Any) -> tuple[Namespace, Any]:
-    """``w`` as a floating array of its namespace (integers become float32, as Keras's)."""
+    """``w`` as a floating array of its namespace (integers become float32, Keras's dtype)."""
     xp = namespace(w, *bounds, names=names)
     w = as_input(w, xp, "w", beside=bounds)
     kind = require_kind(xp, w, "w", ("int", "real"), _WEIGHT)
@@ -102,7 +103,8 @@ def max_norm(
     Parameters
     ----------
     w : array
-        The weights, of a real dtype (integers are computed in float32, as Keras does).
+        The weights, of a real dtype (integers are cast to float32 first; Keras squares and
+        sums them in their integer dtype, which wraps around, then takes the root in float32).
     max_value : number or array, default 2.0
         The largest norm. A negative value gives zeros (``clip`` to ``[0, max_value]`` applies
         the lower bound last). An array must have ``w``'s dtype.
@@ -152,7 +154,7 @@ def max_norm(
     axes = _axes(xp, arr, axis)
     hi = _bound(xp, max_value, arr, "max_value", axes)
     eps = _epsilon(xp, epsilon, arr)
-    return cast(ArrayT, _constraints.max_norm(xp, arr, hi, eps, axes))
+    return cast(ArrayT, _constraints.max_norm(xp, kernels_for(xp, [arr]), arr, hi, eps, axes))
 
 
 @hints_keywords
@@ -164,7 +166,8 @@ def unit_norm(w: ArrayT | PythonData, axis: Axes = 0, *, epsilon: Operand = _EPS
     Parameters
     ----------
     w : array
-        The weights, of a real dtype (integers are computed in float32, as Keras does).
+        The weights, of a real dtype (integers are cast to float32 first; Keras squares and
+        sums them in their integer dtype, which wraps around, then takes the root in float32).
     axis : int, sequence of int or None, default 0
         The axes of each norm, in Keras's layout (see :func:`max_norm`).
     epsilon : number or array, default 1e-7
@@ -203,7 +206,7 @@ def unit_norm(w: ArrayT | PythonData, axis: Axes = 0, *, epsilon: Operand = _EPS
     xp, arr = _weight(w, ("w",))
     axes = _axes(xp, arr, axis)
     eps = _epsilon(xp, epsilon, arr)
-    return cast(ArrayT, _constraints.unit_norm(xp, arr, eps, axes))
+    return cast(ArrayT, _constraints.unit_norm(xp, kernels_for(xp, [arr]), arr, eps, axes))
 
 
 @hints_keywords
@@ -225,7 +228,8 @@ def min_max_norm(
     Parameters
     ----------
     w : array
-        The weights, of a real dtype (integers are computed in float32, as Keras does).
+        The weights, of a real dtype (integers are cast to float32 first; Keras squares and
+        sums them in their integer dtype, which wraps around, then takes the root in float32).
     min_value, max_value : number or array, default 0.0 and 1.0
         The bounds of the norms. ``clip`` applies ``max_value`` first, so ``min_value`` wins
         when it is larger.
@@ -277,7 +281,10 @@ def min_max_norm(
     else:
         rest = _bound(xp, 1, arr, "rate", axes) - r
     eps = _epsilon(xp, epsilon, arr)
-    return cast(ArrayT, _constraints.min_max_norm(xp, arr, lo, hi, r, rest, eps, axes))
+    return cast(
+        ArrayT,
+        _constraints.min_max_norm(xp, kernels_for(xp, [arr]), arr, lo, hi, r, rest, eps, axes),
+    )
 
 
 @hints_keywords

@@ -36,6 +36,7 @@ __all__ = [
     "every_axis",
     "groups",
     "partials",
+    "reduces_one",
 ]
 
 #: Arrays of this many elements or more are large: their squares are summed on their own (the
@@ -115,7 +116,12 @@ class Kernels:
             total = self.tf_order_squares(xp, [x], half=False)
             if total is not None:
                 return xp.reshape(total, (1,) * x.ndim)
-        return self.nonnegative_sum(xp, x * x, axes)
+        squares = x * x
+        if reduces_one(x, axes):
+            # under jax.jit XLA folds sqrt(x * x) over one element into abs(x), dropping the
+            # overflow (and underflow) of the square that TF's norm has: 1e30 for TF's inf
+            squares = rounded_apart(xp, squares)
+        return self.nonnegative_sum(xp, squares, axes)
 
     def nonnegative_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any:
         """``sum(y, axes, keepdims=True)`` of addends ``>= 0`` (squares, absolute values).
@@ -534,6 +540,16 @@ def every_axis(x: Any, axes: tuple[int, ...] | None) -> bool:
     the same bits (measured, TF 2.21, float64).
     """
     return axes is None or len(axes) == x.ndim
+
+
+def reduces_one(x: Any, axes: tuple[int, ...] | None) -> bool:
+    """Whether each sum over ``axes`` (distinct, non-negative, or None) adds one element.
+
+    Such a sum is its element: XLA then rewrites ``sqrt(x * x)`` to ``abs(x)`` under
+    ``jax.jit`` (:meth:`Kernels._square_sum` keeps the square apart there).
+    """
+    named = range(x.ndim) if axes is None else axes
+    return all(int(x.shape[a]) == 1 for a in named)
 
 
 def groups(

@@ -58,8 +58,10 @@ _plain._dynamo_marked_constant = True  # type: ignore[attr-defined]
 def _plain_largest(lib: str, dtype: Any) -> float | None:
     """The largest finite value of ``dtype`` if it has plain paths, else None (run by Dynamo).
 
-    float16/32/64 for NumPy (each converts a Python float with one rounding, as TF does);
-    float32/64 for torch (its float16 bounds would round twice, through float32). Dynamo takes
+    float32/64 for NumPy and torch (each converts a Python float with one rounding, as TF
+    does). Not float16: TF converts a Python float to float16 through float32 (two roundings)
+    and a NumPy scalar with one, which the general path follows
+    (:func:`anyclip._policy.tf_float16`). Dynamo takes
     the answer as a constant, which it cannot guard: it is only compared, never passed to
     ``type()`` (see :mod:`anyclip._memo`).
     """
@@ -71,7 +73,7 @@ def _plain_largest(lib: str, dtype: Any) -> float | None:
     if lib == "numpy":
         import numpy as np
 
-        if dtype in (np.float16, np.float32, np.float64):
+        if dtype in (np.float32, np.float64):
             largest = float(np.finfo(dtype).max)
     else:
         import torch

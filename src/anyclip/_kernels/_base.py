@@ -549,7 +549,7 @@ def reduces_one(x: Any, axes: tuple[int, ...] | None) -> bool:
     ``jax.jit`` (:meth:`Kernels._square_sum` keeps the square apart there).
     """
     named = range(x.ndim) if axes is None else axes
-    return all(int(x.shape[a]) == 1 for a in named)
+    return all(x.shape[a] == 1 for a in named)  # an unknown size (dask's NaN, None) is not 1
 
 
 def groups(

@@ -5,7 +5,9 @@
   backend and is compared (namespace, dtype, shape, device, then values).
 * timm's ``adaptive_clip_grad``: ``tests/data/timm_agc.npz``, written by
   ``tests/data/make_timm_agc.py`` from timm's own function (timm needs a torchvision built for
-  the pinned torch, so it is not a test dependency).
+  the pinned torch, so it is not a test dependency), in float32, float64, float16 and
+  bfloat16 (the half dtypes' inputs scaled so that unit norms exceed 256, float16's overflow
+  of a sum of squares in the dtype).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ DATA = Path(__file__).with_name("data")
 TIMM = dict(np.load(DATA / "timm_agc.npz"))
 TIMM_CASES = sorted({k.rsplit("/", 1)[0] for k in TIMM if k != "provenance"})
 TIMM_EPS = 1e-3
+TIMM_HALF = ("float16", "bfloat16")
 
 #: the norms are reductions (optax: one XLA reduce; anyclip: the backend's sum)
 ULP = 4
@@ -400,7 +403,9 @@ def _timm_case(case: str) -> tuple[str, float, float]:
 def test_timm_data_provenance():
     prov = json.loads(str(TIMM["provenance"]))
     assert prov["timm_commit"] and prov["torch"] and "adaptive_clip_grad" in prov["call"]
-    assert len(TIMM_CASES) == 64
+    assert len(TIMM_CASES) == 128
+    assert {c.split("/", 1)[0] for c in TIMM_CASES} == {"float32", "float64", *TIMM_HALF}
+    assert prov["half_scale"] == 1000.0
 
 
 @pytest.mark.parametrize("case", TIMM_CASES)
@@ -415,8 +420,109 @@ def test_adaptive_clip_timm_layout_matches_timm(backend, case):
     assert_array(got[0], TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ulp)
 
 
+@jax_backends
+@pytest.mark.parametrize("case", [c for c in TIMM_CASES if c.startswith(TIMM_HALF)])
+def test_adaptive_clip_timm_layout_half_under_jax_jit_matches_timm(backend, case):
+    """The half dtypes under ``jax.jit``: XLA's float16 and bfloat16 arithmetic on the CPU."""
+    jax = backend.module
+    dtype, norm_type, clip = _timm_case(case)
+    p = backend.asarray(TIMM[f"{case}/p"], dtype)
+    g = backend.asarray(TIMM[f"{case}/g"], dtype)
+    fn = jax.jit(
+        lambda g, p: tree.adaptive_clip(
+            [g], [p], clip, TIMM_EPS, layout="timm", norm_type=norm_type
+        )
+    )
+    ulp = gpu_budget("device-sum-order", backend.name, ULP)
+    assert_array(fn(g, p)[0], TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ulp)
+
+
+def _timm_arithmetic(torch: Any, p: Any, g: Any, clip: float) -> Any:
+    """timm's ``adaptive_clip_grad`` body (its ``unitwise_norm``: torch's ``Tensor.norm``)."""
+    dim = tuple(range(1, p.ndim))
+    max_norm = p.norm(2.0, dim=dim, keepdim=True).clamp_(min=TIMM_EPS).mul_(clip)
+    grad_norm = g.norm(2.0, dim=dim, keepdim=True)
+    clipped = g * (max_norm / grad_norm.clamp(min=1e-6))
+    return torch.where(grad_norm < max_norm, g, clipped)
+
+
+@pytest.mark.parametrize("dtype", TIMM_HALF)
+@pytest.mark.parametrize(
+    ("p", "g", "want16"),
+    [
+        ([[300.0, 0.0]], [[10.0, 0.0]], [[3.0, 0.0]]),  # p's unit norm 300: not inf
+        ([[1000.0, 0.0]], [[300.0, 0.0]], [[10.0, 0.0]]),  # g's too: not inf / inf = NaN
+    ],
+)
+def test_adaptive_clip_timm_layout_half_norms_above_256(backend, dtype, p, g, want16):
+    """Unit norms from 256 up: timm's are accumulated in float32, not inf in float16.
+
+    Found by fuzzing: float16 squares in the dtype made the first example unclipped and the
+    second NaN. Against timm's own arithmetic (torch's ``Tensor.norm``; ``want16``: its
+    float16 values), bit for bit.
+    """
+    torch = pytest.importorskip("torch")
+    backend.dtype(dtype)  # skips a dtype the backend lacks
+    tdt = getattr(torch, dtype)
+    ref = _timm_arithmetic(torch, torch.tensor(p, dtype=tdt), torch.tensor(g, dtype=tdt), 0.01)
+    want = ref.float().numpy()
+    assert np.isfinite(want).all()
+    if dtype == "float16":
+        np.testing.assert_array_equal(want, np.asarray(want16, np.float32))
+    ga = backend.asarray(np.asarray(g, np.float32), dtype)
+    pa = backend.asarray(np.asarray(p, np.float32), dtype)
+    got = tree.adaptive_clip([ga], [pa], 0.01, TIMM_EPS, layout="timm")
+    assert_array(got[0], want, backend=backend, dtype=dtype)
+    if backend.library == "torch":
+        from anyclip.torch import adaptive_clip_grad_
+
+        param = backend.module.nn.Parameter(pa)
+        param.grad = ga
+        adaptive_clip_grad_([param], 0.01, TIMM_EPS)
+        assert_array(param.grad, want, backend=backend, dtype=dtype)
+
+
+def test_adaptive_clip_optax_layout_half_norms_stay_in_the_dtype(optax_ref):
+    """``layout="optax"`` keeps optax's float16 unit norm (in the dtype: inf from 256, NaN)."""
+    import jax.numpy as jnp
+
+    p, g = np.array([[1000.0], [0.0]], np.float16), np.array([[300.0], [0.0]], np.float16)
+    tx = optax_ref.adaptive_grad_clip(0.01)
+    want = np.asarray(tx.update([jnp.asarray(g)], tx.init(None), [jnp.asarray(p)])[0][0])
+    assert np.isnan(want).all()  # optax's own overflow
+    got = tree.adaptive_clip([g], [p], 0.01)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+@jax_backends
+@pytest.mark.parametrize("norm_type", [2.0, math.inf, 3.0])
+@pytest.mark.parametrize("dtype", TIMM_HALF)
+def test_adaptive_clip_timm_layout_half_with_group_matches_timm(backend, dtype, norm_type):
+    """``group=``: float32 partial sums, all-reduced in float32 (an axis name under ``vmap``).
+
+    Each unit of a timm case split in two along its input axis, one half per member of the
+    mapped axis: every member's half of the clipped gradient is timm's.
+    """
+    jax = backend.module
+    case = f"{dtype}/6x4/{norm_type!r}/0.01"
+    p = backend.asarray(TIMM[f"{case}/p"], dtype)
+    g = backend.asarray(TIMM[f"{case}/g"], dtype)
+    halves = lambda a: jax.numpy.stack([a[:, :2], a[:, 2:]])  # noqa: E731
+    fn = jax.vmap(
+        lambda g, p: tree.adaptive_clip(
+            [g], [p], 0.01, TIMM_EPS, layout="timm", norm_type=norm_type, group="x"
+        )[0],
+        axis_name="x",
+    )
+    for run in (fn, jax.jit(fn)):
+        out = run(halves(g), halves(p))
+        got = jax.numpy.concatenate([out[0], out[1]], axis=1)
+        ulp = gpu_budget("device-sum-order", backend.name, ULP)
+        assert_array(got, TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ulp)
+
+
 @torch_backends
-@pytest.mark.parametrize("case", [c for c in TIMM_CASES if "float32" in c])
+@pytest.mark.parametrize("case", [c for c in TIMM_CASES if c.startswith(("float32", *TIMM_HALF))])
 def test_torch_adaptive_clip_grad_matches_timm(backend, case):
     from anyclip.torch import adaptive_clip_grad_
 

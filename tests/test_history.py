@@ -341,6 +341,127 @@ def test_optax_quantile_clip_matches_autoclip(backend, autoclip_ref, case, compi
     _close(np.asarray(out), autoclip_ref[f"{case}/grads"], "float32", case)
 
 
+#: float16 AutoClip: the sequences times this, so that norms exceed 256 (float16's sum of
+#: squares overflows from there; torch's norm, autoclip's, accumulates in float32).
+HALF_SCALE = 100.0
+
+#: Relative tolerance of the float16 AutoClip steps: 4 float16 ULPs (2**-10 each). autoclip
+#: (torch's ``clip_grad_norm_``) rounds each tensor's norm to float16, then their norm, and
+#: multiplies the float16 gradients by a float32 factor (torch's opmath scalar); anyclip
+#: rounds the float32 sum once and casts the factor to float16 first: each is 1 ULP of
+#: float16 at most, and a norm 1 ULP apart moves the quantile threshold by as much.
+HALF_RTOL = 4 * 2.0**-10
+
+
+def _autoclip_half(torch: Any, seq: np.ndarray, kwargs: dict, missing: bool) -> np.ndarray:
+    """autoclip's ``QuantileClip`` (live) on float16 parameters, one row of gradients a step."""
+    ref_cls = pytest.importorskip("autoclip.torch.quantile").QuantileClip
+    params = [torch.nn.Parameter(torch.zeros(s, dtype=torch.float16)) for s in agen.SHAPES]
+    clipper = ref_cls(params, **kwargs)
+    out = []
+    for i, row in enumerate(seq):
+        for p, g in zip(params, _split(row, agen.SHAPES), strict=True):
+            p.grad = torch.tensor(g)
+        if missing and i == agen.MISSING_STEP:
+            params[1].grad = None
+        clipper.step()
+        out.append(
+            np.concatenate(
+                [
+                    np.full(p.numel(), np.nan, np.float16)
+                    if p.grad is None
+                    else p.grad.numpy().ravel()
+                    for p in params
+                ]
+            )
+        )
+    return np.asarray(out)
+
+
+def _half_sequence(seq: str) -> np.ndarray:
+    out = (agen.sequences()[seq] * HALF_SCALE).astype(np.float16)
+    norms = np.sqrt(np.sum(out.astype(np.float64) ** 2, axis=1))
+    assert np.nanmax(norms) > 256 and np.isfinite(out[~np.isnan(out)]).all()
+    return out
+
+
+@torch_backends
+@pytest.mark.parametrize("case", list(agen.CASES))
+def test_torch_quantile_clip_float16_matches_autoclip(backend, case):
+    """float16 gradients with norms above 256: autoclip's norm (torch's) does not overflow.
+
+    Found by fuzzing: anyclip's norm was TF's float16 one (squares summed in float16, inf
+    from 256) and the factor inf / (inf + 1e-6) made the gradients NaN where autoclip clips.
+    autoclip runs live on the CPU; :data:`HALF_RTOL` says why it is a tolerance.
+    """
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    seq, kwargs, missing = agen.CASES[case]
+    grads = _half_sequence(seq)
+    ref = _autoclip_half(torch, grads, kwargs, missing)
+    params = [
+        torch.nn.Parameter(torch.zeros(s, dtype=torch.float16, device=backend.device))
+        for s in agen.SHAPES
+    ]
+    clipper = at.QuantileClip(params, **kwargs)
+    out = []
+    for i, row in enumerate(grads):
+        for p, g in zip(params, _split(row, agen.SHAPES), strict=True):
+            p.grad = torch.tensor(g, device=backend.device)
+        if missing and i == agen.MISSING_STEP:
+            params[1].grad = None
+        clipper.step()
+        out.append(
+            np.concatenate(
+                [
+                    np.full(p.numel(), np.nan, np.float16)
+                    if p.grad is None
+                    else backend.to_numpy(p.grad).ravel()
+                    for p in params
+                ]
+            )
+        )
+    assert np.any((ref != grads) & ~np.isnan(ref))  # it clips
+    ours = np.asarray(out)
+    assert ours.dtype == np.float16
+    np.testing.assert_allclose(ours, ref, rtol=HALF_RTOL, atol=0, equal_nan=True, err_msg=case)
+
+
+@jax_backends
+@compiled_or_not
+@pytest.mark.parametrize("case", [c for c, v in agen.CASES.items() if not v[2]])
+def test_optax_quantile_clip_float16_matches_autoclip(backend, case, compiled):
+    """``anyclip.optax.quantile_clip`` on the float16 sequences: autoclip's (live) steps."""
+    torch = pytest.importorskip("torch")
+    jax = backend.module
+    ao = pytest.importorskip("anyclip.optax")
+    seq, kwargs, _ = agen.CASES[case]
+    grads = _half_sequence(seq)
+    ref = _autoclip_half(torch, grads, kwargs, False)
+    tx = ao.quantile_clip(**kwargs)
+    state = tx.init([backend.asarray(np.zeros(s), "float16") for s in agen.SHAPES])
+    update = jax.jit(tx.update) if compiled else tx.update
+    out = []
+    for row in grads:
+        u, state = update([backend.asarray(a, "float16") for a in _split(row, agen.SHAPES)], state)
+        out.append(np.concatenate([np.asarray(a).ravel() for a in u]))
+    ours = np.asarray(out)
+    assert ours.dtype == np.float16
+    np.testing.assert_allclose(ours, ref, rtol=HALF_RTOL, atol=0, equal_nan=True, err_msg=case)
+
+
+@torch_backends
+def test_torch_quantile_clip_tf_formula_keeps_tfs_float16_norm(backend):
+    """``formula="tf"``: TF's float16 norm (squares in float16), inf from 256, as TF's."""
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    p = torch.nn.Parameter(torch.zeros(1, dtype=torch.float16, device=backend.device))
+    clipper = at.QuantileClip([p], quantile=0.5, history_length=10, formula="tf")
+    p.grad = torch.tensor([300.0], dtype=torch.float16, device=backend.device)
+    clipper.step()
+    assert torch.isinf(clipper.histories[0].window).any()
+
+
 @pytest.mark.parametrize("q", [0.0, 0.3, 0.9, 1.0])
 def test_core_window_quantile_takes_an_array_quantile(backend, q):
     """A 0-d array ``q`` (QuantileClip's device tensor, never read) gives torch.quantile's value.

@@ -6,8 +6,9 @@ this module's own array-API core (the ``_core_`` functions). optax 0.2.8's
 ``adaptive_grad_clip`` and timm's ``adaptive_clip_grad`` write AGC with one formula,
 ``where(g_norm < max_norm, g, g * (max_norm / maximum(g_norm, 1e-6)))`` with
 ``max_norm = clipping * maximum(p_norm, eps)``; they differ only in which axes a unit spans
-(:func:`unit_axes`) and in timm's ``norm_type``. The tree walk and argument helpers it shares
-with the tree norm are in :mod:`anyclip._adaptive`.
+(:func:`unit_axes`), in timm's ``norm_type``, and in the dtype a float16 or bfloat16 unit
+norm is accumulated in (:func:`_core_unit_norms`). The tree walk and argument helpers it
+shares with the tree norm are in :mod:`anyclip._adaptive`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from anyclip._adaptive import (
     _real_dtype,
     _real_number,
 )
-from anyclip._compat import namespace
+from anyclip._compat import dtype_name, namespace
 from anyclip._kernels import kernels_for
 from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
@@ -149,29 +150,26 @@ def _core_unit_finish(xp: Namespace, s: Any, p: float) -> Any:
     return s ** constant(xp, 1.0 / p, s.dtype, s)
 
 
-def _core_agc(
+def _core_unit_norms(
     xp: Namespace,
-    g: Any,
-    p: Any,
-    clipping: Any,
-    eps: Any,
+    pw: Any,
+    gw: Any,
     axes: tuple[int, ...] | None,
     norm_type: float,
-    reduce: Callable[[Any, str], Any] | None = None,
-) -> Any:
-    """``where(g_norm < max_norm, g, g * (max_norm / maximum(g_norm, 1e-6)))``.
+    reduce: Callable[[Any, str], Any] | None,
+    widen: bool,
+) -> tuple[Any, Any]:
+    """The unit norms of ``pw`` and ``gw`` (one dtype), in that dtype.
 
-    ``max_norm = clipping * maximum(p_norm, eps)``; ``clipping`` and ``eps`` are 0-d arrays
-    of ``p``'s real dtype. For ``g`` and ``p`` of different dtypes the arithmetic is in the
-    wider one and the result is cast to ``g``'s dtype (as timm's ``copy_`` into the gradient).
-    ``reduce(x, op)`` (``group=``): the partial unit sums of ``p`` and ``g``, stacked, are
-    summed (``op="max"`` for ``norm_type=inf``) over the processes in one all-reduce.
+    ``widen`` (timm's layout) with a float16 or bfloat16 dtype: the norms are computed in
+    float32 (the partial sums, their all-reduce and the root too) and rounded to the dtype
+    once, as torch's ``Tensor.norm`` (timm's ``unitwise_norm``) accumulates a 16-bit tensor
+    in float32; otherwise (optax's layout: ``jnp.sqrt(jnp.sum(abs_sq(x)))`` in the dtype)
+    every step is in the dtype, and a float16 unit norm overflows from 256.
     """
-    work = widest_float(xp, [_real_dtype(xp, g.dtype), _real_dtype(xp, p.dtype)])
-    gw = g if _real_dtype(xp, g.dtype) == work else xp.astype(g, work)
-    pw = p if _real_dtype(xp, p.dtype) == work else xp.astype(p, work)
-    if clipping.dtype != work:
-        clipping, eps = xp.astype(clipping, work), xp.astype(eps, work)
+    dtype = pw.dtype
+    if widen and dtype_name(dtype) in ("float16", "bfloat16"):
+        pw, gw = xp.astype(pw, xp.float32), xp.astype(gw, xp.float32)
     if reduce is None:
         p_norm = _core_unit_norm(xp, pw, axes, norm_type)
         g_norm = _core_unit_norm(xp, gw, axes, norm_type)
@@ -186,6 +184,38 @@ def _core_agc(
             xp, reduce(both, "max" if norm_type == math.inf else "sum"), norm_type
         )
         p_norm, g_norm = both[0, ...], both[1, ...]
+    if p_norm.dtype != dtype:
+        p_norm, g_norm = xp.astype(p_norm, dtype), xp.astype(g_norm, dtype)
+    return p_norm, g_norm
+
+
+def _core_agc(
+    xp: Namespace,
+    g: Any,
+    p: Any,
+    clipping: Any,
+    eps: Any,
+    axes: tuple[int, ...] | None,
+    norm_type: float,
+    reduce: Callable[[Any, str], Any] | None = None,
+    widen: bool = False,
+) -> Any:
+    """``where(g_norm < max_norm, g, g * (max_norm / maximum(g_norm, 1e-6)))``.
+
+    ``max_norm = clipping * maximum(p_norm, eps)``; ``clipping`` and ``eps`` are 0-d arrays
+    of ``p``'s real dtype. For ``g`` and ``p`` of different dtypes the arithmetic is in the
+    wider one and the result is cast to ``g``'s dtype (as timm's ``copy_`` into the gradient).
+    ``reduce(x, op)`` (``group=``): the partial unit sums of ``p`` and ``g``, stacked, are
+    summed (``op="max"`` for ``norm_type=inf``) over the processes in one all-reduce.
+    ``widen`` (``layout="timm"``): float16 and bfloat16 unit norms are accumulated in float32
+    and rounded once (:func:`_core_unit_norms`); the rest of the formula stays in the dtype.
+    """
+    work = widest_float(xp, [_real_dtype(xp, g.dtype), _real_dtype(xp, p.dtype)])
+    gw = g if _real_dtype(xp, g.dtype) == work else xp.astype(g, work)
+    pw = p if _real_dtype(xp, p.dtype) == work else xp.astype(p, work)
+    if clipping.dtype != work:
+        clipping, eps = xp.astype(clipping, work), xp.astype(eps, work)
+    p_norm, g_norm = _core_unit_norms(xp, pw, gw, axes, norm_type, reduce, widen)
     max_norm = xp.maximum(p_norm, eps) * clipping
     floor = constant(xp, _DIV_EPS, g_norm.dtype, g_norm)
     clipped = gw * (max_norm / xp.maximum(g_norm, floor))
@@ -227,6 +257,14 @@ def adaptive_clip(
     the output channel is first). Passing a torch model's gradients with the default
     layout, or a JAX model's with ``"timm"``, clips along the wrong axes.
 
+    The layouts also differ in half precision, each as its reference computes. With
+    ``layout="timm"`` the unit norms of float16 and bfloat16 leaves are accumulated in
+    float32 and rounded to the leaf's dtype once, as torch's ``Tensor.norm`` (timm's
+    ``unitwise_norm``) does; with ``layout="optax"`` they are ``sqrt(sum(x * x))`` in the
+    leaf's dtype, as optax's ``unitwise_norm`` (a float16 unit norm from 256 on is then inf,
+    and the unit's gradient NaN, as optax's). The rest of the formula is in the dtype for
+    both.
+
     Parameters
     ----------
     grads : nested structure of arrays
@@ -246,7 +284,9 @@ def adaptive_clip(
     axis : int or tuple of ints, optional
         The axes one unit spans, for every leaf; overrides ``layout`` (optax's ``axis``).
     layout : {"optax", "timm"}, optional
-        Whose rule infers the unit axes when ``axis`` is not given.
+        Whose rule infers the unit axes when ``axis`` is not given, and whose half-precision
+        unit norms are computed (``"timm"``: accumulated in float32; ``"optax"``: in the
+        dtype).
     norm_type : float, optional
         The order of the unit norms (timm's ``norm_type``: 2, 1, inf or any ``p > 0``).
     group : torch ProcessGroup, DeviceMesh, JAX axis name, or a sequence of them, optional
@@ -329,5 +369,5 @@ def adaptive_clip(
             pdt = _real_dtype(xp, p.dtype)
             c = scalar_operand(xp, clipping, pdt, p, "clipping", positive=True)
             e = scalar_operand(xp, eps, pdt, p, "eps", nonnegative=True)
-            out.append(_core_agc(xp, g, p, c, e, axes, p_ord, reduce))
+            out.append(_core_agc(xp, g, p, c, e, axes, p_ord, reduce, layout == "timm"))
     return cast(TreeT, unflatten(out))

@@ -13,7 +13,11 @@ For each case ``<dtype>/<shape>/<norm_type>/<clip_factor>`` the file holds the p
 ``adaptive_clip_grad([p], clip_factor, eps=EPS, norm_type)``. Shapes are torch's layouts
 (output channel first: ``OI``, ``OIHW``, ``OIDHW``, a bias). The gradients' units are scaled
 so that some are clipped and some are not; one parameter unit is zero (``eps`` then sets the
-threshold) and one gradient unit is zero.
+threshold) and one gradient unit is zero. The float16 and bfloat16 cases take the same inputs
+times ``HALF_SCALE`` (rounded to the dtype), so that some unit norms of ``p`` and ``g`` exceed
+256, where a float16 sum of squares overflows (timm's ``Tensor.norm`` accumulates in float32:
+it does not). NumPy has no bfloat16: its arrays are stored as float32 holding bfloat16 values
+exactly (the parameter and gradient rounded to bfloat16 before timm's call, its result after).
 """
 
 from __future__ import annotations
@@ -27,14 +31,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CASES", "EPS", "SEED", "case_inputs", "load_timm", "main"]
+__all__ = ["CASES", "EPS", "HALF_SCALE", "SEED", "case_inputs", "load_timm", "main"]
 
 SEED = 2021
 EPS = 1e-3
 SHAPES = ((5,), (6, 4), (4, 3, 3, 3), (3, 2, 2, 3, 2))
 NORM_TYPES = (2.0, 1.0, float("inf"), 3.0)
 CLIP_FACTORS = (0.01, 0.1)
-DTYPES = ("float32", "float64")
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+#: the half dtypes' inputs are scaled by this, so that some unit norms exceed 256
+HALF_SCALE = 1000.0
 CASES = [
     (dtype, shape, norm_type, clip)
     for dtype in DTYPES
@@ -49,7 +55,10 @@ def key(dtype: str, shape: tuple[int, ...], norm_type: float, clip: float) -> st
 
 
 def case_inputs(dtype: str, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The parameter and its gradient: unit ``i`` of the gradient scaled by ``SCALES[i]``."""
+    """The parameter and its gradient: unit ``i`` of the gradient scaled by ``SCALES[i]``.
+
+    bfloat16 ones as float32 arrays of bfloat16 values (rounded to nearest even by torch).
+    """
     rng = np.random.default_rng([SEED, *shape])
     p = rng.standard_normal(shape) * 0.5
     g = rng.standard_normal(shape)
@@ -60,6 +69,15 @@ def case_inputs(dtype: str, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndar
         g[-1] = 0.0  # a zero gradient unit
     else:
         g = g * 0.01
+    if dtype in ("float16", "bfloat16"):
+        p, g = p * HALF_SCALE, g * HALF_SCALE
+    if dtype == "bfloat16":
+        import torch
+
+        def bf16(a: np.ndarray) -> np.ndarray:
+            return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16).float().numpy()
+
+        return bf16(p), bf16(g)
     return p.astype(dtype), g.astype(dtype)
 
 
@@ -88,12 +106,14 @@ def main(out: Path, timm_path: str | None) -> None:
     data: dict[str, np.ndarray] = {}
     for dtype, shape, norm_type, clip in CASES:
         p_np, g_np = case_inputs(dtype, shape)
-        p = torch.nn.Parameter(torch.from_numpy(p_np.copy()))
-        p.grad = torch.from_numpy(g_np.copy())
+        tdtype = getattr(torch, dtype)
+        p = torch.nn.Parameter(torch.from_numpy(p_np.copy()).to(tdtype))
+        p.grad = torch.from_numpy(g_np.copy()).to(tdtype)
         fn([p], clip_factor=clip, eps=EPS, norm_type=norm_type)
         k = key(dtype, shape, norm_type, clip)
         data[f"{k}/p"], data[f"{k}/g"] = p_np, g_np
-        data[f"{k}/out"] = p.grad.numpy()
+        got = p.grad.float() if dtype == "bfloat16" else p.grad
+        data[f"{k}/out"] = got.numpy()
     provenance = {
         "script": "tests/data/make_timm_agc.py",
         "timm": source,
@@ -101,6 +121,7 @@ def main(out: Path, timm_path: str | None) -> None:
         "torch": torch.__version__,
         "numpy": np.__version__,
         "seed": SEED,
+        "half_scale": HALF_SCALE,
         "call": f"adaptive_clip_grad([p], clip_factor, eps={EPS}, norm_type)",
     }
     data["provenance"] = np.asarray(json.dumps(provenance))

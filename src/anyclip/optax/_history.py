@@ -33,6 +33,27 @@ def _state_dtype(params: Any) -> Any:
     return jnp.promote_types(_norm_dtype(params, "widest"), jnp.float32)
 
 
+def _torch_norm(updates: Any, group: Any = None) -> Any:
+    """The global norm of ``updates`` as torch's ``clip_grad_norm_`` takes it (autoclip's).
+
+    In the widest leaf dtype; where that is float16 or bfloat16 the squares are summed in
+    float32 (all-reduced over ``group`` in float32) and the norm rounded to it once, as
+    :class:`anyclip.torch.QuantileClip`'s (a float16 norm above 256 stays finite). Other
+    dtypes: :func:`anyclip.tree.global_norm`'s.
+    """
+    dt = _norm_dtype(updates, "widest")
+    if dt in (jnp.float16, jnp.bfloat16):
+        return tree.global_norm(updates, accumulate_dtype=jnp.float32, group=group).astype(dt)
+    return tree.global_norm(updates, group=group)
+
+
+def _leaf_norm(leaf: Any, formula: str) -> Any:
+    """One leaf's norm in its dtype: :func:`_torch_norm`'s rule (``"torch"``) or TF's."""
+    if formula == "torch" and leaf.dtype in (jnp.float16, jnp.bfloat16):
+        return _clip.global_norm([leaf], accumulate_dtype=jnp.float32).astype(leaf.dtype)
+    return _clip.global_norm([leaf])
+
+
 def _scale(updates: Any, factor: Any) -> Any:
     return jax.tree.map(lambda u: None if u is None else u * factor.astype(u.dtype), updates)
 
@@ -178,7 +199,9 @@ def quantile_clip(
     global_threshold : bool, optional
         Clip the global norm instead of each leaf's.
     formula : {"torch", "tf"}, optional
-        torch's ``clip_grad_norm_`` factor (default, autoclip's) or TF's.
+        torch's ``clip_grad_norm_`` factor and norm (default, autoclip's: float16 and
+        bfloat16 squares summed in float32, the norm rounded to the updates' dtype) or TF's
+        (float16 squares summed in float16: inf from 256, as TF's).
     group : str or tuple of str, optional
         With ``global_threshold=True`` inside ``shard_map``/``pmap``: the axis name(s).
 
@@ -218,12 +241,16 @@ def quantile_clip(
         del params
         h = state.history
         if global_threshold:
-            norm = tree.global_norm(updates, group=group)
+            norm = (
+                _torch_norm(updates, group)
+                if f == "torch"
+                else tree.global_norm(updates, group=group)
+            )
             factor, new = _history.quantile_step(jnp, h, norm, quantile=quantile, formula=f)
             return _scale(updates, factor), QuantileClipState(new)
         leaves, unflatten = tree.flatten(updates)
         present = [leaf for leaf in leaves if leaf is not None]
-        norms = jnp.stack([_clip.global_norm([leaf]).astype(h.window.dtype) for leaf in present])
+        norms = jnp.stack([_leaf_norm(leaf, f).astype(h.window.dtype) for leaf in present])
         factors, new = _history.quantile_step(jnp, h, norms, quantile=quantile, formula=f)
         it = iter(range(len(present)))
         scaled = [

@@ -38,6 +38,10 @@ def adaptive_clip_grad_(
     ``layout="timm"``). The gradient keeps its dtype and device; parameters without a
     gradient are skipped. Runs without a host sync, under ``torch.compile`` too.
 
+    As timm's ``unitwise_norm`` (torch's ``Tensor.norm``), the unit norms of float16 and
+    bfloat16 tensors are accumulated in float32 and rounded to the dtype once (a float16
+    unit of norm 300 is not inf); the rest of the formula is in the tensors' dtype.
+
     Parameters
     ----------
     parameters : Tensor or iterable of Tensors

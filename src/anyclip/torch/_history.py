@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from anyclip import _clip
 from anyclip._history import History
 from anyclip._sparse import values_of
 from anyclip.torch._common import _local, _tensors
@@ -41,13 +42,39 @@ def _grads(params: list[torch.Tensor]) -> list[torch.Tensor]:
     return [values_of(g) for g in grads]
 
 
-def _norm(values: list[torch.Tensor], params: list[torch.Tensor], group: Any) -> torch.Tensor:
-    """Anyclip's global 2-norm of ``values`` (reduced over ``group``); 0 without gradients."""
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _norm(
+    values: list[torch.Tensor], params: list[torch.Tensor], group: Any, *, torch_half: bool = False
+) -> torch.Tensor:
+    """Anyclip's global 2-norm of ``values`` (reduced over ``group``); 0 without gradients.
+
+    In the widest dtype of ``values``, every step in it (TF's float16 norm: inf from 256).
+    ``torch_half``: where that dtype is float16 or bfloat16, the squares are summed in float32
+    (all-reduced in float32 too) and the norm rounded to it once, as torch's
+    ``clip_grad_norm_`` norm of half-precision gradients (finite up to the dtype's largest
+    value); torch rounds each tensor's norm, then their norm, where this rounds once.
+    """
     if not values and group is not None:
         return _join_group(2.0, "widest", group)
     if not values:
         return torch.zeros((), device=params[0].device if params else None)
-    norm: torch.Tensor = _local(_total_norm(values, 2.0, None, "widest", group, name="parameters"))
+    widest = values[0].dtype
+    for v in values[1:]:
+        widest = torch.promote_types(widest, v.dtype)
+    acc: Any = torch.float32 if torch_half and widest in _HALF else "widest"
+    norm: torch.Tensor = _local(_total_norm(values, 2.0, None, acc, group, name="parameters"))
+    return norm if norm.dtype == widest else norm.to(widest)
+
+
+def _tensor_norm(v: torch.Tensor, *, torch_half: bool = False) -> torch.Tensor:
+    """The 2-norm of one gradient, in its dtype: :func:`_norm`'s rule for one tensor."""
+    norm: torch.Tensor
+    if torch_half and v.dtype in _HALF:
+        norm = _local(_clip.global_norm([v], accumulate_dtype=torch.float32))
+        return norm.to(v.dtype)
+    norm = _local(_clip.global_norm([v]))
     return norm
 
 

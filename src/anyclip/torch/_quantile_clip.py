@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from anyclip import _clip, _history
+from anyclip import _history
 from anyclip._compat import namespace
 from anyclip._history import History, check_choice, check_mapping
-from anyclip.torch._common import _local, _tensors
+from anyclip.torch._common import _tensors
 from anyclip.torch._history import (
     _assign,
     _grads,
@@ -25,6 +25,7 @@ from anyclip.torch._history import (
     _load_history,
     _norm,
     _store,
+    _tensor_norm,
     _view,
     _Wrapper,
 )
@@ -84,8 +85,12 @@ class QuantileClip:
     global_threshold : bool, optional
         Clip the global norm instead of each parameter's.
     formula : {"torch", "tf"}, optional
-        ``"torch"`` (default, autoclip's): ``clamp(limit / (norm + 1e-6), max=1)``; ``"tf"``:
-        TF's ``clip_by_global_norm`` factor.
+        ``"torch"`` (default, autoclip's): ``clamp(limit / (norm + 1e-6), max=1)``, with
+        torch's ``clip_grad_norm_`` norm: for float16 and bfloat16 gradients the squares are
+        summed in float32 and the norm rounded to the gradients' dtype (a float16 norm above
+        256 stays finite, as autoclip's). ``"tf"``: TF's ``clip_by_global_norm`` factor and
+        norm (float16 squares summed in float16: inf from 256, and the gradients NaN, as
+        TF's).
     group : ProcessGroup, DeviceMesh or sequence of them, optional
         With ``global_threshold=True``: the processes the global norm is reduced over.
 
@@ -256,7 +261,7 @@ class QuantileClip:
     def _step_global(self) -> None:
         params = [p for g in self.param_groups for p in g["params"]]
         values = _grads(params)
-        norm = _norm(values, params, self.group)
+        norm = _norm(values, params, self.group, torch_half=self.formula == "torch")
         xp = namespace(norm)
         if self.global_history is None:
             dt = torch.promote_types(norm.dtype, torch.float32)
@@ -275,7 +280,8 @@ class QuantileClip:
             return
         values = _grads(params)
         # a DTensor's norm is a Replicate DTensor: its local tensor is the whole norm
-        norms = [_local(_clip.global_norm([v])) for v in values]
+        torch_half = self.formula == "torch"
+        norms = [_tensor_norm(v, torch_half=torch_half) for v in values]
         dt = torch.float32
         for n in norms:
             dt = torch.promote_types(dt, n.dtype)

@@ -6,6 +6,11 @@ installed (and then also checked against the committed file), else from the comm
 ``tests/data/keras_clipping.npz``. The ported runs must give Keras's weights after five steps
 within ``ATOL``; each clipping option must move the weights by far more than that (so the
 comparison would catch a missing or wrong clip).
+
+``global_clipnorm`` is also compared bit for bit, per step, with live Keras
+(``tests/data/make_keras_global_clipnorm.py``; skipped without TensorFlow): Keras's own
+``clip_by_global_norm`` (unhalved float16 squares, ``1.0 / clip_norm`` in Python), whose
+unclipped steps are not always the identity.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import anyclip
 from anyclip_conformance import Backend
+from anyclip_conformance.budgets import gpu_budget
 
 from .conftest import run_reference_script
 
@@ -244,3 +251,91 @@ def test_optax_keras_clipping_options(backend, make, check):
         ValueError, match="Only one of `clipnorm`, `clipvalue` and `global_clipnorm`"
     ):
         ao.keras_clipping(clipnorm=1.0, clipvalue=1.0)
+
+
+# ============================================= global_clipnorm bit for bit (live Keras)
+#: Keras's own ``clip_by_global_norm``, live: ``tests/data/make_keras_global_clipnorm.py``.
+BITS_SCRIPT = DATA / "make_keras_global_clipnorm.py"
+bits = SimpleNamespace(**runpy.run_path(str(BITS_SCRIPT)))
+BIT_CASES = pytest.mark.parametrize("case", list(bits.cases()))
+
+
+@pytest.fixture(scope="module")
+def keras_bits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
+    """Keras's clipped gradients per case, live (no committed copy: skipped without TF)."""
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow (Keras 3) is not installed: no live global_clipnorm reference")
+    out = tmp_path_factory.mktemp("keras-bits") / "live.npz"
+    run_reference_script(BITS_SCRIPT, out)
+    return dict(np.load(out))
+
+
+def _bits_case(ref: dict[str, np.ndarray], case: str) -> tuple[float, list, list]:
+    n = len(bits.cases()[case][1])
+    c = float(ref[f"{case}/c"])
+    return c, [ref[f"{case}/g/{i}"] for i in range(n)], [ref[f"{case}/out/{i}"] for i in range(n)]
+
+
+def _bits_budget(backend: Backend, case: str, dtype: str) -> float:
+    """0 ULP on the CPU; a GPU's declared sum order and division where the norm matters."""
+    if "clipped" not in case or "unclipped" in case:
+        return 0  # the factor is float(c) * float(1 / c): no sum, no division by the norm
+    return gpu_budget("device-sum-order", backend.name, 0, dtype) + gpu_budget(
+        "xla-gpu-float32", backend.name, 0, dtype
+    )
+
+
+def test_keras_bits_cases_tell_keras_from_tf(keras_bits):
+    # the cases the fix is for: TF's clip_by_global_norm (the adapters' old formula) differs
+    # from Keras's on the unclipped 2.3 and 1.7, on some random c, and on tiny float16
+    differ = []
+    for case in bits.cases():
+        c, g, want = _bits_case(keras_bits, case)
+        tf_out, _ = anyclip.clip_by_global_norm(g, c)
+        if any(
+            not np.array_equal(np.asarray(a), w, equal_nan=True)
+            for a, w in zip(tf_out, want, strict=True)
+        ):
+            differ.append(case)
+    for case in (
+        "float32-unclipped-2.3",
+        "float32-unclipped-1.7",
+        "float16-clipped-tiny",
+    ):
+        assert case in differ
+    assert sum(c.startswith("float32-random") for c in differ) >= 4, differ
+    assert sum(c.startswith("float16-random") for c in differ) >= 4, differ
+
+
+@torch_backends
+@BIT_CASES
+def test_torch_keras_global_clipnorm_is_keras_bit_for_bit(backend, keras_bits, check, case):
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    c, grads, want = _bits_case(keras_bits, case)
+    dtype = str(grads[0].dtype)
+    params = [torch.nn.Parameter(backend.asarray(np.zeros_like(g), dtype)) for g in grads]
+    opt = torch.optim.SGD(params, lr=1.0)
+    handle = at.keras_clipping(opt, global_clipnorm=c)
+    for p, g in zip(params, grads, strict=True):
+        p.grad = backend.asarray(g, dtype)
+    opt.step()
+    handle.remove()
+    for i, (p, w) in enumerate(zip(params, want, strict=True)):
+        check(p.grad, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
+
+
+@jax_backends
+@BIT_CASES
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_optax_keras_global_clipnorm_is_keras_bit_for_bit(backend, keras_bits, check, case, jit):
+    jax = backend.module
+    ao = pytest.importorskip("anyclip.optax")
+    c, grads, want = _bits_case(keras_bits, case)
+    dtype = str(grads[0].dtype)
+    tx = ao.keras_clipping(global_clipnorm=c)
+    updates = [backend.asarray(g, dtype) for g in grads]
+    update = jax.jit(tx.update) if jit else tx.update
+    out, _ = update(updates, tx.init(updates))
+    for i, (o, w) in enumerate(zip(out, want, strict=True)):
+        check(o, w, dtype, _bits_budget(backend, case, dtype), f"{case} update {i}")

@@ -64,6 +64,8 @@ from anyclip._typing import (
 __all__ = [
     "clip_by_global_norm",
     "global_norm",
+    "keras_clip_by_global_norm",
+    "keras_global_norm",
 ]
 
 
@@ -431,6 +433,52 @@ def _clip_global(
         xp, k, values, c, norm, policy, unclipped_at_inf=at_inf, bools=bools
     )
     return back(clipped), given if is_numpy_scalar(given) else use_norm
+
+
+def keras_global_norm(t_list: Any, accumulate_dtype: Any = "widest") -> Any:
+    """Keras 3's global norm of ``t_list`` (:func:`anyclip._core.keras_global_norm`).
+
+    The norm of the Keras adapters' ``global_clipnorm``: arrays of one float16 or bfloat16
+    dtype sum their squares unhalved, as Keras's ``sum(square(v))``; every other list is
+    :func:`global_norm`'s (the same bits in float32 and float64), with its
+    ``accumulate_dtype``.
+    """
+    items, _ = values_list(as_list(t_list))
+    xp = namespace(*items, names=ListNames(len(items)))
+    values = floating_list(xp, items, mixed_ok=accumulate_dtype is not None)
+    return _keras_norm_of(xp, values, accumulate_dtype)[0]
+
+
+def _keras_norm_of(xp: Namespace, values: list[Any], accumulate_dtype: Any) -> tuple[Any, Kernels]:
+    """:func:`keras_global_norm` of checked ``values``, and the kernels that took it."""
+    arrays = [v for v in values if v is not None]
+    dtype = arrays[0].dtype if arrays else None
+    acc = resolve_accumulate_dtype(xp, accumulate_dtype, [v.dtype for v in arrays])
+    if (
+        dtype is None
+        or dtype_name(dtype) not in _core.KERAS_UNHALVED
+        or any(v.dtype != dtype for v in arrays)
+        or (acc is not None and acc != dtype)
+    ):
+        return _global_norm_of(None, xp, values, accumulate_dtype)
+    k = kernels_for(xp, arrays)
+    return _core.keras_global_norm(xp, k, arrays), k
+
+
+def keras_clip_by_global_norm(t_list: Any, clip_norm: Any) -> list[Any]:
+    """Keras 3's ``clip_by_global_norm`` of ``t_list`` (arrays or None) at ``clip_norm``.
+
+    The norm of :func:`keras_global_norm` (``accumulate_dtype="widest"``, as the adapters'),
+    the factor of :func:`anyclip._core.keras_global_scale` (``clip_norm`` a Python number, or
+    an array of the norm's dtype), every array multiplied by it in its own dtype.
+    """
+    items, back = values_list(as_list(t_list))
+    xp = namespace(*items, names=ListNames(len(items)))
+    values = floating_list(xp, items, mixed_ok=True)
+    norm, k = _keras_norm_of(xp, values, "widest")
+    norm = k.local(xp, norm)
+    scale = _core.keras_global_scale(xp, clip_norm, norm, kernels=k)
+    return back(k.scale(xp, values, scale))
 
 
 def _tf_use_norm_kind(dtype: Any) -> str | None:

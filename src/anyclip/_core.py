@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from anyclip import _gradients as g
-from anyclip._compat import dtype_name, library
+from anyclip._compat import device, dtype_name, is_array, library
 from anyclip._kernels import Kernels
+from anyclip._kernels._tforder_xp import rounded_apart
 from anyclip._numerics import (
     as_array,
     complex_from_parts,
@@ -48,6 +49,8 @@ __all__ = [
     "global_norm",
     "global_scale",
     "group_global_norms",
+    "keras_global_norm",
+    "keras_global_scale",
     "l2_normalize",
     "nonnegative",
     "norm",
@@ -292,6 +295,63 @@ def global_scale(
         return scale
     unclipped = one if nonfinite == "skip" else one + (use_norm - use_norm)
     return xp.where(clip_norm == _scalar(xp, math.inf, use_norm), unclipped, scale)
+
+
+#: Dtypes in which Keras 3's global norm differs from TF's: ``l2_loss`` halves each square
+#: before the sum, and a square below twice the smallest subnormal halves to 0.
+KERAS_UNHALVED = ("float16", "bfloat16")
+
+
+@_entry
+def keras_global_norm(xp: Namespace, kernels: Kernels, arrays: Sequence[Any]) -> Any:
+    """Keras 3's ``global_norm``: ``sqrt(sum(stack([sum(square(v)) for v in arrays])))``.
+
+    ``keras/src/optimizers/base_optimizer.py`` (Keras 3.15, the ``global_clipnorm`` of every
+    optimizer), for float16 and bfloat16 arrays (at least one, of one dtype): each square
+    rounded to the dtype and summed whole (TF's ``reduce_sum``: bfloat16 in float32, rounded
+    once), each array's sum rounded to the dtype, then the sum of the stacked sums. In
+    float32 and float64 it is :func:`global_norm` (TF 2.21's ``reduce_sum(square(v))`` is
+    ``2 * l2_loss(v)`` bit for bit; measured on arrays of 3 to 10**6 elements), which keeps
+    TF's float64 order and the multi-device and distributed sums. The sums of the arrays
+    meet on ``arrays[0]``'s device. Flushing kernels: subnormal squares count as 0.
+    """
+    home = device(arrays[0]) if library(xp) == "torch" else None  # one device elsewhere
+    sums = []
+    for v in arrays:
+        squares = rounded_apart(xp, xp.square(kernels.flush_squares(xp, v)))
+        s = xp.reshape(kernels.nonnegative_sum(xp, squares, None), ())
+        sums.append(s if home is None or s.device == home else s.to(home))
+    total = reduce_sum(xp, rounded_apart(xp, xp.stack(sums)), None, keepdims=False)
+    return sqrt(xp, kernels.flush(xp, total))
+
+
+@_entry
+def keras_global_scale(
+    xp: Namespace, clip_norm: Any, use_norm: Any, *, kernels: Kernels | None = None
+) -> Any:
+    """Keras 3's ``clip_by_global_norm`` factor, in ``use_norm``'s dtype.
+
+    ``clip_norm * minimum(1.0 / use_norm, 1.0 / clip_norm) + (use_norm - use_norm)``, op for
+    op as Keras: for a Python number ``clip_norm``, ``1.0 / clip_norm`` is Python's (float64)
+    quotient rounded once to the dtype, and ``clip_norm`` is rounded to it, so the factor of
+    an unclipped step is ``float32(c) * float32(1 / c)``, 1 ULP off 1 for some ``c`` (2.3
+    gives 0.99999994, 1.7 gives 1.0000001), where TF's :func:`global_scale` divides in the
+    dtype and gives 1. An array ``clip_norm`` (a scheduled value, of ``use_norm``'s dtype) is
+    divided in its dtype, as Keras's ``1.0 / tensor``. ``inf`` gives NaN (``inf * 0``), and
+    so does a non-finite norm. ``kernels`` (only to flush, as :func:`global_scale`).
+    """
+    one = _scalar(xp, 1.0, use_norm)
+    if is_array(clip_norm):
+        c, inverse = clip_norm, one / clip_norm
+    else:  # Keras's Python number: its quotient in Python, then converted as TF converts it
+        c, inverse = _scalar(xp, clip_norm, use_norm), _scalar(xp, 1.0 / clip_norm, use_norm)
+    if kernels is None or not kernels.ftz:
+        scale_for_finite = c * g.minimum(xp, one / use_norm, inverse)
+    else:
+        f = kernels.flush
+        c, norm = f(xp, c), f(xp, use_norm)
+        scale_for_finite = f(xp, c * g.minimum(xp, f(xp, one / norm), f(xp, inverse)))
+    return scale_for_finite + (use_norm - use_norm)
 
 
 @_entry

@@ -31,12 +31,13 @@ def keras_gate(xp: Namespace, value: Any, clipped: Any, unclipped: Any) -> Any:
 
 
 def keras_global_scale(xp: Namespace, value: Any, norm: Any, kernels: Kernels | None = None) -> Any:
-    """Keras's ``global_clipnorm`` factor at a scheduled ``value``: TF's, or 1 when ``value <= 0``.
+    """Keras's ``global_clipnorm`` factor at a scheduled ``value``, or 1 when ``value <= 0``.
 
-    TF's factor is :func:`anyclip._core.global_scale` (NaN for a non-finite norm, and for
+    Keras's factor is :func:`anyclip._core.keras_global_scale` with a tensor value (its
+    ``1.0 / value`` divided in the norm's dtype; NaN for a non-finite norm, and for
     ``value=inf``, as Keras 3); ``value`` is cast to the norm's dtype first. ``kernels``
-    (only to flush subnormals, as :func:`~anyclip._core.global_scale`).
+    (only to flush subnormals, as :func:`~anyclip._core.keras_global_scale`).
     """
     c = value if value.dtype == norm.dtype else xp.astype(value, norm.dtype)
     one = constant(xp, 1.0, norm.dtype, norm)
-    return keras_gate(xp, c, _core.global_scale(xp, c, norm, "tf", kernels=kernels), one)
+    return keras_gate(xp, c, _core.keras_global_scale(xp, c, norm, kernels=kernels), one)

@@ -129,7 +129,7 @@ def scheduled_keras(name: str, schedule: Schedule) -> optax.GradientTransformati
             ]
         else:
             present = [t for t in leaves if t is not None]
-            norm = tree.global_norm(present)
+            norm = _clip.keras_global_norm(present)  # Keras's: float16 squares unhalved
             k = kernels_for(xp, present) if present else None
             scale = _schedule.keras_global_scale(xp, c, norm, k)
             out = k.scale(xp, leaves, scale) if k is not None else leaves

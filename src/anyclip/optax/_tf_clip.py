@@ -298,6 +298,12 @@ def _like(value: Any, leaf: Any) -> Any:
     return value
 
 
+def _keras_global(updates: Any, clip_norm: float) -> Any:
+    """Keras 3's ``clip_by_global_norm`` of the updates' leaves (a pytree) at ``clip_norm``."""
+    leaves, unflatten = tree.flatten(updates)
+    return unflatten(_clip.keras_clip_by_global_norm(leaves, clip_norm))
+
+
 @hints_keywords
 def keras_clipping(
     *,
@@ -310,8 +316,12 @@ def keras_clipping(
     Put it first in the chain: ``optax.chain(keras_clipping(clipnorm=1.0), optax.adam(1e-3))``
     is Keras's ``Adam(1e-3, clipnorm=1.0)``. As ``keras.optimizers.Optimizer`` (Keras 3,
     TF 2.21) clips before its update: ``clipnorm`` is ``tf.clip_by_norm`` on each leaf,
-    ``global_clipnorm`` is ``tf.clip_by_global_norm`` over all leaves, ``clipvalue`` is
-    ``clip(u, -clipvalue, clipvalue)``.
+    ``global_clipnorm`` is Keras's own ``clip_by_global_norm`` over all leaves (not
+    ``tf.clip_by_global_norm``: the norm ``sqrt(sum(stack([sum(square(u))])))``, without
+    ``l2_loss``'s halved float16 squares, and ``1.0 / global_clipnorm`` computed in Python,
+    rounded to the updates' dtype, so an unclipped step is multiplied by
+    ``float32(c) * float32(1 / c)``, 0.99999994 for ``c = 2.3``, as Keras's; a scheduled
+    value is divided in the norm's dtype), ``clipvalue`` is ``clip(u, -clipvalue, clipvalue)``.
 
     Parameters
     ----------
@@ -361,5 +371,5 @@ def keras_clipping(
     if name == "clipnorm":
         return clip_by_norm(value)
     if name == "global_clipnorm":
-        return _stateless(lambda u: tree.clip_by_global_norm(u, value)[0])
+        return _stateless(lambda u: _keras_global(u, value))
     return clip(value)

@@ -13,10 +13,16 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from anyclip import _clip, _core
+from anyclip._compat import namespace
+from anyclip._kernels import FLUSH_GENERIC
 from anyclip._keywords import hints_keywords
 from anyclip._policy import keras_option
-from anyclip.torch._clip_grad import _clip_grad_norm
+from anyclip._sparse import values_of
+from anyclip._subnormals import flushing
 from anyclip.torch._clip_value import clip_grad_by_norm_, clip_grad_by_value_
+from anyclip.torch._common import _local
+from anyclip.torch._scale import _mul_
 from anyclip.torch._scheduled import scheduled_keras_clipping
 
 __all__ = [
@@ -39,7 +45,13 @@ def keras_clipping(
     ``keras.optimizers.Optimizer`` (Keras 3, TF 2.21) clips them before its update:
 
     * ``clipnorm``: each gradient on its own, ``tf.clip_by_norm(g, clipnorm)``;
-    * ``global_clipnorm``: all together, ``tf.clip_by_global_norm(grads, global_clipnorm)``;
+    * ``global_clipnorm``: all together, with Keras's own ``clip_by_global_norm``
+      (``keras/src/optimizers/base_optimizer.py``), not ``tf.clip_by_global_norm``: the norm
+      ``sqrt(sum(stack([sum(square(g))])))`` (no halved squares: float16 gradients under
+      about 3.5e-4 still count) and the factor ``c * minimum(1.0 / norm, 1.0 / c)`` with
+      ``1.0 / c`` computed in Python and rounded to the gradients' dtype, so a step that
+      needs no clipping is multiplied by ``float32(c) * float32(1 / c)`` (0.99999994 for
+      ``c = 2.3``), as Keras's; a scheduled value is divided in the norm's dtype;
     * ``clipvalue``: each element, ``clip(g, -clipvalue, clipvalue)``.
 
     Parameters
@@ -113,19 +125,26 @@ def keras_clipping(
         params = [p for group in opt.param_groups for p in group["params"]]
         if name == "clipnorm":
             clip_grad_by_norm_(params, value)
-        elif name == "global_clipnorm":  # Keras's NaN for an inf value: TF's factor throughout
-            _clip_grad_norm(
-                params,
-                value,
-                2.0,
-                False,
-                None,
-                accumulate_dtype="widest",
-                nonfinite="tf",
-                group=None,
-                unclipped_at_inf=False,
-            )
+        elif name == "global_clipnorm":
+            _keras_clip_global_(params, value)
         else:
             clip_grad_by_value_(params, -value, value)
 
     return optimizer.register_step_pre_hook(hook)
+
+
+@torch.no_grad()
+def _keras_clip_global_(params: list[torch.Tensor], clip_norm: float) -> None:
+    """Keras 3's ``clip_by_global_norm`` of the parameters' gradients, in place.
+
+    The norm of :func:`anyclip._clip.keras_global_norm`, the factor of
+    :func:`anyclip._core.keras_global_scale` (Keras's ``1.0 / clip_norm`` in Python, rounded
+    to the norm's dtype; ``inf`` gives NaN), then every gradient multiplied by it.
+    """
+    values = [values_of(p.grad) for p in params if p.grad is not None]
+    if not values:
+        return
+    norm = _local(_clip.keras_global_norm(values))
+    k = FLUSH_GENERIC if flushing() else None
+    scale = _core.keras_global_scale(namespace(norm), clip_norm, norm, kernels=k)
+    _mul_(values, scale, ftz=k is not None)

@@ -80,7 +80,7 @@ def scheduled_keras_clipping(
                 for v in values:
                     v.copy_(_schedule.keras_gate(xp, c, _clip_tensor.clip_by_norm(v, c), v))
             else:
-                norm = _local(_clip.global_norm(values, accumulate_dtype="widest"))
+                norm = _local(_clip.keras_global_norm(values))  # Keras's, not TF's
                 k = FLUSH_GENERIC if flushing() else None
                 scale = _schedule.keras_global_scale(xp, c.to(norm.device), norm, k)
                 if k is None:

@@ -692,7 +692,7 @@ def test_constraints_flush_inside_flush_subnormals(backend, make, case):
     assert np.signbit(out).tolist() == np.signbit(np.asarray(want, np.float32)).tolist()
 
 
-# ------------------------------------------ 10. float16 operands, NumPy scalar use_norm (2026-11-29)
+# ------------------------------ 10. float16 operands, NumPy scalar use_norm (2026-11-29)
 # TF 2.21 converts a Python float (alone or in a list) to float16 through float32, a NumPy scalar
 # with NumPy's one rounding: -46.765625312855775 is -46.75 from a Python float and -46.78125 from
 # np.float64 (clip_by_value of [-50.] float16, TF 2.21); an l2_normalize epsilon of

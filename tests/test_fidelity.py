@@ -729,3 +729,38 @@ def test_numpy_scalar_use_norm_is_a_value(backend, make, check, scalar):
     out, norm = anyclip.clip_by_global_norm([make([3.0, 4.0], "float32")], 1.0, use_norm=scalar)
     check(out[0], np.array([0.3, 0.4], np.float32), "float32")
     assert norm is scalar
+
+
+# TF 2.21 casts a NumPy scalar as NumPy's astype does (408 probes by the fuzzing round):
+# np.float32(inf) on int32 is INT_MIN (so [-5, 7] stays), NaN the same, np.float64(1e10) on
+# uint16 wraps to 0 through C's cast, np.uint64(2**64 - 1) on int8 is -1, np.float32(-1.37) on
+# uint64 is 2**64 - 1 and a complex scalar keeps its real part. anyclip mapped NaN and inf to 0,
+# wrapped others through int64 and refused complex ones.
+_NUMPY_SCALAR_CASTS = {
+    "inf-int32": ("int32", [-5, 7], np.float32(np.inf), 100, [-5, 7]),
+    "nan-int32": ("int32", [-5, 7], -100, np.float64(np.nan), [-100, -100]),
+    "1e10-uint16": ("uint16", [5, 9], 0, np.float64(1e10), [0, 0]),
+    "uint64max-int8": ("int8", [1, -2, 100], -100, np.uint64(2**64 - 1), [-1, -2, -1]),
+    "complex-int32": ("int32", [1, 5], 0, np.complex128(2.7 + 1j), [1, 2]),
+    "complex-float32": ("float32", [1.0, 5.0], 0, np.complex64(2 + 1j), [1.0, 2.0]),
+}
+
+
+@pytest.mark.parametrize("case", list(_NUMPY_SCALAR_CASTS))
+def test_numpy_scalar_bounds_cast_as_numpy_astype(backend, make, check, case):
+    dtype, t, lo, hi, want = _NUMPY_SCALAR_CASTS[case]
+    if not backend.has_dtype(dtype):
+        pytest.skip(f"{backend.name} has no {dtype}")
+    out = anyclip.clip_by_value(make(np.array(t), dtype), lo, hi)
+    check(out, np.array(want, dtype), dtype)  # TF 2.21
+
+
+@pytest.mark.parametrize("clip_norm", [[0.1], (0.1,), [0.1, 0.2]])
+def test_float64_list_clip_norm_goes_through_float32(backend, make, check, clip_norm):
+    # TF 2.21: maximum(clip_norm, 0) makes a float32 tensor of the list, then casts it to
+    # float64: clip_by_norm([3, 4], [0.1]) is [0.06000000089406967, 0.0800000011920929]
+    if not backend.has_dtype("float64"):
+        pytest.skip(f"{backend.name} has no float64")
+    c = np.array(clip_norm, np.float32).astype(np.float64)
+    want = np.array([3.0, 4.0]) * c / np.float64(5.0)
+    check(anyclip.clip_by_norm(make([3.0, 4.0], "float64"), clip_norm), want, "float64")

@@ -182,6 +182,13 @@ def _numpy_clip_by_value(t: Any, clip_value_min: Any, clip_value_max: Any) -> An
     return _clip_by_value(None, t, clip_value_min, clip_value_max)
 
 
+def _holds_float(value: Any) -> bool:
+    """Whether a (nested) list holds a Python float, which TF converts to float32."""
+    if isinstance(value, (list, tuple)):
+        return any(_holds_float(v) for v in value)
+    return isinstance(value, float)
+
+
 def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any, name: str = "clip_norm") -> Any:
     """``clip_norm`` as ``tf.clip_by_norm`` converts it (negative becomes 0).
 
@@ -204,6 +211,12 @@ def _clip_norm_operand(xp: Namespace, clip_norm: Any, t: Any, name: str = "clip_
         clipped = _core.nonnegative(xp, clip_norm, zero)
         return as_operand(clipped, xp, t, name, cast_arrays=True)
     if isinstance(clip_norm, (list, tuple)):
+        if dtype_name(t.dtype) == "float64" and _holds_float(clip_norm):
+            # TF's maximum(clip_norm, 0) makes a float32 tensor of a list of floats, cast to
+            # float64 after: [0.1] is 0.10000000149011612 there
+            c = as_operand(clip_norm, xp, t, name, dtype=xp.float32)
+            c = _core.nonnegative(xp, c, as_operand(0, xp, c, name))
+            return xp.astype(c, t.dtype)
         c = as_operand(clip_norm, xp, t, name)
         return _core.nonnegative(xp, c, as_operand(0, xp, t, name))
     msg = f"`{name}` must be a number or an array, got {type(clip_norm).__name__}"

@@ -37,6 +37,7 @@ from anyclip._numerics import (
     quotient,
     reduce_sum,
     sqrt,
+    tf_float16,
 )
 from anyclip._subnormals import flush
 from anyclip._typing import Namespace, Nonfinite
@@ -344,7 +345,10 @@ def keras_global_scale(
     if is_array(clip_norm):
         c, inverse = clip_norm, one / clip_norm
     else:  # Keras's Python number: its quotient in Python, then converted as TF converts it
-        c, inverse = _scalar(xp, clip_norm, use_norm), _scalar(xp, 1.0 / clip_norm, use_norm)
+        c, inv = float(clip_norm), 1.0 / clip_norm
+        if dtype_name(use_norm.dtype) == "float16":  # TF: a Python float through float32
+            c, inv = tf_float16(c, via_float32=True), tf_float16(inv, via_float32=True)
+        c, inverse = _scalar(xp, c, use_norm), _scalar(xp, inv, use_norm)
     if kernels is None or not kernels.ftz:
         scale_for_finite = c * g.minimum(xp, one / use_norm, inverse)
     else:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-import struct
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -59,7 +58,7 @@ from anyclip._compat import (
     is_weak_scalar,
     namespace,
 )
-from anyclip._numerics import constant, float_overflow_threshold
+from anyclip._numerics import constant, float_overflow_threshold, tf_float16
 from anyclip._policy_dtypes import dtype_kind
 from anyclip._policy_words import (
     TF_NONE,
@@ -223,26 +222,6 @@ def _scalar_for(xp: Namespace, value: Any, dtype: Any, kind: str, name: str) -> 
     elif dtype_name(dtype) == "float16":
         as_float = tf_float16(as_float, via_float32=True)
     return as_float
-
-
-def tf_float16(value: float, *, via_float32: bool) -> float:
-    """``value`` rounded to float16 as TF converts it, as a Python float (exact in float16).
-
-    TF converts a Python number (alone or in a list) to float16 through float32, so it is
-    rounded twice (``via_float32``); a NumPy scalar is cast by NumPy, once. The two differ
-    for about 50 in a million doubles (measured, TF 2.21: -46.765625312855775 is -46.75 from
-    a Python float, -46.78 from ``np.float64``). Each backend's own conversion took one rule
-    for both (NumPy and JAX the single rounding, torch the double one); a value that float16
-    holds exactly converts the same everywhere.
-    """
-    v = value
-    try:
-        if via_float32:
-            v = struct.unpack("<f", struct.pack("<f", v))[0]
-        out: float = struct.unpack("<e", struct.pack("<e", v))[0]
-    except OverflowError:  # past float32's or float16's range: TF's inf
-        return math.copysign(math.inf, value)
-    return out
 
 
 def _numpy_scalar_for(value: Any, kind: str, dtype: Any) -> Any:

@@ -14,7 +14,7 @@ import optax
 from jax.typing import ArrayLike
 
 from anyclip import _clip, _clip_tensor, tree
-from anyclip._compat import is_array, namespace
+from anyclip._compat import imported, is_array, namespace
 from anyclip._kernels._dist import check_group
 from anyclip._keywords import hints_keywords
 from anyclip._policy import check_nonfinite, check_operand, keras_option, normalize_axes
@@ -171,6 +171,7 @@ def clip_by_global_norm(
     Array([0.75, 1.  ], dtype=float32)
     """
     c, c_name = _max_norm(max_norm, clip_norm)
+    c = _host_to_jax(c)
     policy = check_nonfinite(nonfinite)
     _accumulate_dtype(accumulate_dtype)
     check_group(namespace(jnp.zeros(0)), group)  # axis names, checked before any update
@@ -283,12 +284,25 @@ def clip(max_delta: float) -> optax.GradientTransformation:
     [Array([-0.5 ,  0.25,  0.5 ], dtype=float32)]
     """
     check_operand(max_delta, "max_delta", scalar=True)
+    max_delta = _host_to_jax(max_delta)
 
     def clip_leaf(g: Any) -> Any:
         d = _like(max_delta, g)
         return _clip_tensor.clip_by_value(g, -d, d)
 
     return _stateless(lambda u: tree.map_leaves(clip_leaf, u))
+
+
+def _host_to_jax(value: Any) -> Any:
+    """A NumPy array threshold as a JAX array (optax takes one: ``jnp`` converts it), else as is.
+
+    Converted once, when the transformation is made; the updates' library is JAX, and
+    anyclip's functions take arguments of the input's own library only.
+    """
+    np = imported("numpy")
+    if np is not None and isinstance(value, np.ndarray):
+        return jnp.asarray(value)
+    return value
 
 
 def _like(value: Any, leaf: Any) -> Any:

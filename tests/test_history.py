@@ -357,11 +357,26 @@ def _autoclip_half(torch: Any, seq: np.ndarray, kwargs: dict, missing: bool) -> 
     """autoclip's ``QuantileClip`` (live) on float16 parameters, one row of gradients a step."""
     ref_cls = pytest.importorskip("autoclip.torch.quantile").QuantileClip
     params = [torch.nn.Parameter(torch.zeros(s, dtype=torch.float16)) for s in agen.SHAPES]
-    clipper = ref_cls(params, **kwargs)
+    return _half_steps(torch, ref_cls(params, **kwargs), params, seq, missing, np.asarray, None)
+
+
+def _half_steps(
+    torch: Any,
+    clipper: Any,
+    params: list[Any],
+    seq: np.ndarray,
+    missing: bool,
+    to_numpy: Any,
+    device: Any,
+) -> np.ndarray:
+    """``clipper.step()`` once per row of ``seq`` (the float16 gradients); the clipped rows.
+
+    A missing gradient (``params[1]`` at ``agen.MISSING_STEP`` with ``missing``) is NaN.
+    """
     out = []
     for i, row in enumerate(seq):
         for p, g in zip(params, _split(row, agen.SHAPES), strict=True):
-            p.grad = torch.tensor(g)
+            p.grad = torch.tensor(g, device=device)
         if missing and i == agen.MISSING_STEP:
             params[1].grad = None
         clipper.step()
@@ -370,7 +385,7 @@ def _autoclip_half(torch: Any, seq: np.ndarray, kwargs: dict, missing: bool) -> 
                 [
                     np.full(p.numel(), np.nan, np.float16)
                     if p.grad is None
-                    else p.grad.numpy().ravel()
+                    else to_numpy(p.grad).ravel()
                     for p in params
                 ]
             )
@@ -404,25 +419,8 @@ def test_torch_quantile_clip_float16_matches_autoclip(backend, case):
         for s in agen.SHAPES
     ]
     clipper = at.QuantileClip(params, **kwargs)
-    out = []
-    for i, row in enumerate(grads):
-        for p, g in zip(params, _split(row, agen.SHAPES), strict=True):
-            p.grad = torch.tensor(g, device=backend.device)
-        if missing and i == agen.MISSING_STEP:
-            params[1].grad = None
-        clipper.step()
-        out.append(
-            np.concatenate(
-                [
-                    np.full(p.numel(), np.nan, np.float16)
-                    if p.grad is None
-                    else backend.to_numpy(p.grad).ravel()
-                    for p in params
-                ]
-            )
-        )
+    ours = _half_steps(torch, clipper, params, grads, missing, backend.to_numpy, backend.device)
     assert np.any((ref != grads) & ~np.isnan(ref))  # it clips
-    ours = np.asarray(out)
     assert ours.dtype == np.float16
     np.testing.assert_allclose(ours, ref, rtol=HALF_RTOL, atol=0, equal_nan=True, err_msg=case)
 

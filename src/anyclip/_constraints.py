@@ -26,6 +26,7 @@ from anyclip import _core
 from anyclip import _gradients as g
 from anyclip._compat import dtype_name
 from anyclip._kernels import Kernels
+from anyclip._kernels._tforder_xp import rounded_apart
 from anyclip._numerics import quotient, sqrt
 from anyclip._typing import Namespace
 
@@ -63,8 +64,8 @@ def norms(xp: Namespace, kernels: Kernels, w: Any, axes: tuple[int, ...] | None)
     ``sqrt(w * w)``; torch's ``sum(dim=())`` would reduce every axis, so that case does not
     call it.
     """
-    if axes == ():
-        return sqrt(xp, kernels.flush(xp, w * w, w))
+    if axes == ():  # each norm is one element: the square kept apart, as in norm2
+        return sqrt(xp, rounded_apart(xp, kernels.flush(xp, w * w, w)))
     return kernels.norm2(xp, kernels.flush_squares(xp, w), axes)
 
 

@@ -252,9 +252,10 @@ def clip_by_global_norm(
         TF treats an ``IndexedSlices``, and keeps its layout and index arrays.
     clip_norm : number or array
         The largest global norm. An array must have ``use_norm``'s dtype.
-    use_norm : array, optional
+    use_norm : array or NumPy scalar, optional
         A precomputed global norm (a 0-d floating array). Its dtype is the dtype of the scale,
-        which is then cast to each array's dtype.
+        which is then cast to each array's dtype. A NumPy scalar is a value, as in TF: cast
+        to the arrays' dtype, and returned as passed.
     name : str, optional
         Accepted for compatibility with TF and ignored.
     accumulate_dtype : dtype, str or "widest", optional
@@ -286,8 +287,9 @@ def clip_by_global_norm(
     ------
     TypeError
         If ``t_list`` is not a list or tuple, its arrays are not floating or (without
-        ``accumulate_dtype``) do not share one dtype, ``use_norm`` is not an array,
-        ``clip_norm`` is an array of another dtype, or ``accumulate_dtype`` is not floating.
+        ``accumulate_dtype``) do not share one dtype, ``use_norm`` is neither an array nor a
+        NumPy scalar, ``clip_norm`` is an array of another dtype, or ``accumulate_dtype`` is
+        not floating.
     ValueError
         If ``clip_norm`` is None, ``clip_norm`` or ``use_norm`` cannot broadcast against each
         other or against every array (a larger one enlarges the outputs, as in TF), or

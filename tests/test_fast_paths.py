@@ -231,13 +231,15 @@ def _half_lists(dtype):
         "overflow": [np.array([big, 1.0]), rng.standard_normal(6)],
         "inf": [np.array([math.inf, 1.0]), rng.standard_normal(3)],
         "nan": [np.array([math.nan, 1.0]), rng.standard_normal(3)],
+        # past SQUARE_ROW (rows and a tail), and past BFLOAT16_BLOCK (several blocks)
         "long": [rng.standard_normal(70_001), rng.standard_normal((300, 7))],
+        "longer": [rng.standard_normal((2, 300_001)), rng.standard_normal(1 << 19)],
     }
 
 
 @pytest.mark.parametrize("backend", TORCH_BACKENDS, indirect=True)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("case", ["normal", "tiny", "overflow", "inf", "nan", "long"])
+@pytest.mark.parametrize("case", ["normal", "tiny", "overflow", "inf", "nan", "long", "longer"])
 def test_torch_half_precision_sums_equal_generic(backend, make, dtype, case):
     """bfloat16 and float16 lists take the multi-tensor sums of ``l2_loss`` and the foreach
     scaling; the norm and every scaled array equal the generic kernels' (the core's formula,
@@ -271,7 +273,7 @@ def test_torch_half_precision_sums_step_aside(backend, make):
 
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("case", ["normal", "tiny", "overflow", "inf", "nan", "long"])
+@pytest.mark.parametrize("case", ["normal", "tiny", "overflow", "inf", "nan", "long", "longer"])
 def test_torch_multi_tensor_half_sums_on_cpu(backend, make, dtype, case):
     """CUDA's multi-tensor route, run on the CPU: the same formula as the generic kernels,
     its float32 sums in ``_foreach_norm``'s order (sequential on the CPU): within the global
@@ -288,8 +290,9 @@ def test_torch_multi_tensor_half_sums_on_cpu(backend, make, dtype, case):
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_torch_cpu_half_losses_in_reused_buffers(backend, make, dtype):
-    """Each array's ``l2_loss`` from the buffers reused across a call is the one from fresh
-    temporaries (``torch.mul``, ``mul_``, :func:`reduce_sum`) bit for bit, whatever the
+    """Each array's sum (float16 ``l2_loss``; bfloat16 sum of squares in float32) from the
+    buffers reused across a call is the one from fresh temporaries (``torch.mul``, float16
+    ``mul_``, the sums) bit for bit, whatever the
     array's size (above torch's parallel grain too), shape, layout and values, and whatever
     came before it in the buffers."""
     from anyclip._kernels._torch_sums import _cpu_half_losses, _cpu_half_square_sum
@@ -299,6 +302,8 @@ def test_torch_cpu_half_losses_in_reused_buffers(backend, make, dtype):
     tiny = {"float16": 1e-4, "bfloat16": 1e-20}[dtype]
     arrays = [
         make(rng.standard_normal(70_001), dtype),
+        make(rng.standard_normal((3, 1 << 18)), dtype),  # whole blocks, no tail
+        make(rng.standard_normal(600_001), dtype),  # blocks, a last block, a tail
         make(rng.standard_normal((300, 130)), dtype),
         make(rng.standard_normal((130, 300)), dtype).T,  # not contiguous
         make(3.0, dtype),
@@ -311,7 +316,34 @@ def test_torch_cpu_half_losses_in_reused_buffers(backend, make, dtype):
     for a in arrays:
         got, want = loss(a), _cpu_half_square_sum(xp, torch, a)
         assert got.dtype == want.dtype and got.shape == want.shape == ()
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+        bits = {2: torch.int16, 4: torch.int32}[got.element_size()]
+        assert torch.equal(got.reshape(1).view(bits), want.reshape(1).view(bits))
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("size", [70_001, 600_001])
+def test_torch_bfloat16_sums_same_on_any_thread_count(backend, make, size):
+    """The float32 sums of bfloat16 squares go by rows torch sums on one thread each: the
+    same bits with 1, 2 and 4 threads, on the fast path and the generic one (a sum of the
+    whole array is split between the threads)."""
+    from anyclip._kernels._base import bfloat16_square_sum
+    from anyclip._kernels._torch_sums import _cpu_half_losses
+
+    torch, xp = backend.module, backend.xp
+    rng = np.random.default_rng(size)
+    x = make(rng.standard_normal(size) * np.exp(4 * rng.standard_normal(size)), "bfloat16")
+    before = torch.get_num_threads()
+    sums = []
+    try:
+        for threads in (1, 2, 4):
+            torch.set_num_threads(threads)
+            fast = _cpu_half_losses(xp, torch, [x])(x)
+            generic = bfloat16_square_sum(xp, torch.square(x))
+            sums += [fast.reshape(1).view(torch.int32), generic.reshape(1).view(torch.int32)]
+    finally:
+        torch.set_num_threads(before)
+    assert sums[0].dtype == torch.int32
+    assert all(torch.equal(s, sums[0]) for s in sums)
 
 
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)

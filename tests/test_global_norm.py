@@ -82,6 +82,40 @@ def test_float16_overflow(backend, make, check, v, expected):
     check(anyclip.global_norm([make([v], "float16")]), np.float16(expected), "float16", 1)
 
 
+#: bfloat16 lists whose float32 sum of squares lies at the top of the range, with TF 2.21's
+#: ``tf.linalg.global_norm`` (measured; re-checked live with ``--live-tf``). TF halves each
+#: square before the sum; anyclip halves the sum: the same norm, also where the sum of the
+#: squares overflows float32 (1.4556e19 and 1.2538e19: 3.69e38) or rounds to bfloat16's inf
+#: ("above": 3.3962e38) and the sum of the halves does not (TF's ``* 2`` overflows then),
+#: and just under that ("below": 3.3895e38, TF's largest finite norm).
+BFLOAT16_TOP = {
+    "past-float32": ([[1.4555633995661443e19], [1.253802136259946e19]], math.inf),
+    "above": ([[1.3835058055282164e19, 1.2177733392409821e19]], math.inf),
+    "above-split": ([[1.3835058055282164e19], [1.2177733392409821e19]], math.inf),
+    "below": ([[1.3690942867206308e19, 1.2321848580485677e19]], 1.8374686479671624e19),
+    "below-split": ([[1.3690942867206308e19], [1.2321848580485677e19]], 1.8374686479671624e19),
+}
+
+
+@pytest.mark.parametrize("case", list(BFLOAT16_TOP))
+def test_bfloat16_sums_at_the_top_of_the_range(backend, make, check, case):
+    if not backend.has_dtype("bfloat16"):
+        pytest.skip(f"{backend.name} has no bfloat16")
+    parts, tf = BFLOAT16_TOP[case]
+    check(anyclip.global_norm([make(p, "bfloat16") for p in parts]), tf, "bfloat16")
+
+
+@pytest.mark.live_tf
+def test_bfloat16_top_table_is_tfs():
+    tf = pytest.importorskip("tensorflow")
+    import ml_dtypes
+
+    for parts, want in BFLOAT16_TOP.values():
+        tensors = [tf.constant(np.array(p, np.float32).astype(ml_dtypes.bfloat16)) for p in parts]
+        got = float(tf.cast(tf.linalg.global_norm(tensors), tf.float64).numpy())
+        assert got == want, (parts, got, want)
+
+
 def test_many_arrays_match_formula(backend, make, check):
     rng = np.random.default_rng(4)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in [(5,), (3, 7), (), (2, 2, 2)]]

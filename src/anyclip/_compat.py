@@ -28,6 +28,7 @@ __all__ = [
     "dtype_name",
     "imported",
     "is_array",
+    "is_dtensor",
     "is_functorch_wrapped",
     "is_numpy_scalar",
     "is_weak_scalar",
@@ -387,6 +388,13 @@ def _auto_devices(mesh: Any) -> int:
 def _no_mesh(mesh: Any) -> bool:
     """Whether a JAX (abstract) mesh is absent or empty."""
     return mesh is None or mesh.empty
+
+
+def is_dtensor(x: Any) -> bool:
+    """Whether ``x`` is a torch ``DTensor`` (without importing torch.distributed)."""
+    mod = imported("torch.distributed.tensor")
+    cls = getattr(mod, "DTensor", None)
+    return cls is not None and isinstance(x, cls)
 
 
 def may_be_sharded(a: Any) -> bool:

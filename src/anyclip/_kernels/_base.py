@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import device, dtype_name, is_functorch_wrapped, library
+from anyclip._compat import device, dtype_name, is_dtensor, is_functorch_wrapped, library
 from anyclip._kernels._tfaxes import tf_sum_or_none
 from anyclip._kernels._tforder import tf_order_dtype
 from anyclip._kernels._tforder_xp import rounded_apart, tf_order_squares
@@ -30,9 +30,11 @@ __all__ = [
     "BLOCK",
     "JOIN",
     "ROW",
+    "SQUARE_ROW",
     "UPCAST_BLOCK",
     "Kernels",
     "Wrapping",
+    "bfloat16_square_sum",
     "every_axis",
     "groups",
     "partials",
@@ -52,6 +54,12 @@ ROW = 256
 #: Elements cast to an accumulation dtype at a time (4 MiB of float32): see
 #: :meth:`Kernels.blocks`.
 UPCAST_BLOCK = 1 << 20
+
+#: Elements per row of torch's float32 sums of an array's bfloat16 squares
+#: (:func:`bfloat16_square_sum`): torch's CPU sum runs on one thread under ATen's grain of
+#: 32,768 elements (its bits then depend on no thread count), and the fast path's blocks
+#: are whole rows.
+SQUARE_ROW = 1 << 15
 
 #: Libraries whose operations run one at a time on whole arrays, so that a cast of a whole
 #: array exists in memory: their arrays are cast one block at a time. JAX arrays have no views
@@ -217,7 +225,7 @@ class Kernels:
             return total
         half = [_half_square_sum(xp, v) for v in arrays]
         stacked = xp.stack(half)
-        if dtype_name(stacked.dtype) in _HALVED_FIRST:  # each l2_loss rounded to its dtype
+        if dtype_name(stacked.dtype) in _ROUNDED_LOSSES:  # each l2_loss rounded to its dtype
             stacked = rounded_apart(xp, stacked)
         return reduce_sum(xp, stacked, None, keepdims=False)
 
@@ -452,23 +460,34 @@ class Wrapping(Kernels):
         return self.base.replicated(xp, value, like)
 
 
-#: Dtypes whose squares are halved before the sum, as TF's ``L2Loss`` kernel does.
-_HALVED_FIRST = ("float16", "bfloat16")
+#: The dtypes whose ``l2_loss`` is rounded to the dtype before the sum of a list's (each
+#: array's ``l2_loss`` kept apart under ``jax.jit``, where XLA would keep it in float32).
+_ROUNDED_LOSSES = ("float16", "bfloat16")
 
 
 def _half_square_sum(xp: Namespace, v: Any) -> Any:
     """TF's ``l2_loss(v)``: ``sum(v * v * 0.5)``, squares and halves rounded to ``v``'s dtype.
 
-    Halving each square first matters in half precision only: a float16 square below twice
-    the smallest subnormal (``|v|`` under about 3.5e-4) halves to 0, so TF's ``global_norm`` of
-    small float16 gradients is smaller than the norm of their sum of squares (0 for gradients
-    of about 1e-4). In float32 and float64 ``sum(v * v) * 0.5`` is the same value (TF's CPU
-    kernels flush the subnormal halves that would differ) and one step fewer.
+    float16 halves each square first, as TF: a float16 square below twice the smallest
+    subnormal (``|v|`` under about 3.5e-4) halves to 0, so TF's ``global_norm`` of small
+    float16 gradients is smaller than the norm of their sum of squares (0 for gradients of
+    about 1e-4). Elsewhere ``sum(v * v) * 0.5``, one step fewer: the same value wherever
+    each half is a normal number (halving a normal square is exact, and so is halving
+    every partial sum of the float32 accumulation and its rounding to bfloat16), and the
+    halves that are not (squares below twice the smallest normal: float32 and bfloat16
+    elements under about 1.6e-19, float64 under 2.1e-154) are the ones TF's CPU kernels
+    flush to 0: anyclip keeps them, a difference declared in docs/tf-behaviour.md (float32
+    and float64 elements whose halves TF flushes are left out of the sum first inside
+    :class:`anyclip.flush_subnormals`). Where the float32 sum of bfloat16 squares overflows
+    or rounds to inf and the sum of the halves does not, TF's global norm overflows in its
+    ``* 2`` (tested against TF). bfloat16 squares are summed in float32 and rounded once
+    (:func:`~anyclip._numerics.reduce_sum`, on torch :func:`bfloat16_square_sum`), then
+    halved.
 
     Under ``jax.jit`` on a CPU without native float16 arithmetic, XLA computes a half-precision
     product feeding a reduction in float32 and drops its rounding to the half type (it allows
     "excess precision"): squares too small for float16 were then kept, and a real model's
-    float16 norm came out 22 ULP from TF's. Each product is rounded apart
+    float16 norm came out 22 ULP from TF's. Each half-precision product is rounded apart
     (:func:`~anyclip._kernels._tforder_xp.rounded_apart`), as eagerly.
 
     ``square(v)``, not ``v * v``: the same values, and ``l2_loss``'s gradient ``v * g`` as one
@@ -477,10 +496,41 @@ def _half_square_sum(xp: Namespace, v: Any) -> Any:
     of 40 random float32 lists, now 9).
     """
     half = constant(xp, 0.5, v.dtype, v)
-    if dtype_name(v.dtype) in _HALVED_FIRST:
+    name = dtype_name(v.dtype)
+    if name == "float16":
         halves = rounded_apart(xp, rounded_apart(xp, xp.square(v)) * half)
         return reduce_sum(xp, halves, None, keepdims=False)
-    return reduce_sum(xp, xp.square(v), None, keepdims=False) * half
+    squares = xp.square(v)
+    if name != "bfloat16":
+        return reduce_sum(xp, squares, None, keepdims=False) * half
+    squares = rounded_apart(xp, squares)
+    if library(xp) != "torch":
+        return reduce_sum(xp, squares, None, keepdims=False) * half
+    return xp.astype(bfloat16_square_sum(xp, squares), v.dtype) * half
+
+
+def bfloat16_square_sum(xp: Namespace, squares: Any) -> Any:
+    """The float32 sum (0-d) of a torch array's bfloat16 ``squares``, by rows.
+
+    Up to :data:`SQUARE_ROW` elements, ``sum(squares, dtype=float32)``. Beyond, the rows of
+    :data:`SQUARE_ROW` elements are summed (each on one thread, in torch's cascade), then
+    these sums and the sum of the last, shorter row (0 when there is none) are summed. A
+    sum of the whole array would be split between torch's threads, its bits depending on
+    their number (2 and 4 threads against 1: other bits on arrays of 65,536 elements); by
+    rows they are the same on any number (tested), and the fast path
+    (:func:`anyclip._kernels._torch_sums._cpu_half_losses`) sums the same rows block by
+    block in buffers that stay in the CPU's cache. A ``DTensor`` is summed whole (rows of
+    it would be gathered). The rounding to bfloat16 is the caller's.
+    """
+    f32 = xp.float32
+    n = math.prod(squares.shape)
+    if n <= SQUARE_ROW or is_dtensor(squares):
+        return xp.sum(squares, dtype=f32)
+    flat = xp.reshape(squares, (-1,))
+    m = n // SQUARE_ROW
+    rows = xp.sum(xp.reshape(flat[: m * SQUARE_ROW], (m, SQUARE_ROW)), axis=1, dtype=f32)
+    tail = xp.reshape(xp.sum(flat[m * SQUARE_ROW :], dtype=f32), (1,))
+    return xp.sum(xp.concat([rows, tail]))
 
 
 def _writes_in_place(xp: Namespace, arrays: Sequence[Any]) -> bool:

@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import imported, library
+from anyclip._compat import imported, is_dtensor, library
 from anyclip._kernels._base import Kernels, Wrapping
 from anyclip._typing import Namespace
 
@@ -46,13 +46,6 @@ __all__ = [
     "replicate_partials",
     "zero_partial",
 ]
-
-
-def is_dtensor(x: Any) -> bool:
-    """Whether ``x`` is a torch ``DTensor`` (without importing torch.distributed)."""
-    mod = imported("torch.distributed.tensor")
-    cls = getattr(mod, "DTensor", None)
-    return cls is not None and isinstance(x, cls)
 
 
 def any_dtensor(values: Sequence[Any]) -> bool:

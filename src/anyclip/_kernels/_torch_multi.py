@@ -72,17 +72,17 @@ def cuda_norm(torch: Any, x: Any, axes: tuple[int, ...] | None) -> Any:
 
 
 def cpu_half_square_sums(torch: Any, arrays: Sequence[Any], one: Any) -> list[Any]:
-    """Each array's ``l2_loss`` (bfloat16 or float16, on the CPU), in order, as 1-D parts.
+    """Each array's ``one`` (bfloat16 or float16, on the CPU), in order, as 1-D parts.
 
-    ``one(v)`` is one array's ``l2_loss`` as a 0-d tensor (the caller's route: squares,
-    halved in place, summed as :func:`~anyclip._numerics.reduce_sum` sums: bfloat16 in
-    float32, rounded once; float16 by torch's float16 sum). Each run of consecutive arrays of
+    ``one(v)`` is one array's sum as a 0-d tensor (the caller's route: float16 squares,
+    halved in place, summed by torch's float16 sum, which is ``l2_loss``; bfloat16 squares
+    summed in float32, which the caller rounds and halves). Each run of consecutive arrays of
     one size, fewer than :data:`GRAIN` elements a run, is joined by one ``cat`` and taken as
-    the rows of one matrix: squared, halved in place and summed along the rows in the same
-    way. A row of a contiguous matrix is summed by the CPU's sum kernel exactly as the same
+    the rows of one matrix: squared (float16: halved in place) and summed along the rows in
+    the same way. A row of a contiguous matrix is summed by the CPU's sum kernel exactly as the same
     elements alone (one thread, the same vector loop), and the squares and halves are
-    elementwise: the bits of ``one`` (tested against it), with five operations per run
-    instead of four per array (2,000 arrays of 256 elements: 8,000 operations became 80).
+    elementwise: the bits of ``one`` (tested against it), with each step once per run
+    instead of once per array (2,000 arrays of 256 elements: 8,000 operations became 80).
     """
     parts: list[Any] = []
     i, n = 0, len(arrays)
@@ -98,11 +98,10 @@ def cpu_half_square_sums(torch: Any, arrays: Sequence[Any], one: Any) -> list[An
         else:
             rows = torch.cat([a.reshape(-1) for a in arrays[i:j]]).view(j - i, size)
             squares = torch.mul(rows, rows)
-            squares.mul_(0.5)
-            # as reduce_sum: bfloat16 summed in float32, float16 by torch's own float16 sum
+            # as `one`: bfloat16 squares summed in float32, float16 halves by torch's float16 sum
             if rows.dtype == torch.bfloat16:
-                parts.append(torch.sum(squares, dim=1, dtype=torch.float32).to(rows.dtype))
+                parts.append(torch.sum(squares, dim=1, dtype=torch.float32))
             else:
-                parts.append(torch.sum(squares, dim=1))
+                parts.append(torch.sum(squares.mul_(0.5), dim=1))
         i = j
     return parts

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._kernels._base import ROW, groups
+from anyclip._kernels._base import ROW, SQUARE_ROW, bfloat16_square_sum, groups
 from anyclip._kernels._dist import (
     any_dtensor,
 )
@@ -154,6 +154,12 @@ def _partial_norms(torch: Any, arrays: Sequence[Any]) -> Any:
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+#: Most bfloat16 elements squared and summed at a time by :func:`_cpu_half_losses` (whole
+#: rows of :data:`~anyclip._kernels._base.SQUARE_ROW`): its two buffers, 1.5 MiB in all,
+#: stay in a CPU's cache between the square, the copy to float32 and the sum, and are no
+#: larger for a larger array.
+BFLOAT16_BLOCK = 1 << 18
+
 #: Most elements squared at a time by :func:`_half_precision_half_squares` (a larger array
 #: alone): its temporary squares are at most 32 MiB of bfloat16 or float16 beyond the largest
 #: array.
@@ -165,16 +171,17 @@ def _half_precision_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any
 
     The generic formula (:func:`anyclip._kernels._base._half_square_sum`, then the sum of the
     stack), step for step: each array squared in its dtype (TF's ``Square``: rounded to
-    bfloat16 or float16, inf past the dtype's range), the squares halved in place in that
-    dtype (TF's ``L2Loss``: halves of float16 squares below twice the smallest subnormal
-    round), each array's halves summed in float32 and rounded once to the dtype (TF's
-    ``reduce_sum``), and these sums added as the generic code adds them (:func:`reduce_sum`
-    of their stack). No cast copy of an array.
+    bfloat16 or float16, inf past the dtype's range); float16 squares halved in place in
+    float16 (TF's ``L2Loss``: halves below twice the smallest subnormal round) and summed
+    by torch's float16 sum; bfloat16 squares summed in float32, each array's sum rounded once
+    to bfloat16 and halved there (TF's ``reduce_sum``; the halves of the whole list at once);
+    and these ``l2_loss`` added as the generic code adds them (:func:`reduce_sum` of their
+    stack). No cast copy of an array.
 
     On CUDA, in multi-tensor ops on consecutive groups of at most :data:`HALF_JOIN`
-    elements: ``torch._foreach_mul(group, group)``, ``torch._foreach_mul_(squares, 0.5)``
-    and one ``torch._foreach_norm(halves, 1, dtype=torch.float32)`` (the halves are not
-    negative; CUDA's multi-tensor kernel reads them once and accumulates in float32); the
+    elements: ``torch._foreach_mul(group, group)``, for float16 ``torch._foreach_mul_(squares,
+    0.5)``, and one ``torch._foreach_norm(squares, 1, dtype=torch.float32)`` (the squares are
+    not negative; CUDA's multi-tensor kernel reads them once and accumulates in float32); the
     temporaries are one group's squares. Elsewhere (the CPU, where torch's foreach ops loop
     over the arrays), one array at a time (:func:`_cpu_half_losses`; runs of small arrays
     of one size as the rows of one matrix, same bits:
@@ -188,9 +195,21 @@ def _half_precision_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any
         return None
     if not arrays[0].is_cuda:  # CPU foreach ops loop over the arrays: runs of small ones joined
         parts = cpu_half_square_sums(torch, arrays, _cpu_half_losses(xp, torch, arrays))
-        halves = parts[0] if len(parts) == 1 else torch.cat(parts)
-        return reduce_sum(xp, halves, None, keepdims=False)
+        sums = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return reduce_sum(xp, _losses(torch, sums, arrays[0].dtype), None, keepdims=False)
     return _multi_tensor_half_squares(xp, torch, arrays)
+
+
+def _losses(torch: Any, sums: Any, dtype: Any) -> Any:
+    """Each array's ``l2_loss`` in ``dtype`` from ``sums`` (1-D).
+
+    float16 ``sums`` are the ``l2_loss`` already; bfloat16 sums of squares (float32) are
+    rounded to bfloat16 and halved there, as
+    :func:`~anyclip._kernels._base._half_square_sum` does for each array.
+    """
+    if dtype != torch.bfloat16:
+        return sums
+    return sums.to(dtype).mul_(0.5)
 
 
 def _multi_tensor_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any]) -> Any:
@@ -199,72 +218,102 @@ def _multi_tensor_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any])
     parts: list[Any] = []  # each group's l2_loss, 1-D, in the dtype
     for group in _half_groups(arrays):
         squares = torch._foreach_mul(group, group)
-        torch._foreach_mul_(squares, 0.5)
-        sums = torch._foreach_norm(squares, 1, dtype=torch.float32)
-        parts.append(torch.stack(sums).to(dtype))
+        if dtype != torch.bfloat16:
+            torch._foreach_mul_(squares, 0.5)
+        sums = torch.stack(torch._foreach_norm(squares, 1, dtype=torch.float32))
+        parts.append(sums if dtype == torch.bfloat16 else sums.to(dtype))
         del squares
-    halves = parts[0] if len(parts) == 1 else torch.cat(parts)
-    return reduce_sum(xp, halves, None, keepdims=False)
+    sums = parts[0] if len(parts) == 1 else torch.cat(parts)
+    return reduce_sum(xp, _losses(torch, sums, dtype), None, keepdims=False)
 
 
 def _cpu_half_square_sum(xp: Namespace, torch: Any, v: Any) -> Any:
-    """One array's ``l2_loss`` (off CUDA): squares, halved in place, :func:`reduce_sum`.
+    """One array's sum for :func:`_losses` (off CUDA, 0-d).
 
+    float16: its ``l2_loss``; bfloat16: its sum of squares in float32.
     The generic :func:`~anyclip._kernels._base._half_square_sum` with one temporary instead
-    of two (the halving writes into the squares).
+    of two where float16 squares are halved (in place), and bfloat16's rounding and halving
+    left to :func:`_losses`.
     """
     squares = torch.mul(v, v)
+    if v.dtype == torch.bfloat16:
+        return bfloat16_square_sum(xp, squares)
     squares.mul_(0.5)
     return reduce_sum(xp, squares, None, keepdims=False)
 
 
 def _cpu_half_losses(xp: Namespace, torch: Any, arrays: Sequence[Any]) -> Callable[[Any], Any]:
-    """One array of ``arrays`` at a time, its ``l2_loss`` (0-d; CPU, bfloat16 or float16).
+    """One array of ``arrays`` at a time, its sum for :func:`_losses` (0-d; CPU).
 
-    :func:`_cpu_half_square_sum`'s values, bit for bit, in two buffers made once per call
-    (for the largest array) instead of two temporaries per array, whose fresh memory the
-    CPU faults in page by page: the squares go into the first (``out=``), are halved there
-    in place, and bfloat16 halves are copied into the second, of float32, and summed there
-    (what ``torch.sum(halves, dtype=float32)`` does after its own cast copy: the same
-    float32 values in the same kernel, so the same sum for any number of threads), the sum
-    rounded once to bfloat16. bfloat16 squares by ``torch.square`` (faster than ``mul``, and
-    the same bits for all 65,536 bfloat16 values, tested); float16 by ``mul``. A
-    non-contiguous array (whose squares torch sums in its memory order) and every array
-    while ``torch.compile`` traces take :func:`_cpu_half_square_sum`.
+    :func:`_cpu_half_square_sum`'s values, bit for bit, in buffers made once per call
+    instead of temporaries per array, whose fresh memory the CPU faults in page by page: the
+    squares go into the first (``out=``). float16 squares (a buffer for the largest array)
+    are halved there in place and summed. bfloat16 squares are copied into the second, of
+    float32, and summed there (what ``torch.sum(squares, dtype=float32)`` does after its
+    own cast copy: the same float32 values in the same kernel); an array of more than
+    :data:`~anyclip._kernels._base.SQUARE_ROW` elements goes through both buffers in blocks
+    of :data:`BFLOAT16_BLOCK` elements (whole rows: each block's row sums are
+    :func:`~anyclip._kernels._base.bfloat16_square_sum`'s), so that the buffers stay in the
+    CPU's cache and hold 1.5 MiB whatever the arrays (the buffers for GPT-2's embedding,
+    231 MB, took longer to fault in than the sums took). bfloat16 squares by
+    ``torch.square`` (faster than ``mul``, and the same bits for all 65,536 bfloat16
+    values, tested); float16 by ``mul``. A non-contiguous array (whose squares torch sums in
+    its memory order) and every array while ``torch.compile`` traces take
+    :func:`_cpu_half_square_sum`.
 
-    What it still costs over torch's own bfloat16 norm (about twice torch's clipping for
-    ResNet-50 and GPT-2 shapes on a 2-core CPU): four passes per array (square, halve, copy
-    to float32, sum; 0.43, 0.73, 0.57 and 0.44 ms for 2.4 million elements on one thread)
-    where ``vector_norm`` reads each array once (0.27 ms), squaring in float32 unrounded
-    and adding in one sequential float32 accumulator, neither of which is TF's arithmetic;
-    and each pass over a large array waits for torch's threads, slow on a busy machine
-    (``vector_norm``'s single-output kernel runs on the calling thread). Halving in float32
-    after the copy would be faster but rounds subnormal halves differently (tested); joining
-    a group's arrays into one buffer before the passes was slower (cache locality lost).
+    What it still costs over torch's own bfloat16 norm (about 1.5 to 2.5 times its time on
+    ResNet-50 and GPT-2 shapes on a 2-core CPU): three passes per array (square, copy to
+    float32, sum) where ``vector_norm`` reads each array once, squaring in float32
+    unrounded and adding in one sequential float32 accumulator, neither of which is TF's
+    arithmetic; and each pass over a large array waits for torch's threads, slow on a busy
+    machine (``vector_norm``'s single-output kernel runs on the calling thread). Halving
+    bfloat16 after the sum instead of each square saves a pass (the halving was the
+    slowest of four: 0.73 ms of 2.17 for 2.4 million elements on one thread). Joining a
+    group's arrays into one buffer before the passes was slower (cache locality lost).
     """
     dtype = arrays[0].dtype
     buffers: list[Any] = []
 
+    def buffer(i: int, n: int) -> Any:
+        if not buffers:
+            most = max(map(torch.Tensor.numel, arrays))
+            if dtype == torch.bfloat16:  # whole rows, in blocks
+                most = min(most, BFLOAT16_BLOCK)
+            device = arrays[0].device
+            buffers.append(torch.empty(most, dtype=dtype, device=device))
+            if dtype == torch.bfloat16:
+                buffers.append(torch.empty(most, dtype=torch.float32, device=device))
+        return buffers[i][:n]
+
+    def bfloat16_sum(flat: Any, out: Any = None) -> Any:  # up to one block, whole rows
+        n = flat.numel()
+        squares = buffer(0, n)
+        torch.square(flat, out=squares)
+        wide = buffer(1, n)
+        wide.copy_(squares)
+        if out is None:
+            return torch.sum(wide)
+        return torch.sum(wide.view(-1, SQUARE_ROW), dim=1, out=out)
+
     def loss(v: Any) -> Any:
         if not v.is_contiguous() or torch.compiler.is_compiling():
             return _cpu_half_square_sum(xp, torch, v)
-        if not buffers:
-            most = max(map(torch.Tensor.numel, arrays))
-            buffers.append(torch.empty(most, dtype=dtype, device=v.device))
-            if dtype == torch.bfloat16:
-                buffers.append(torch.empty(most, dtype=torch.float32, device=v.device))
         n, flat = v.numel(), v.reshape(-1)
-        squares = buffers[0][:n]
-        if dtype == torch.bfloat16:
-            torch.square(flat, out=squares)
-        else:
-            torch.mul(flat, flat, out=squares)
-        squares.mul_(0.5)
         if dtype != torch.bfloat16:
+            squares = buffer(0, n)
+            torch.mul(flat, flat, out=squares)
+            squares.mul_(0.5)
             return reduce_sum(xp, squares, None, keepdims=False)
-        halves = buffers[1][:n]
-        halves.copy_(squares)
-        return xp.astype(reduce_sum(xp, halves, None, keepdims=False), dtype)
+        if n <= SQUARE_ROW:
+            return bfloat16_sum(flat)
+        m = n // SQUARE_ROW
+        sums = torch.empty(m + 1, dtype=torch.float32, device=v.device)
+        step = BFLOAT16_BLOCK // SQUARE_ROW
+        for i in range(0, m, step):
+            k = min(step, m - i)
+            bfloat16_sum(flat[i * SQUARE_ROW : (i + k) * SQUARE_ROW], sums[i : i + k])
+        sums[m] = bfloat16_sum(flat[m * SQUARE_ROW :])
+        return torch.sum(sums)
 
     return loss
 

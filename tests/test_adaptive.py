@@ -420,6 +420,15 @@ def _timm_case(case: str) -> tuple[str, float, float]:
     return dtype, float(norm_type), float(clip)
 
 
+def _timm_ulp(backend: Backend, dtype: str) -> float:
+    """The budget against timm's data: none in float16 and bfloat16 (a GPU's sum order aside).
+
+    A half-precision unit norm is a float32 sum rounded once to the dtype, where a float32
+    norm's last bits follow the backend's sum order (:data:`ULP`).
+    """
+    return gpu_budget("device-sum-order", backend.name, 0 if dtype in TIMM_HALF else ULP)
+
+
 def test_timm_data_provenance():
     prov = json.loads(str(TIMM["provenance"]))
     assert prov["timm_commit"] and prov["torch"] and "adaptive_clip_grad" in prov["call"]
@@ -436,7 +445,7 @@ def test_adaptive_clip_timm_layout_matches_timm(backend, case):
         pytest.skip(f"{backend.name} has no {dtype}")
     g = backend.asarray(TIMM[f"{case}/g"], dtype)
     got = tree.adaptive_clip([g], [p], clip, TIMM_EPS, layout="timm", norm_type=norm_type)
-    ulp = gpu_budget("device-sum-order", backend.name, ULP)  # a GPU's sum order: declared
+    ulp = _timm_ulp(backend, dtype)  # a GPU's sum order: declared
     assert_array(got[0], TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ulp)
 
 
@@ -453,17 +462,64 @@ def test_adaptive_clip_timm_layout_half_under_jax_jit_matches_timm(backend, case
             [g], [p], clip, TIMM_EPS, layout="timm", norm_type=norm_type
         )
     )
-    ulp = gpu_budget("device-sum-order", backend.name, ULP)
+    ulp = _timm_ulp(backend, dtype)
     assert_array(fn(g, p)[0], TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ulp)
 
 
-def _timm_arithmetic(torch: Any, p: Any, g: Any, clip: float) -> Any:
-    """timm's ``adaptive_clip_grad`` body (its ``unitwise_norm``: torch's ``Tensor.norm``)."""
+def _timm_arithmetic(torch: Any, p: Any, g: Any, clip: float, norm_type: float = 2.0) -> Any:
+    """timm's ``adaptive_clip_grad`` body on one tensor of rank 2 or more, op for op.
+
+    A test-only transcription of ``timm/utils/agc.py`` (huggingface/pytorch-image-models at
+    commit ``15d1dbc896dde826b89d1aab479f9bd4ffda085a``, the file ``make_timm_agc.py`` ran for
+    ``timm_agc.npz``): its ``unitwise_norm`` is torch's ``Tensor.norm`` over every axis but
+    the first; ``clip`` and the floors are Python numbers, as there. It gives the committed
+    file's bits on every case of rank 2 or more (``test_timm_arithmetic_is_timms_data``).
+    """
     dim = tuple(range(1, p.ndim))
-    max_norm = p.norm(2.0, dim=dim, keepdim=True).clamp_(min=TIMM_EPS).mul_(clip)
-    grad_norm = g.norm(2.0, dim=dim, keepdim=True)
+    max_norm = p.norm(norm_type, dim=dim, keepdim=True).clamp_(min=TIMM_EPS).mul_(clip)
+    grad_norm = g.norm(norm_type, dim=dim, keepdim=True)
     clipped = g * (max_norm / grad_norm.clamp(min=1e-6))
     return torch.where(grad_norm < max_norm, g, clipped)
+
+
+@pytest.mark.parametrize("case", [c for c in TIMM_CASES if "x" in c.split("/")[1]])
+def test_timm_arithmetic_is_timms_data(case):
+    """The transcription gives what timm's own file gave (``timm_agc.npz``), bit for bit."""
+    torch = pytest.importorskip("torch")
+    dtype, norm_type, clip = _timm_case(case)
+    tdt = getattr(torch, dtype)
+    p = torch.from_numpy(TIMM[f"{case}/p"]).to(tdt)
+    g = torch.from_numpy(TIMM[f"{case}/g"]).to(tdt)
+    got = _timm_arithmetic(torch, p, g, clip, norm_type)
+    want = torch.from_numpy(TIMM[f"{case}/out"]).to(tdt)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=case)
+
+
+@pytest.mark.parametrize("dtype", TIMM_HALF)
+@pytest.mark.parametrize("clip", [0.01, 0.02, 0.05, 0.1, 0.3])
+def test_adaptive_clip_timm_layout_half_is_timms_bits(backend, dtype, clip):
+    """float16 and bfloat16: timm's bits, its product with ``clip_factor`` in float32 included.
+
+    Found by fuzzing: up to 2 ULP from timm where ``maximum(p_norm, eps)`` was multiplied by
+    ``clip_factor`` rounded to the dtype; timm's ``.mul_(clip_factor)`` (torch's opmath for a
+    Python number) multiplies in float32 by the factor rounded to float32 and rounds once.
+    400 units of 9 (norms from 1e-3 to 1e3, half of them clipped), against
+    :func:`_timm_arithmetic` run on torch.
+    """
+    torch = pytest.importorskip("torch")
+    backend.dtype(dtype)  # skips a dtype the backend lacks
+    rng = np.random.default_rng([7, int(clip * 100), len(dtype)])
+    scale = np.geomspace(1e-3, 1e3, 400)[:, None]
+    p = rng.standard_normal((400, 9)) * scale
+    g = p * clip * rng.uniform(0.5, 2.0, (400, 1)) * rng.standard_normal((400, 9))
+    tdt = getattr(torch, dtype)
+    pt, gt = torch.from_numpy(p).to(tdt), torch.from_numpy(g).to(tdt)
+    want = _timm_arithmetic(torch, pt, gt, clip)
+    assert not torch.equal(want, gt) and torch.isfinite(want).all()  # some units clipped
+    pa, ga = backend.asarray(pt.float().numpy(), dtype), backend.asarray(gt.float().numpy(), dtype)
+    got = tree.adaptive_clip([ga], [pa], clip, TIMM_EPS, layout="timm")
+    ulp = gpu_budget("device-sum-order", backend.name, 0)  # a GPU's float32 sum order
+    assert_array(got[0], want.float().numpy(), backend=backend, dtype=dtype, ulp=ulp)
 
 
 @pytest.mark.parametrize("dtype", TIMM_HALF)
@@ -537,7 +593,7 @@ def test_adaptive_clip_timm_layout_half_with_group_matches_timm(backend, dtype, 
     for run in (fn, jax.jit(fn)):
         out = run(halves(g), halves(p))
         got = jax.numpy.concatenate([out[0], out[1]], axis=1)
-        ulp = gpu_budget("device-sum-order", backend.name, ULP)
+        ulp = _timm_ulp(backend, dtype)
         assert_array(got, TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ulp)
 
 
@@ -555,7 +611,8 @@ def test_torch_adaptive_clip_grad_matches_timm(backend, case):
     assert adaptive_clip_grad_([frozen, p], clip, TIMM_EPS, norm_type) is None
     assert p.grad is grad_before  # in place, as timm's copy_
     assert frozen.grad is None
-    assert_array(p.grad, TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ULP)
+    ulp = _timm_ulp(backend, dtype) if dtype in TIMM_HALF else ULP
+    assert_array(p.grad, TIMM[f"{case}/out"], backend=backend, dtype=dtype, ulp=ulp)
     assert_array(p.detach(), TIMM[f"{case}/p"], backend=backend, dtype=dtype)
 
 

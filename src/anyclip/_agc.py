@@ -203,20 +203,32 @@ def _core_agc(
     """``where(g_norm < max_norm, g, g * (max_norm / maximum(g_norm, 1e-6)))``.
 
     ``max_norm = clipping * maximum(p_norm, eps)``; ``clipping`` and ``eps`` are 0-d arrays
-    of ``p``'s real dtype. For ``g`` and ``p`` of different dtypes the arithmetic is in the
+    of ``p``'s real dtype (``clipping`` float32 for a float16 or bfloat16 ``p`` with
+    ``widen``). For ``g`` and ``p`` of different dtypes the arithmetic is in the
     wider one and the result is cast to ``g``'s dtype (as timm's ``copy_`` into the gradient).
     ``reduce(x, op)`` (``group=``): the partial unit sums of ``p`` and ``g``, stacked, are
     summed (``op="max"`` for ``norm_type=inf``) over the processes in one all-reduce.
     ``widen`` (``layout="timm"``): float16 and bfloat16 unit norms are accumulated in float32
-    and rounded once (:func:`_core_unit_norms`); the rest of the formula stays in the dtype.
+    and rounded once (:func:`_core_unit_norms`), and ``clipping`` multiplies in float32,
+    the product rounded to the dtype once: torch's
+    ``Tensor.mul_`` by a Python number (timm's ``.mul_(clip_factor)``) computes in its opmath
+    dtype, float32, with the number rounded to float32 only. The rest of the formula is in
+    the dtype (torch's float16 and bfloat16 divisions and products are correctly rounded).
     """
     work = widest_float(xp, [_real_dtype(xp, g.dtype), _real_dtype(xp, p.dtype)])
     gw = g if _real_dtype(xp, g.dtype) == work else xp.astype(g, work)
     pw = p if _real_dtype(xp, p.dtype) == work else xp.astype(p, work)
-    if clipping.dtype != work:
-        clipping, eps = xp.astype(clipping, work), xp.astype(eps, work)
+    opmath = xp.float32 if widen and dtype_name(work) in ("float16", "bfloat16") else work
+    if clipping.dtype != opmath:
+        clipping = xp.astype(clipping, opmath)
+    if eps.dtype != work:
+        eps = xp.astype(eps, work)
     p_norm, g_norm = _core_unit_norms(xp, pw, gw, axes, norm_type, reduce, widen)
-    max_norm = xp.maximum(p_norm, eps) * clipping
+    max_norm = xp.maximum(p_norm, eps)  # torch's clamp_(min=eps): the same in the dtype
+    if opmath != work:  # timm's half-precision .mul_(clip_factor): in float32, rounded once
+        max_norm = xp.astype(xp.astype(max_norm, opmath) * clipping, work)
+    else:
+        max_norm = max_norm * clipping
     floor = constant(xp, _DIV_EPS, g_norm.dtype, g_norm)
     clipped = gw * (max_norm / xp.maximum(g_norm, floor))
     out = xp.where(g_norm < max_norm, gw, clipped)
@@ -262,8 +274,11 @@ def adaptive_clip(
     float32 and rounded to the leaf's dtype once, as torch's ``Tensor.norm`` (timm's
     ``unitwise_norm``) does; with ``layout="optax"`` they are ``sqrt(sum(x * x))`` in the
     leaf's dtype, as optax's ``unitwise_norm`` (a float16 unit norm from 256 on is then inf,
-    and the unit's gradient NaN, as optax's). The rest of the formula is in the dtype for
-    both.
+    and the unit's gradient NaN, as optax's). With ``layout="timm"`` the product of a
+    float16 or bfloat16 ``maximum(p_norm, eps)`` with ``clipping`` is taken in float32 and
+    rounded once, as timm's ``.mul_(clip_factor)`` (torch's opmath for a Python number);
+    with ``layout="optax"`` it is in the dtype, as optax's. The rest of the formula is in
+    the dtype for both.
 
     Parameters
     ----------
@@ -367,7 +382,10 @@ def adaptive_clip(
                 raise ValueError(msg)
             axes = unit_axes(tuple(g.shape), layout, axis)
             pdt = _real_dtype(xp, p.dtype)
-            c = scalar_operand(xp, clipping, pdt, p, "clipping", positive=True)
+            # timm multiplies a float16 or bfloat16 norm by clip_factor in float32
+            half = layout == "timm" and dtype_name(pdt) in ("float16", "bfloat16")
+            cdt = xp.float32 if half else pdt
+            c = scalar_operand(xp, clipping, cdt, p, "clipping", positive=True)
             e = scalar_operand(xp, eps, pdt, p, "eps", nonnegative=True)
             out.append(_core_agc(xp, g, p, c, e, axes, p_ord, reduce, layout == "timm"))
     return cast(TreeT, unflatten(out))

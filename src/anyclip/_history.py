@@ -31,12 +31,16 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
+from anyclip._compat import dtype_name
 from anyclip._core import global_scale
 from anyclip._if_finite import INT_MAX, if_finite_step, saturating_increment
 from anyclip._numerics import constant, quiet
 from anyclip._typing import Namespace
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: the dtypes torch computes in float32 (its opmath dtype) and rounds back
+_HALF_NAMES = ("float16", "bfloat16")
 
 
 def _quiet(fn: F) -> F:
@@ -344,6 +348,34 @@ def _torch_factor(xp: Namespace, limit: Any, norm: Any) -> Any:
     return xp.minimum(limit / (norm + _c(xp, 1e-6, norm)), _c(xp, 1.0, norm))
 
 
+def _clip_coef(xp: Namespace, limit: Any, norm: Any) -> Any:
+    """Torch's ``clip_grad_norm_`` factor for a number ``limit``, op for op, in ``norm``'s dtype.
+
+    ``clip_grad_norm_`` takes ``max_norm = float(max_norm)`` (autoclip passes its quantile
+    tensor) and computes ``clamp(max_norm / (total_norm + 1e-6), max=1.0)``, where a Python
+    number over a tensor is ``Tensor.__rdiv__``: ``total_norm.reciprocal() * max_norm``. Each
+    op with a Python number runs in torch's opmath dtype (float32 for float16 and bfloat16,
+    the number rounded to it) and rounds to ``norm``'s dtype: ``norm + 1e-6``, the
+    reciprocal and the product are each rounded once. A float16 reciprocal of a sum below
+    ``2 ** -16`` is inf: the factor is then 1, or NaN where ``limit`` is 0 (``inf * 0``), as
+    torch's. ``limit`` (the threshold, of any real dtype) enters as its value in the opmath
+    dtype.
+    """
+    dt = norm.dtype
+    wide = xp.float32 if dtype_name(dt) in _HALF_NAMES else dt
+
+    def up(a: Any) -> Any:
+        return a if a.dtype == wide else xp.astype(a, wide)
+
+    def down(a: Any) -> Any:
+        return a if a.dtype == dt else xp.astype(a, dt)
+
+    d = down(up(norm) + constant(xp, 1e-6, wide, norm))
+    r = down(constant(xp, 1.0, wide, norm) / up(d))
+    coef = down(up(r) * up(limit))
+    return xp.minimum(coef, _c(xp, 1.0, coef))
+
+
 @_quiet
 def quantile_step(
     xp: Namespace,
@@ -357,18 +389,21 @@ def quantile_step(
     """One step of AutoClip's ``QuantileClip``: the factor for the gradients, the new history.
 
     The threshold is :func:`window_quantile` of the norms recorded so far (``inf`` before the
-    first); the factor is torch's ``clip_grad_norm_`` one (``formula="torch"``, autoclip's) or
-    TF's ``clip_by_global_norm`` one (``formula="tf"``); then the pre-clip ``norm`` is recorded.
+    first); the factor is torch's ``clip_grad_norm_`` one (``formula="torch"``, autoclip's:
+    :func:`_clip_coef`, in ``norm``'s dtype, which should be the gradients' own) or TF's
+    ``clip_by_global_norm`` one (``formula="tf"``, in the history's dtype); then the pre-clip
+    ``norm`` is recorded (in the history's dtype).
     Works elementwise over a batch of histories (one per parameter); ``where`` (bool, the
     batch shape) records only the entries that had a gradient.
     """
+    given = norm
     norm = xp.astype(norm, h.window.dtype, copy=False)
     inf = _c(xp, math.inf, norm)
     threshold = xp.where(h.count == _c(xp, 0, h.count), inf, window_quantile(xp, h, quantile))
     if formula == "tf":
         factor = global_scale(xp, threshold, norm, "tf", unclipped_at_inf=True)
     else:
-        factor = _torch_factor(xp, threshold, norm)
+        factor = _clip_coef(xp, threshold, given)
     return factor, record(xp, h, norm, where=where)
 
 

@@ -36,12 +36,18 @@ def _state_dtype(params: Any) -> Any:
 def _torch_norm(updates: Any, group: Any = None) -> Any:
     """The global norm of ``updates`` as torch's ``clip_grad_norm_`` takes it (autoclip's).
 
-    In the widest leaf dtype; where that is float16 or bfloat16 the squares are summed in
-    float32 (all-reduced over ``group`` in float32) and the norm rounded to it once, as
-    :class:`anyclip.torch.QuantileClip`'s (a float16 norm above 256 stays finite). Other
-    dtypes: :func:`anyclip.tree.global_norm`'s.
+    In the widest leaf dtype; where that is float16 or bfloat16, as
+    :class:`anyclip.torch.QuantileClip`'s (a float16 norm above 256 stays finite): each
+    leaf's squares summed in float32 and its norm rounded to the dtype, then the norm of
+    those norms in float32, rounded once more (torch's ``clip_grad_norm_``); with ``group``
+    the squares of all leaves are summed in float32, all-reduced in float32 and the norm
+    rounded once. Other dtypes: :func:`anyclip.tree.global_norm`'s.
     """
     dt = _norm_dtype(updates, "widest")
+    if dt in (jnp.float16, jnp.bfloat16) and group is None:  # then every leaf is of dt
+        leaves = [leaf for leaf in tree.flatten(updates)[0] if leaf is not None]
+        norms = jnp.stack([_leaf_norm(leaf, "torch") for leaf in leaves])
+        return _clip.global_norm([norms], accumulate_dtype=jnp.float32).astype(dt)
     if dt in (jnp.float16, jnp.bfloat16):
         return tree.global_norm(updates, accumulate_dtype=jnp.float32, group=group).astype(dt)
     return tree.global_norm(updates, group=group)
@@ -200,8 +206,9 @@ def quantile_clip(
         Clip the global norm instead of each leaf's.
     formula : {"torch", "tf"}, optional
         torch's ``clip_grad_norm_`` factor and norm (default, autoclip's: float16 and
-        bfloat16 squares summed in float32, the norm rounded to the updates' dtype) or TF's
-        (float16 squares summed in float16: inf from 256, as TF's).
+        bfloat16 squares summed in float32, each leaf's norm rounded to the updates' dtype,
+        and the factor computed in that dtype op for op as torch does: autoclip's bits) or
+        TF's (float16 squares summed in float16: inf from 256, as TF's).
     group : str or tuple of str, optional
         With ``global_threshold=True`` inside ``shard_map``/``pmap``: the axis name(s).
 
@@ -223,7 +230,7 @@ def quantile_clip(
     >>> for g in ([3.0, 4.0], [6.0, 8.0], [30.0, 40.0]):
     ...     u, state = tx.update(jnp.array(g, dtype=jnp.float32), state)
     >>> u
-    Array([4.5, 6. ], dtype=float32)
+    Array([4.4999995, 5.9999995], dtype=float32)
     """
     _history.check_quantile_arguments(quantile, history_length)
     f = check_choice(formula, "formula", ("torch", "tf"))
@@ -250,7 +257,9 @@ def quantile_clip(
             return _scale(updates, factor), QuantileClipState(new)
         leaves, unflatten = tree.flatten(updates)
         present = [leaf for leaf in leaves if leaf is not None]
-        norms = jnp.stack([_leaf_norm(leaf, f).astype(h.window.dtype) for leaf in present])
+        # the norms in the leaves' dtype (the factors', as torch's per gradient); the
+        # history keeps them in its own
+        norms = jnp.stack([_leaf_norm(leaf, f) for leaf in present])
         factors, new = _history.quantile_step(jnp, h, norms, quantile=quantile, formula=f)
         it = iter(range(len(present)))
         scaled = [

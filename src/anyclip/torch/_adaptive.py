@@ -40,7 +40,9 @@ def adaptive_clip_grad_(
 
     As timm's ``unitwise_norm`` (torch's ``Tensor.norm``), the unit norms of float16 and
     bfloat16 tensors are accumulated in float32 and rounded to the dtype once (a float16
-    unit of norm 300 is not inf); the rest of the formula is in the tensors' dtype.
+    unit of norm 300 is not inf), and ``clip_factor`` multiplies their clamped parameter
+    norms in float32, rounded once, as timm's ``.mul_(clip_factor)``; the rest of the
+    formula is in the tensors' dtype: timm's bits.
 
     Parameters
     ----------

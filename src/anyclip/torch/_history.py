@@ -51,10 +51,12 @@ def _norm(
     """Anyclip's global 2-norm of ``values`` (reduced over ``group``); 0 without gradients.
 
     In the widest dtype of ``values``, every step in it (TF's float16 norm: inf from 256).
-    ``torch_half``: where that dtype is float16 or bfloat16, the squares are summed in float32
-    (all-reduced in float32 too) and the norm rounded to it once, as torch's
-    ``clip_grad_norm_`` norm of half-precision gradients (finite up to the dtype's largest
-    value); torch rounds each tensor's norm, then their norm, where this rounds once.
+    ``torch_half``: where that dtype is float16 or bfloat16, torch's ``clip_grad_norm_`` norm
+    of half-precision gradients (finite up to the dtype's largest value): each tensor's
+    squares summed in float32 and its norm rounded to the dtype (:func:`_tensor_norm`), then
+    the norm of those norms, in float32 and rounded once more. With ``group`` the squares
+    of all the tensors are summed in float32, all-reduced in float32 and the norm rounded
+    once (a tensor's norm needs its sums from every process).
     """
     if not values and group is not None:
         return _join_group(2.0, "widest", group)
@@ -63,6 +65,11 @@ def _norm(
     widest = values[0].dtype
     for v in values[1:]:
         widest = torch.promote_types(widest, v.dtype)
+    if torch_half and widest in _HALF and group is None:  # then every tensor is of widest
+        norms = [_tensor_norm(v, torch_half=True) for v in values]
+        stacked = torch.stack([n.to(norms[0].device) for n in norms])
+        total: torch.Tensor = _local(_clip.global_norm([stacked], accumulate_dtype=torch.float32))
+        return total.to(widest)
     acc: Any = torch.float32 if torch_half and widest in _HALF else "widest"
     norm: torch.Tensor = _local(_total_norm(values, 2.0, None, acc, group, name="parameters"))
     return norm if norm.dtype == widest else norm.to(widest)

@@ -86,11 +86,13 @@ class QuantileClip:
         Clip the global norm instead of each parameter's.
     formula : {"torch", "tf"}, optional
         ``"torch"`` (default, autoclip's): ``clamp(limit / (norm + 1e-6), max=1)``, with
-        torch's ``clip_grad_norm_`` norm: for float16 and bfloat16 gradients the squares are
-        summed in float32 and the norm rounded to the gradients' dtype (a float16 norm above
-        256 stays finite, as autoclip's). ``"tf"``: TF's ``clip_by_global_norm`` factor and
-        norm (float16 squares summed in float16: inf from 256, and the gradients NaN, as
-        TF's).
+        torch's ``clip_grad_norm_`` norm and arithmetic: for float16 and bfloat16 gradients
+        each tensor's squares are summed in float32 and its norm rounded to the gradients'
+        dtype (a float16 norm above 256 stays finite, as autoclip's), and the factor is
+        computed in the gradients' dtype as torch does it (``(norm + 1e-6).reciprocal() *
+        limit``, each op in float32 and rounded): autoclip's bits. ``"tf"``: TF's
+        ``clip_by_global_norm`` factor and norm (float16 squares summed in float16: inf from
+        256, and the gradients NaN, as TF's).
     group : ProcessGroup, DeviceMesh or sequence of them, optional
         With ``global_threshold=True``: the processes the global norm is reduced over.
 
@@ -282,14 +284,15 @@ class QuantileClip:
         # a DTensor's norm is a Replicate DTensor: its local tensor is the whole norm
         torch_half = self.formula == "torch"
         norms = [_tensor_norm(v, torch_half=torch_half) for v in values]
-        dt = torch.float32
-        for n in norms:
-            dt = torch.promote_types(dt, n.dtype)
+        ndt = norms[0].dtype  # the norms' dtype: the factors' (autoclip's, per gradient)
+        for n in norms[1:]:
+            ndt = torch.promote_types(ndt, n.dtype)
+        dt = torch.promote_types(ndt, torch.float32)  # the history's
         device = norms[0].device
         it = iter(norms)
         full = torch.stack(
             [
-                next(it).to(dt) if has else torch.zeros((), dtype=dt, device=device)
+                next(it).to(ndt) if has else torch.zeros((), dtype=ndt, device=device)
                 for has in present
             ]
         )

@@ -57,6 +57,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         (
             "anyclip._core",
             "anyclip._policy",
+            "anyclip._policy_axes",
             "anyclip._policy_dtypes",
             "anyclip._policy_lists",
             "anyclip._policy_words",

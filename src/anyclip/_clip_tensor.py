@@ -29,12 +29,8 @@ from anyclip._kernels import (
 )
 from anyclip._kernels._dask import joined_call, unknown_broadcast
 from anyclip._keywords import hints_keywords
-from anyclip._policy import (
-    as_input,
-    as_operand,
-    check_broadcastable,
-    normalize_axes,
-)
+from anyclip._policy import as_input, as_operand, check_broadcastable
+from anyclip._policy_axes import normalize_axes
 from anyclip._policy_dtypes import cast_like, dtype_kind, require_kind, resolve_accumulate_dtype
 from anyclip._policy_words import (
     FLOATS,
@@ -260,6 +256,10 @@ def clip_by_norm(
     axes : int or sequence of int, optional
         Axes of the norm. ``None`` (default) uses every axis; ``[]`` clips each element on its
         own (``sign(t) * minimum(abs(t), clip_norm)``).
+        What TF's reductions take: Python ints (``True`` is 1), lists, tuples and ranges of
+        them, NumPy integer scalars and arrays (and NumPy floats that hold whole numbers, as TF
+        casts them). A torch, JAX or other library's array is refused (``TypeError``): reading
+        an axis from it would be a host read; pass a Python int or tuple.
     name : str, optional
         Accepted for compatibility with TF and ignored.
     accumulate_dtype : dtype or str, optional
@@ -280,9 +280,12 @@ def clip_by_norm(
         If ``t`` is not a real floating array, ``clip_norm`` has an unusable type, or
         ``accumulate_dtype`` is not a floating dtype; if ``t`` is an uncoalesced COO tensor
         that requires grad while gradients are recorded (torch's autograd does not follow its
-        values), or a SciPy sparse matrix.
+        values), or a SciPy sparse matrix; if ``axes`` holds floats or strings, or is an array
+        of a library other than NumPy.
     ValueError
-        If ``clip_norm`` is None or would enlarge ``t``, or an axis is repeated or out of range.
+        If ``clip_norm`` is None or would enlarge ``t``, an axis is repeated or out of range,
+        or ``axes`` is a sequence TF cannot convert (bools mixed with ints, rows of different
+        lengths) or not a sequence (a set).
 
     See Also
     --------

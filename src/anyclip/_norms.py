@@ -18,7 +18,8 @@ from anyclip._kernels import Kernels, kernels_for, plain_norm
 from anyclip._kernels._dask import joined_call, unknown_broadcast
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import quiet
-from anyclip._policy import as_input, as_operand, check_compatible, normalize_axes
+from anyclip._policy import as_input, as_operand, check_compatible
+from anyclip._policy_axes import axes_description, normalize_axes
 from anyclip._policy_dtypes import (
     _UNSUPPORTED,
     cast_like,
@@ -118,19 +119,24 @@ def _is_real_number(value: Any) -> bool:
 
 
 def _canonical_axis(axis: Any, ndim: int) -> int | tuple[int, int] | None:
-    """``tf.norm``'s axis rule: None, a Python int, or a pair of distinct Python ints."""
+    """``tf.norm``'s axis rule: None, a Python int, or a pair of distinct Python ints.
+
+    ``bool`` is an int here too, as in TF (``axis=True`` is axis 1); NumPy integers and arrays
+    are refused, as TF's Python check refuses them. Then the axes go through the axes parser
+    (:func:`~anyclip._policy_axes.normalize_axes`), as they go through TF's reduction: a pair
+    mixing a bool with an int (``(True, 0)``) is refused there, as TF refuses to convert it.
+    """
     if isinstance(axis, (tuple, list)) and len(axis) == 2:
         if not all(isinstance(a, int) for a in axis) or axis[0] == axis[1]:
-            raise ValueError(_AXIS_MSG.format(axis))
+            raise ValueError(_AXIS_MSG.format(tuple(axis)))  # TF shows a list as a tuple
         # Each axis on its own: ``(0, -1)`` on 1-D input names axis 0 twice, which TF's
         # Python check lets through (see :func:`_check_matrix_pair`).
-        (first,) = normalize_axes(axis[0], ndim, "axis") or ()
-        (second,) = normalize_axes(axis[1], ndim, "axis") or ()
+        first, second = normalize_axes(axis, ndim, "axis", repeats=True) or ()
         return (first, second)
     if axis is None:
         return None
     if not isinstance(axis, int):
-        raise ValueError(_AXIS_MSG.format(axis))
+        raise ValueError(_AXIS_MSG.format(axes_description(axis)))
     (single,) = normalize_axes(axis, ndim, "axis") or ()
     return single
 
@@ -267,7 +273,8 @@ def norm(
         (max column sum), 2 (largest singular value) and inf (max row sum).
     axis : None, int or pair of int, optional
         ``None`` flattens the input and takes a **vector** norm, whatever its rank. Axes must be
-        Python ints (NumPy integers and one-element lists are refused, as in TF).
+        Python ints (NumPy integers and one-element lists are refused, as in TF; a bool is an
+        int, ``True`` is 1, but a pair may not mix one with an int, as TF cannot convert it).
     keepdims : bool, optional
         Keep the reduced axes with size 1.
     name : str, optional
@@ -411,6 +418,10 @@ def l2_normalize(
         summed), as TF converts an ``IndexedSlices``; the result is dense.
     axis : int or sequence of int, optional
         Axes of the norm; ``None`` (default) normalizes over **all** elements.
+        What TF's reductions take: Python ints (``True`` is 1), lists, tuples and ranges of
+        them, NumPy integer scalars and arrays (and NumPy floats that hold whole numbers, as TF
+        casts them). A torch, JAX or other library's array is refused (``TypeError``): reading
+        an axis from it would be a host read; pass a Python int or tuple.
     epsilon : number or array, optional
         Lower bound of the **squared** norm (default 1e-12, that is a norm floor of 1e-6),
         converted to ``x``'s (real) dtype.
@@ -432,10 +443,12 @@ def l2_normalize(
     Raises
     ------
     TypeError
-        If ``x`` is not floating or complex, ``epsilon`` is an array of another dtype, or
-        ``accumulate_dtype`` is not floating (or is given for complex ``x``).
+        If ``x`` is not floating or complex, ``epsilon`` is an array of another dtype,
+        ``accumulate_dtype`` is not floating (or is given for complex ``x``), or ``axis``
+        holds floats or strings or is an array of a library other than NumPy.
     ValueError
-        If both ``axis`` and ``dim`` are given, an axis is repeated or out of range, or an
+        If both ``axis`` and ``dim`` are given, an axis is repeated or out of range, ``axis``
+        is a sequence TF cannot convert (``(True, 0)``, rows of different lengths), or an
         ``epsilon`` array cannot broadcast against ``x`` (a larger one enlarges the result,
         as in TF).
 

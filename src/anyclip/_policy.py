@@ -4,7 +4,8 @@ Layer: core (the public layer's checks). Every public function (and adapter) con
 its arguments here before anything reaches :mod:`anyclip._core`: the main input, the operands
 (bounds, ``clip_norm``, ``epsilon``), axes, the non-finite policy and Keras's clipping options.
 Its parts: :mod:`anyclip._policy_dtypes` (the dtype rules), :mod:`anyclip._policy_lists` (the
-``t_list`` arguments) and :mod:`anyclip._policy_words` (TF's wording in the messages).
+``t_list`` arguments), :mod:`anyclip._policy_axes` (the axes) and :mod:`anyclip._policy_words`
+(TF's wording in the messages).
 
 TensorFlow never promotes: every argument is converted to the dtype of the main input, and what
 cannot be converted is refused. anyclip follows it:
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -84,7 +84,6 @@ __all__ = [
     "finite_number",
     "keras_option",
     "native_order",
-    "normalize_axes",
     "scalar_operand",
 ]
 
@@ -447,56 +446,6 @@ def check_compatible(
             f"{tf_words(tf or tf_incompatible(target, shape))}"
         )
         raise ValueError(msg)
-
-
-# ---------------------------------------------------------------------- axes
-def _flatten_axes(axes: Any, name: str) -> list[int]:
-    if is_array(axes):
-        if type(axes).__module__ != "numpy":
-            msg = f"`{name}` must be Python or NumPy integers, got {type(axes).__name__}"
-            raise TypeError(msg)
-        axes = axes.tolist()
-    if isinstance(axes, (list, tuple)):
-        out: list[int] = []
-        for a in axes:
-            out.extend(_flatten_axes(a, name))
-        return out
-    if isinstance(axes, float) or (is_numpy_scalar(axes) and not hasattr(axes, "__index__")):
-        msg = f"`{name}` must contain integers, got {axes!r}"
-        if isinstance(axes, float):  # TF converts axes to int32
-            msg += tf_words(f"Cannot convert {axes!r} to EagerTensor of dtype int32")
-        raise TypeError(msg)
-    try:
-        return [operator.index(axes)]
-    except TypeError:
-        msg = f"`{name}` must be None, an integer or a sequence of integers, got {axes!r}"
-        raise TypeError(msg) from None
-
-
-def normalize_axes(axes: Any, ndim: int, name: str) -> tuple[int, ...] | None:
-    """``axes`` as a tuple of distinct non-negative axis indices (``None`` stays ``None``)."""
-    if axes is None:
-        return None
-    flat = _flatten_axes(axes, name)
-    out: list[int] = []
-    for a in flat:  # in order, as TF's reduction checks them
-        if not -ndim <= a < ndim:
-            words = f"Invalid reduction dimension ({a} for input with {ndim} dimension(s)"
-            valid = f"valid: {-ndim} to {ndim - 1}" if ndim else "a 0-d input has no axes"
-            msg = (
-                f"`{name}` contains {a}, which is out of range for an input with {ndim} dims "
-                f"({valid}){tf_words(words)}"
-            )
-            raise ValueError(msg)
-        if a % ndim in out:
-            words = f"Invalid reduction arguments: Axes contains duplicate dimension: {a % ndim}"
-            msg = (
-                f"`{name}` must not repeat an axis, got {flat} (axis {a % ndim} twice)"
-                f"{tf_words(words)}"
-            )
-            raise ValueError(msg)
-        out.append(a % ndim)
-    return tuple(out)
 
 
 # --------------------------------------------------------------- nonfinite

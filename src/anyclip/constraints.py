@@ -30,7 +30,8 @@ from anyclip import _constraints
 from anyclip._compat import namespace
 from anyclip._kernels import kernels_for
 from anyclip._keywords import hints_keywords
-from anyclip._policy import as_input, as_operand, check_broadcastable, normalize_axes
+from anyclip._policy import as_input, as_operand, check_broadcastable
+from anyclip._policy_axes import normalize_axes
 from anyclip._policy_dtypes import require_kind
 from anyclip._typing import ArrayT, Axes, Namespace, Operand, PythonData
 
@@ -112,7 +113,8 @@ def max_norm(
         The axes each norm is taken over (Keras's layouts: ``0`` for a ``Dense`` kernel
         ``(in, out)``, ``[0, 1, 2]`` for a ``Conv2D`` kernel ``(h, w, in, out)``; for torch's
         ``Linear.weight`` ``(out, in)`` use ``1``, for ``Conv2d.weight`` ``[1, 2, 3]``).
-        ``None``: one norm over all of ``w``.
+        ``None``: one norm over all of ``w``. The kinds of :func:`anyclip.clip_by_norm`'s
+        ``axes`` (Keras 3 reduces with TF's ``reduce_sum``): a torch or JAX array is refused.
     epsilon : number or array, default 1e-7
         Not an argument of Keras's class: ``keras.config.epsilon()``. Converted to ``w``'s
         dtype.
@@ -125,10 +127,11 @@ def max_norm(
     Raises
     ------
     TypeError
-        If ``w`` is bool or complex, or ``max_value`` is an array of another dtype.
+        If ``w`` is bool or complex, ``max_value`` is an array of another dtype, or ``axis``
+        holds floats or strings or is an array of a library other than NumPy.
     ValueError
-        If an axis is out of range or repeated, or ``max_value`` does not broadcast to the
-        norms' shape.
+        If an axis is out of range or repeated, ``axis`` is a sequence TF cannot convert, or
+        ``max_value`` does not broadcast to the norms' shape.
 
     See Also
     --------

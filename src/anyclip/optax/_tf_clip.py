@@ -17,7 +17,8 @@ from anyclip import _clip, _clip_tensor, tree
 from anyclip._compat import imported, is_array, namespace
 from anyclip._kernels._dist import check_group
 from anyclip._keywords import hints_keywords
-from anyclip._policy import check_nonfinite, check_operand, keras_option, normalize_axes
+from anyclip._policy import check_nonfinite, check_operand, keras_option
+from anyclip._policy_axes import normalize_axes
 from anyclip._policy_dtypes import resolve_accumulate_dtype
 from anyclip._typing import DTypeLike, Nonfinite
 from anyclip.optax._common import _norm_dtype

@@ -15,7 +15,8 @@ import torch
 from anyclip import _clip_tensor
 from anyclip._compat import namespace
 from anyclip._keywords import hints_keywords
-from anyclip._policy import check_operand, normalize_axes
+from anyclip._policy import check_operand
+from anyclip._policy_axes import normalize_axes
 from anyclip._policy_dtypes import resolve_accumulate_dtype
 from anyclip._sparse import values_of
 from anyclip.torch._common import (

@@ -223,10 +223,12 @@ def _square(xp: Namespace, x: Any, flush_halves: bool = False) -> Any:
     """``x * x``, rounded before the addition it feeds (no fused multiply-add).
 
     ``flush_halves`` (a sum of ``l2_loss``): 0 where TF's ``l2_loss`` flushes the square's
-    half (:func:`_halves_kept`).
+    half (:func:`_halves_kept`, whose select keeps the square apart from the addition as
+    :func:`~anyclip._kernels._tforder_xp.rounded_apart`'s does: one select, not two).
     """
-    square = rounded_apart(xp, x * x)
-    return _halves_kept(xp, square) if flush_halves else square
+    if flush_halves:
+        return _halves_kept(xp, x * x)
+    return rounded_apart(xp, x * x)
 
 
 def _halves_kept(xp: Namespace, squares: Any) -> Any:
@@ -238,7 +240,8 @@ def _halves_kept(xp: Namespace, squares: Any) -> Any:
     and TF drops it from the sum (``tf.linalg.global_norm`` of four float32 ``1.3e-19`` is
     0; smaller squares are 0 already, in TF and on XLA:CPU alike). The JAX kernels halve
     the sum of the squares instead, so they leave those squares out here. The value is a
-    select; its derivative is 1 (a ``custom_jvp``, as
+    select (a NaN stays NaN), which also stops XLA from contracting a product it is given
+    into the addition it feeds; its derivative is 1 (a ``custom_jvp``, as
     :func:`~anyclip._kernels._tforder_xp.rounded_apart`'s): TF's gradient of ``l2_loss`` is
     ``t * g`` at every element, those whose half it flushes included.
     """

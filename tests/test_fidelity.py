@@ -771,11 +771,56 @@ def test_float64_list_clip_norm_goes_through_float32(backend, make, check, clip_
     check(anyclip.clip_by_norm(make([3.0, 4.0], "float64"), clip_norm), want, "float64")
 
 
-@jax_backends
-@pytest.mark.xfail(strict=True, reason=_DECLARED)
-def test_declared_jax_global_norm_keeps_halves_tf_flushes(backend, make):
-    # TF 2.21: l2_loss halves each square and its CPU kernels flush the subnormal halves, so
-    # tf.linalg.global_norm of four float32 1.3e-19 is 0.0; XLA:CPU flushes too, but the
-    # global norm there halves the sum of the squares (2.6e-19)
-    x = make(np.full(4, 1.3e-19, np.float32), "float32")
-    assert float(anyclip.global_norm([x])) == 0.0
+# ------------------------------------- 11. the l2_loss halves TF flushes, on JAX (2026-12-01)
+# TF 2.21's global norm is sqrt(sum(l2_loss) * 2) with l2_loss = sum(square(t) * 0.5), and
+# its CPU kernels flush subnormal results: a square below 2**-125 (float64: 2**-1021) is
+# normal, its half is not, and TF drops it. tf.linalg.global_norm of four float32 1.3e-19
+# (float64 1.8e-154) is 0.0, and tf.clip_by_global_norm at 1e-30 returns them unchanged with
+# norm 0.0; XLA:CPU flushes too, but JAX halved the sum of the squares: 2.6e-19 (3.6e-154).
+# TF's gradient of l2_loss is t * g at those elements too: tf.GradientTape of
+# global_norm([[1, t, -t, 3]]) is the second entry below (zeroing t first gave 0). XLA:GPU
+# keeps IEEE subnormals (docs/tf-behaviour.md, the GPU row): the CPU only.
+_HALF_FLUSHED = {
+    "float32": (
+        1.3e-19,
+        [0.3162277638912201, 4.1109609823572504e-20, -4.1109609823572504e-20, 0.9486832618713379],
+    ),
+    "float64": (
+        1.8e-154,
+        [
+            0.31622776601683794,
+            5.6920997883030836e-155,
+            -5.6920997883030836e-155,
+            0.9486832980505138,
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", ["jax"], indirect=True)
+@pytest.mark.parametrize("dtype", list(_HALF_FLUSHED))
+def test_jax_global_norm_flushes_the_halves_tf_flushes(backend, make, check, dtype):
+    jax = backend.module
+    tiny, grad = _HALF_FLUSHED[dtype]
+    y = make(np.full(4, tiny), dtype)
+
+    def norm(v: Any) -> Any:
+        return anyclip.global_norm([v])
+
+    check(norm(y), 0.0, dtype, what="eager")
+    check(backend.jit(norm)(y), 0.0, dtype, what="jit")
+    out, n = anyclip.clip_by_global_norm([y], 1e-30)
+    check(n, 0.0, dtype, what="clip_by_global_norm's norm")
+    check(out[0], np.full(4, tiny), dtype, what="clipped")
+    check(anyclip.tree.global_norm({"w": y}), 0.0, dtype, what="tree")
+    x = make([1.0, tiny, -tiny, 3.0], dtype)
+    check(jax.grad(norm)(x), grad, dtype, what="grad")
+    check(backend.jit(jax.grad(norm))(x), grad, dtype, what="grad under jit")
+
+
+@pytest.mark.parametrize("backend", ["jax"], indirect=True)
+def test_jax_sums_of_squares_keep_what_tf_keeps(backend, make, check):
+    # tf.norm halves nothing: tf.norm(cast(four bfloat16 1.3e-19, float32)) is 2.5919208e-19
+    # (TF 2.21), the norm with accumulate_dtype, whose kernels sum l2_loss-style halves
+    y = make(np.full(4, 1.3e-19), "bfloat16")
+    check(anyclip.norm(y, accumulate_dtype="float32"), 2.5919208e-19, "bfloat16")

@@ -169,11 +169,15 @@ def _global_norm_of(
     values: list[Any],
     accumulate_dtype: Any,
     groups: tuple[Any, ...] = (),
+    *,
+    unhalved: bool = False,
 ) -> tuple[Any, Kernels]:
     """The global norm of checked ``values`` (arrays or None), and the kernels that took it.
 
     With ``groups``, the kernels are wrapped in :class:`GroupKernels`, which add one
     all-reduce of the partial sum over them; a process without any array still joins it.
+    ``unhalved``: the norm of the summed squares, no ``l2_loss`` half flushed
+    (:meth:`Kernels.unhalved`: Keras's).
     """
     arrays = [v for v in values if v is not None]
     dtypes = [] if accumulate_dtype is None else [v.dtype for v in arrays]  # None: not read
@@ -181,6 +185,7 @@ def _global_norm_of(
     if acc is not None and any(v.dtype != acc for v in arrays):
         # no cast copy of every array: the kernels cast one block at a time, where it lives
         k = kernels if kernels is not None else kernels_for(xp, arrays, acc)
+        k = k.unhalved() if unhalved else k
         if groups:
             k = GroupKernels(k, library(xp), groups)
         norm = _core.upcast_global_norm(xp, k, arrays, acc)
@@ -195,6 +200,7 @@ def _global_norm_of(
         norm = _core.global_norm(xp, GENERIC, [], dtype, None)
         return norm, k0
     k = kernels_for(xp, arrays) if kernels is None else kernels
+    k = k.unhalved() if unhalved else k
     if groups:
         k = GroupKernels(k, library(xp), groups)
     norm = _core.global_norm(xp, k, arrays, arrays[0].dtype, arrays[0])
@@ -443,7 +449,8 @@ def keras_global_norm(t_list: Any, accumulate_dtype: Any = "widest") -> Any:
     The norm of the Keras adapters' ``global_clipnorm``: arrays of one float16 or bfloat16
     dtype sum their squares unhalved, as Keras's ``sum(square(v))``; every other list is
     :func:`global_norm`'s (the same bits in float32 and float64), with its
-    ``accumulate_dtype``.
+    ``accumulate_dtype``, of the kernels' :meth:`~anyclip._kernels.Kernels.unhalved` (no
+    square left out where TF's ``l2_loss`` would flush its half).
     """
     items, _ = values_list(as_list(t_list))
     xp = namespace(*items, names=ListNames(len(items)))
@@ -462,7 +469,8 @@ def _keras_norm_of(xp: Namespace, values: list[Any], accumulate_dtype: Any) -> t
         or any(v.dtype != dtype for v in arrays)
         or (acc is not None and acc != dtype)
     ):
-        return _global_norm_of(None, xp, values, accumulate_dtype)
+        # Keras's sum(square(v)): TF's l2_loss would flush the halves of some squares
+        return _global_norm_of(None, xp, values, accumulate_dtype, unhalved=True)
     k = kernels_for(xp, arrays)
     return _core.keras_global_norm(xp, k, arrays), k
 

@@ -232,10 +232,11 @@ def upcast_clip_by_norm(xp: Namespace, kernels: Kernels, t: Any, clip_norm: Any,
     """:func:`clip_by_norm` over all axes, in ``acc``, of a 0-d ``clip_norm`` (of ``acc``).
 
     The same formula; ``kernels`` cast ``t`` to ``acc`` one block at a time for the sum of
-    squares (:meth:`Kernels.total_half_squares`) and again for the scaling
+    squares (:meth:`Kernels.total_half_squares` of :meth:`Kernels.unhalved`: TF's
+    ``reduce_sum(t * t)`` halves nothing) and again for the scaling
     (:meth:`Kernels.cast_map`), so no cast of all of ``t`` exists.
     """
-    l2sum = kernels.total_half_squares(xp, [t], acc) * _scalar(xp, 2.0, clip_norm)
+    l2sum = kernels.unhalved().total_half_squares(xp, [t], acc) * _scalar(xp, 2.0, clip_norm)
     pred = l2sum > 0
     l2norm = xp.where(pred, sqrt(xp, xp.where(pred, l2sum, xp.ones_like(l2sum))), l2sum)
     divisor = g.maximum(xp, l2norm, clip_norm)
@@ -244,15 +245,21 @@ def upcast_clip_by_norm(xp: Namespace, kernels: Kernels, t: Any, clip_norm: Any,
 
 @_entry
 def upcast_l2_normalize(xp: Namespace, kernels: Kernels, x: Any, epsilon: Any, acc: Any) -> Any:
-    """:func:`l2_normalize` over all axes, in ``acc``, of a 0-d ``epsilon``, block by block."""
-    square_sum = kernels.total_half_squares(xp, [x], acc) * _scalar(xp, 2.0, epsilon)
+    """:func:`l2_normalize` over all axes, in ``acc``, of a 0-d ``epsilon``, block by block.
+
+    The sum of squares is :meth:`Kernels.unhalved`'s (TF's ``reduce_sum(square(x))``).
+    """
+    square_sum = kernels.unhalved().total_half_squares(xp, [x], acc) * _scalar(xp, 2.0, epsilon)
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
     return kernels.cast_map(xp, x, acc, _inv_norm_step, (x_inv_norm,))
 
 
 @_entry
 def upcast_global_norm(xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any) -> Any:
-    """:func:`global_norm` of ``arrays`` accumulated in ``acc``, cast block by block."""
+    """:func:`global_norm` of ``arrays`` accumulated in ``acc``, cast block by block.
+
+    ``kernels.unhalved()`` for ``tf.norm``'s sum of squares (no ``l2_loss`` half flushed).
+    """
     return norm_from_half_squares(xp, kernels.total_half_squares(xp, arrays, acc))
 
 
@@ -311,9 +318,10 @@ def keras_global_norm(xp: Namespace, kernels: Kernels, arrays: Sequence[Any]) ->
     optimizer), for float16 and bfloat16 arrays (at least one, of one dtype): each square
     rounded to the dtype and summed whole (TF's ``reduce_sum``: bfloat16 in float32, rounded
     once), each array's sum rounded to the dtype, then the sum of the stacked sums. In
-    float32 and float64 it is :func:`global_norm` (TF 2.21's ``reduce_sum(square(v))`` is
-    ``2 * l2_loss(v)`` bit for bit; measured on arrays of 3 to 10**6 elements), which keeps
-    TF's float64 order and the multi-device and distributed sums. The sums of the arrays
+    float32 and float64 it is :func:`global_norm` with :meth:`Kernels.unhalved` (TF 2.21's
+    ``reduce_sum(square(v))`` is ``2 * l2_loss(v)`` bit for bit, measured on arrays of 3 to
+    10**6 elements, but for the squares whose half ``l2_loss`` flushes), which keeps TF's
+    float64 order and the multi-device and distributed sums. The sums of the arrays
     meet on ``arrays[0]``'s device. Flushing kernels: subnormal squares count as 0.
     """
     home = device(arrays[0]) if library(xp) == "torch" else None  # one device elsewhere

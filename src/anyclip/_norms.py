@@ -358,7 +358,8 @@ def _norm(
         acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single="norm")
         if acc != x.dtype:  # no cast copy of all of x: the kernels cast a block at a time
             k = kernels_for(xp, [x], acc) if kernels is None else kernels
-            r = _cast_back(xp, _core.upcast_global_norm(xp, k, [x], acc), x.dtype)
+            # tf.norm's reduce_sum(x * x): no l2_loss half flushed (Kernels.unhalved)
+            r = _cast_back(xp, _core.upcast_global_norm(xp, k.unhalved(), [x], acc), x.dtype)
             r = k.replicated(xp, r, x)
             return xp.reshape(r, (1,) * x.ndim) if keepdims else r
     if accumulate_dtype is not None and ax is None and canonical_ord not in ("euclidean", 2):

@@ -55,6 +55,9 @@ def cases() -> dict[str, tuple[float, list[np.ndarray]]]:
     # Keras's sum(square(v)) keeps them (its norm, and so the clipped step, differ)
     tiny = [(np.linspace(1.5e-4, 3.5e-4, 60) * np.tile([1, -1], 30)).astype("float16")]
     out["float16-clipped-tiny"] = (1e-3, tiny)
+    # float32 squares in [2**-126, 2**-125): normal, but TF's l2_loss halves are subnormal and
+    # flushed (tf.linalg.global_norm 0); Keras's sum(square(v)) keeps them (2.6e-19)
+    out["float32-clipped-halves-flushed"] = (1e-30, [np.full(4, 1.3e-19, "float32")])
     return out
 
 

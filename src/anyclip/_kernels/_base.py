@@ -114,6 +114,17 @@ class Kernels:
         """
         return x
 
+    def unhalved(self) -> Kernels:
+        """These kernels for a sum of squares that TF does not halve: ``reduce_sum(t * t)``.
+
+        Their :meth:`total_half_squares` is half the sum of the squares, with no square left
+        out because TF's ``l2_loss`` would flush its half: the sums of ``tf.norm``,
+        ``clip_by_norm`` and ``l2_normalize`` taken in an accumulation dtype, and Keras's
+        global norm (``sum(square(v))``). Here ``self``: only the JAX kernels leave out
+        squares for ``l2_loss`` by default (XLA:CPU flushes as TF's CPU kernels do).
+        """
+        return self
+
     def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
         """``sqrt(sum(x * x, axes, keepdims=True))``: the Euclidean norm of ``tf.norm``."""
         return sqrt(xp, self._square_sum(xp, x, axes))

@@ -29,6 +29,12 @@ Sums of squares in TF's order (float64 norms, float32 global norms:
 concat of the arrays and no gather of their elements (both slow on XLA:CPU): one
 ``lax.fori_loop`` per multi-leaf array over its leaves' rows, a few rows a step, and one
 zero-padded copy of the short arrays (:func:`_squares_by_array`).
+
+TF's ``l2_loss`` halves each square, and its CPU kernels flush the subnormal halves; these
+kernels halve the sum of the squares, so on the CPU (where XLA flushes as TF) their sums of
+``l2_loss`` leave out the squares whose half TF flushes (:func:`_halves_kept`), with TF's
+gradient ``t * g`` kept there. :meth:`JaxKernels.unhalved` gives kernels that keep them,
+for the sums TF does not halve.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import dtype_name, may_be_sharded
+from anyclip._compat import dtype_name, may_be_sharded, xla_flushes
 from anyclip._kernels import _base
 from anyclip._kernels._base import Kernels, groups
 from anyclip._kernels._tfaxes import named_axes, tf_sum_or_none
@@ -51,7 +57,8 @@ from anyclip._kernels._tforder_xp import (
     tf_order_row_sums,
     tf_order_vector_sum,
 )
-from anyclip._numerics import constant
+from anyclip._numerics import constant, reduce_sum
+from anyclip._subnormals import flush_limits
 from anyclip._typing import Namespace
 
 __all__ = ["JaxKernels", "jax_tf_row_sums", "jax_tf_rows_sum", "jax_tf_vector_sum"]
@@ -212,24 +219,68 @@ _ROW_STEP = 4
 _LEAF_STEP = 4
 
 
-def _square(xp: Namespace, x: Any) -> Any:
-    """``x * x``, rounded before the addition it feeds (no fused multiply-add)."""
+def _square(xp: Namespace, x: Any, flush_halves: bool = False) -> Any:
+    """``x * x``, rounded before the addition it feeds (no fused multiply-add).
+
+    ``flush_halves`` (a sum of ``l2_loss``): 0 where TF's ``l2_loss`` flushes the square's
+    half (:func:`_halves_kept`, whose select keeps the square apart from the addition as
+    :func:`~anyclip._kernels._tforder_xp.rounded_apart`'s does: one select, not two).
+    """
+    if flush_halves:
+        return _halves_kept(xp, x * x)
     return rounded_apart(xp, x * x)
 
 
-def _leaf_rows(xp: Namespace, view: Any, rows: int, wide: int) -> Any:
+def _halves_kept(xp: Namespace, squares: Any) -> Any:
+    """``squares`` (float32 or float64, ``>= 0`` or NaN) with 0 where TF flushes the half.
+
+    TF 2.21's ``l2_loss`` is ``sum(square(t) * 0.5)``, and its CPU kernels flush subnormal
+    results to zero: a square from the smallest normal number up to twice it (``[2**-126,
+    2**-125)`` in float32, ``[2**-1022, 2**-1021)`` in float64) is normal, its half is not,
+    and TF drops it from the sum (``tf.linalg.global_norm`` of four float32 ``1.3e-19`` is
+    0; smaller squares are 0 already, in TF and on XLA:CPU alike). The JAX kernels halve
+    the sum of the squares instead, so they leave those squares out here. The value is a
+    select (a NaN stays NaN), which also stops XLA from contracting a product it is given
+    into the addition it feeds; its derivative is 1 (a ``custom_jvp``, as
+    :func:`~anyclip._kernels._tforder_xp.rounded_apart`'s): TF's gradient of ``l2_loss`` is
+    ``t * g`` at every element, those whose half it flushes included.
+    """
+    return _jax_halves_kept()(squares)
+
+
+@functools.cache
+def _jax_halves_kept() -> Any:
+    """:func:`_halves_kept`'s select, its tangent the input's (made once)."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_jvp
+    def kept(s: Any) -> Any:
+        low = jnp.asarray(2 * flush_limits(dtype_name(s.dtype))[0], dtype=s.dtype)
+        return jnp.where(s < low, jnp.zeros_like(s), s)
+
+    @kept.defjvp
+    def kept_jvp(primals: Any, tangents: Any) -> Any:
+        (s,), (t,) = primals, tangents
+        return kept(s), t
+
+    return kept
+
+
+def _leaf_rows(xp: Namespace, view: Any, rows: int, wide: int, flush_halves: bool) -> Any:
     """The first ``rows`` rows of ``wide`` squares of each leaf ``view[l]``, added in order.
 
     ``(count, wide)``: row ``r`` of leaf ``l`` is ``view[l, r * wide:(r + 1) * wide]``. A
     ``lax.fori_loop`` adds ``_ROW_STEP`` rows a step (one chain of additions: one fused
     operation; fewer where that many do not divide ``rows``, else the rows left over one a
-    step in a second loop).
+    step in a second loop). ``flush_halves``: as :func:`_square`'s.
     """
     import jax
     from jax import lax
 
     def row(r: Any) -> Any:
-        return _square(xp, lax.dynamic_slice_in_dim(view, r * wide, wide, axis=1))
+        values = lax.dynamic_slice_in_dim(view, r * wide, wide, axis=1)
+        return _square(xp, values, flush_halves)
 
     # the sums start at the first row (+0 plus a square is that square, bit for bit), so the
     # loops' carry has the data's type: under shard_map, its varying manual axes too (a carry
@@ -265,7 +316,7 @@ def _zero_padded(xp: Namespace, parts: list[Any | None], counts: list[int], like
     return filled[0] if len(filled) == 1 else xp.concat(filled)
 
 
-def _group_square_sums(xp: Namespace, views: list[Any], packet: int) -> Any:
+def _group_square_sums(xp: Namespace, views: list[Any], packet: int, flush_halves: bool) -> Any:
     """Eigen's sums of the squares of the leaves ``views[b][l, :]``, every view's in turn: 1-D.
 
     Each view is ``(count, n)``, a leaf a row; every view's leaves have the same number of
@@ -275,7 +326,7 @@ def _group_square_sums(xp: Namespace, views: list[Any], packet: int) -> Any:
     the accumulators are combined, the leftover packets added, the lanes reduced by halves
     and the last ``< P`` squares' sum added, a view's missing packets and last elements
     taken as exact zeros (a square is ``>= +0``: adding ``+0`` changes no bit). Each square
-    is rounded apart from the addition it feeds (:func:`_square`).
+    is rounded apart from the addition it feeds (:func:`_square`; ``flush_halves``: as its).
     """
     p = packet
     wide = 4 * p
@@ -286,7 +337,7 @@ def _group_square_sums(xp: Namespace, views: list[Any], packet: int) -> Any:
     like = views[0]
 
     if rows:
-        done = [_leaf_rows(xp, v, rows, wide) for v in views]
+        done = [_leaf_rows(xp, v, rows, wide, flush_halves) for v in views]
         acc = done[0] if len(done) == 1 else xp.concat(done)
         lanes = acc[:, :p] + acc[:, p : 2 * p]
         lanes = lanes + acc[:, 2 * p : 3 * p]
@@ -297,7 +348,7 @@ def _group_square_sums(xp: Namespace, views: list[Any], packet: int) -> Any:
     for j in range(max(packs)):
         at = full + j * p
         got = [
-            _square(xp, v[:, at : at + p]) if j < k else None
+            _square(xp, v[:, at : at + p], flush_halves) if j < k else None
             for v, k in zip(views, packs, strict=True)
         ]
         lanes = lanes + _zero_padded(xp, got, counts, like[:, :p])
@@ -311,7 +362,7 @@ def _group_square_sums(xp: Namespace, views: list[Any], packet: int) -> Any:
     total = None
     for j in range(max(lasts)):
         got = [
-            _square(xp, v[:, n - m + j]) if j < m else None
+            _square(xp, v[:, n - m + j], flush_halves) if j < m else None
             for v, n, m in zip(views, lengths, lasts, strict=True)
         ]
         term = _zero_padded(xp, got, counts, like[:, 0])
@@ -319,7 +370,9 @@ def _group_square_sums(xp: Namespace, views: list[Any], packet: int) -> Any:
     return total + reduced
 
 
-def _scattered_square_sums(xp: Namespace, flat: Any, starts: list[int], n: int, packet: int) -> Any:
+def _scattered_square_sums(
+    xp: Namespace, flat: Any, starts: list[int], n: int, packet: int, flush_halves: bool
+) -> Any:
     """Eigen's sums of the squares of the leaves ``flat[s:s + n]`` for ``s`` in ``starts``.
 
     For an array whose leaves of one length do not follow each other (TF's split of GPT-2's
@@ -340,7 +393,7 @@ def _scattered_square_sums(xp: Namespace, flat: Any, starts: list[int], n: int, 
 
     def step(at: Any) -> Any:
         block = xp.stack([lax.dynamic_slice_in_dim(flat, at[j], n) for j in range(_LEAF_STEP)])
-        return _group_square_sums(xp, [block], packet)
+        return _group_square_sums(xp, [block], packet, flush_halves)
 
     # ``lax.map``: a loop without a carry (a carry of fresh zeros lacks a shard_map's varying
     # manual axes, which JAX refuses), each step's sums stacked
@@ -372,7 +425,9 @@ def _padded_leaves(xp: Namespace, block: Any, rows: int, packet: int) -> Any:
     return pieces[0] if len(pieces) == 1 else xp.concat(pieces, axis=1)
 
 
-def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
+def _squares_by_array(
+    xp: Namespace, arrays: Sequence[Any], *, half: bool, flush_halves: bool = False
+) -> Any:
     """:func:`~anyclip._kernels._tforder_xp.tf_order_squares` read from each array in place.
 
     The same sums in the same order (bit for bit) without joining the arrays into one flat
@@ -394,7 +449,9 @@ def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
     loop per view over its rows). The leaves' sums are then added up their trees one level
     at a time (:func:`~anyclip._kernels._tforder_xp._add_nodes`), and with ``half`` every
     array's sum is halved and the halves summed in TF's order, as
-    :func:`~anyclip._kernels._tforder_xp.tf_order_sum_of`. The squares and halves are
+    :func:`~anyclip._kernels._tforder_xp.tf_order_sum_of`; with ``flush_halves`` too (TF's
+    ``l2_loss``, where XLA flushes as TF), the squares whose half TF flushes count as 0
+    (:func:`_halves_kept`), so each half is TF's. The squares and halves are
     rounded apart from the additions they feed, so the bits do not depend on what XLA
     fuses: the same eagerly and under the caller's ``jit``. The program has one loop per
     multi-leaf array, each adding ``_ROW_STEP`` rows a step (more rows a step ran little
@@ -434,7 +491,7 @@ def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
         for length in sorted(lengths):
             which = [i for i in mine if leaves[i][1] == length]
             starts = [leaves[i][0] for i in which]
-            parts.append(_scattered_square_sums(xp, flat, starts, length, packet))
+            parts.append(_scattered_square_sums(xp, flat, starts, length, packet, flush_halves))
             order += which
     padded: dict[int, list[tuple[Any, list[int]]]] = {}
     for n, group in small.items():  # the short arrays of one size: one (arrays, n) block
@@ -449,7 +506,7 @@ def _squares_by_array(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
         view = blocks[0] if len(blocks) == 1 else xp.concat(blocks)
         by_rows.setdefault(rows, []).append((view, [i for _, which in group for i in which]))
     for _, group in sorted(by_rows.items()):
-        parts.append(_group_square_sums(xp, [v for v, _ in group], packet))
+        parts.append(_group_square_sums(xp, [v for v, _ in group], packet, flush_halves))
         order += [i for _, which in group for i in which]
     at = [0] * len(leaves)
     for pos, i in enumerate(order):
@@ -542,9 +599,28 @@ def jax_tf_row_sums(
 
 
 class JaxKernels(Kernels):
-    """:class:`Kernels` for float32 and float64 JAX arrays."""
+    """:class:`Kernels` for float32 and float64 JAX arrays.
+
+    Parameters
+    ----------
+    flush_halves : bool, optional
+        Whether the sums of ``l2_loss`` (:meth:`half_squares`) leave out the squares whose
+        half TF's ``l2_loss`` flushes to zero, where XLA flushes as TF (on the CPU): TF's
+        global norm (``True``, the default). ``False``: the kernels of
+        :meth:`~Kernels.unhalved`, for sums of squares that TF does not halve.
+    """
 
     name = "jax"
+
+    def __init__(self, *, flush_halves: bool = True) -> None:
+        self.flush_halves = flush_halves
+        if not flush_halves:
+            self.name = "jax-unhalved"
+        self._unhalved = JaxKernels(flush_halves=False) if flush_halves else self
+
+    def unhalved(self) -> Kernels:
+        """As :meth:`Kernels.unhalved`: these kernels with ``flush_halves=False``."""
+        return self._unhalved
 
     def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
         """As :meth:`Kernels.tf_order_squares`, for float64 arrays on the CPU, not sharded.
@@ -561,12 +637,15 @@ class JaxKernels(Kernels):
         order's operations one at a time took 12 s for the first gradient of a float64 norm
         of 10,000 elements). Sharded arrays keep XLA's own reduction (a gather of their
         leaves would gather them), and so do arrays on another platform (TF's order is its
-        CPU kernels').
+        CPU kernels'). With ``half`` and :attr:`flush_halves`, the squares whose half TF's
+        ``l2_loss`` flushes count as 0 (:func:`_halves_kept`).
         """
         if not tf_order_dtype(arrays[0].dtype, half=half) or not _tf_order_ok(arrays):
             return None
+        flush = half and self.flush_halves  # on the CPU: XLA flushes as TF
         total = _tf_jit(
-            ("by-array", half, xp.__name__), lambda *a: _squares_by_array(xp, a, half=half)
+            ("by-array-flushed" if flush else "by-array", half, xp.__name__),
+            lambda *a: _squares_by_array(xp, a, half=half, flush_halves=flush),
         )
         return total(*arrays)
 
@@ -595,22 +674,35 @@ class JaxKernels(Kernels):
         return _tf_jit(("axes", False, xp.__name__), run, static_argnums=(1,))(y, named)
 
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
-        """As :meth:`Kernels.half_squares`, one reduction per group of arrays under 65,536."""
+        """As :meth:`Kernels.half_squares`, one reduction per group of arrays under 65,536.
+
+        With :attr:`flush_halves` on the CPU (sharded arrays, or arrays too large for
+        :meth:`tf_order_squares`), the squares whose half TF's ``l2_loss`` flushes count
+        as 0 (:func:`_halves_kept`), as in TF's order.
+        """
         total = self.tf_order_squares(xp, arrays, half=True)
         if total is not None:
             return total
+        flush = self.flush_halves and xla_flushes(arrays[0])  # XLA:GPU keeps subnormals
+
+        def squares(a: Any) -> Any:
+            return _halves_kept(xp, a * a) if flush else a * a
+
         joinable = [a for a in arrays if not may_be_sharded(a)]
         grouped = groups(joinable, lambda a: int(a.size))
-        if len(grouped) == len(joinable):  # nothing to join
-            return super().half_squares(xp, arrays)
         half = constant(xp, 0.5, arrays[0].dtype, arrays[0])
-        sums = [xp.sum(a * a) * half for a in arrays if may_be_sharded(a)]
+        if len(grouped) == len(joinable):  # nothing to join: the generic sums, in list order
+            if not flush:
+                return super().half_squares(xp, arrays)
+            sums = [reduce_sum(xp, squares(v), None, keepdims=False) * half for v in arrays]
+            return reduce_sum(xp, xp.stack(sums), None, keepdims=False)
+        sums = [xp.sum(squares(a)) * half for a in arrays if may_be_sharded(a)]
         for group in grouped:
             if len(group) == 1:  # summed in its own shape: no reshape
-                sums.append(xp.sum(group[0] * group[0]) * half)
+                sums.append(xp.sum(squares(group[0])) * half)
                 continue
             flat = xp.concat([xp.reshape(a, (-1,)) for a in group])
-            sums.append(xp.sum(flat * flat) * half)
+            sums.append(xp.sum(squares(flat)) * half)
         return xp.sum(xp.stack(sums))
 
     def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
@@ -652,7 +744,8 @@ class JaxKernels(Kernels):
 
                 return run
 
-            parts.append(_compiled("half_squares", None, xp, acc, build)(v))
+            step = "half_squares" if self.flush_halves else "half_squares-unhalved"
+            parts.append(_compiled(step, None, xp, acc, build)(v))
         return xp.sum(xp.stack(parts))
 
     def cast_reduce(

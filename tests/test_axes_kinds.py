@@ -203,3 +203,16 @@ def test_committed_file_is_what_tf_gives(tmp_path):
         assert record["tf_result"] == committed["tf_result"], case_id
         if record["tf_message"] is not None:
             assert key(record["tf_message"]) == key(committed["tf_message"]), case_id
+
+
+@pytest.mark.parametrize("function", ["clip_by_norm", "l2_normalize"])
+def test_nested_framework_array_is_shown_without_its_values(backend, make, function):
+    # a torch or JAX array inside a list of axes is refused; its values are not read for the
+    # message either (a host read on an accelerator): shown by type and shape, as at top level
+    torch = pytest.importorskip("torch")
+    t = make(gen.INPUTS[2], "float32")
+    with pytest.raises(ValueError, match="`ax") as info:
+        CALLS[function](t, [torch.tensor(7)])
+    message = str(info.value)
+    assert "a torch array of shape ()" in message, message
+    assert "tensor(" not in message and "7" not in message, message

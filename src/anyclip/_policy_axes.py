@@ -59,9 +59,19 @@ def _tf_tidx(tf_dtype: str) -> str:
 
 def _tf_unsupported(value: Any) -> str:
     return (
-        f"Attempt to convert a value ({value!r}) with an unsupported type ({type(value)!r}) "
-        "to a Tensor."
+        f"Attempt to convert a value ({_shown(value)}) with an unsupported type "
+        f"({type(value)!r}) to a Tensor."
     )
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``; a torch, JAX or other library's array by its type and shape only.
+
+    :func:`axes_description`: its values are not read, on an error path either.
+    """
+    if is_array(value) and not _is_numpy(value):
+        return axes_description(value)
+    return repr(value)
 
 
 def normalize_axes(
@@ -158,7 +168,7 @@ def _axes_values(axes: Any, name: str) -> list[int]:
 def _unsupported(value: Any, name: str) -> str:
     return (
         f"`{name}` must be None, an int, a list, tuple or range of ints or a NumPy integer "
-        f"array, got {value!r} of type {type(value).__name__}; pass a tuple of ints"
+        f"array, got {_shown(value)} of type {type(value).__name__}; pass a tuple of ints"
         f"{tf_words(_tf_unsupported(value))}"
     )
 

@@ -482,18 +482,20 @@ def _half_square_sum(xp: Namespace, v: Any) -> Any:
     float16 halves each square first, as TF: a float16 square below twice the smallest
     subnormal (``|v|`` under about 3.5e-4) halves to 0, so TF's ``global_norm`` of small
     float16 gradients is smaller than the norm of their sum of squares (0 for gradients of
-    about 1e-4). Elsewhere ``sum(v * v) * 0.5``, one step fewer: the same value wherever
-    each half is a normal number (halving a normal square is exact, and so is halving
-    every partial sum of the float32 accumulation and its rounding to bfloat16), and the
-    halves that are not (squares below twice the smallest normal: float32 and bfloat16
-    elements under about 1.6e-19, float64 under 2.1e-154) are the ones TF's CPU kernels
-    flush to 0: anyclip keeps them, a difference declared in docs/tf-behaviour.md (float32
-    and float64 elements whose halves TF flushes are left out of the sum first inside
-    :class:`anyclip.flush_subnormals`). Where the float32 sum of bfloat16 squares overflows
-    or rounds to inf and the sum of the halves does not, TF's global norm overflows in its
-    ``* 2`` (tested against TF). bfloat16 squares are summed in float32 and rounded once
-    (:func:`~anyclip._numerics.reduce_sum`, on torch :func:`bfloat16_square_sum`), then
-    halved.
+    about 1e-4). So does bfloat16 off torch (JAX): XLA:CPU flushes the subnormal halves as
+    TF's CPU kernels do (``global_norm`` of four bfloat16 1.3e-19 is 0 in both).
+
+    Elsewhere ``sum(v * v) * 0.5``, one step fewer: the same value wherever each half is a
+    normal number (halving a normal square is exact, and so is halving every partial sum of
+    the float32 accumulation and its rounding to bfloat16). The halves that are not (squares
+    below twice the smallest normal: float32 and bfloat16 elements under about 1.6e-19,
+    float64 under 2.1e-154) are the ones TF's CPU kernels flush to 0; torch keeps IEEE
+    subnormals, a difference declared in docs/tf-behaviour.md (float32 and float64 elements
+    whose halves TF flushes are left out of the sum first inside
+    :class:`anyclip.flush_subnormals`; the JAX kernels leave them out by themselves). Where
+    the float32 sum of bfloat16 squares overflows or rounds to inf and the sum of the halves
+    does not, TF's global norm overflows in its ``* 2`` (tested against TF). torch's bfloat16
+    squares are summed in float32 by :func:`bfloat16_square_sum`, rounded once, then halved.
 
     Under ``jax.jit`` on a CPU without native float16 arithmetic, XLA computes a half-precision
     product feeding a reduction in float32 and drops its rounding to the half type (it allows
@@ -508,16 +510,13 @@ def _half_square_sum(xp: Namespace, v: Any) -> Any:
     """
     half = constant(xp, 0.5, v.dtype, v)
     name = dtype_name(v.dtype)
-    if name == "float16":
+    torch = library(xp) == "torch"
+    if name == "float16" or (name == "bfloat16" and not torch):
         halves = rounded_apart(xp, rounded_apart(xp, xp.square(v)) * half)
         return reduce_sum(xp, halves, None, keepdims=False)
-    squares = xp.square(v)
     if name != "bfloat16":
-        return reduce_sum(xp, squares, None, keepdims=False) * half
-    squares = rounded_apart(xp, squares)
-    if library(xp) != "torch":
-        return reduce_sum(xp, squares, None, keepdims=False) * half
-    return xp.astype(bfloat16_square_sum(xp, squares), v.dtype) * half
+        return reduce_sum(xp, xp.square(v), None, keepdims=False) * half
+    return xp.astype(bfloat16_square_sum(xp, xp.square(v)), v.dtype) * half
 
 
 def bfloat16_square_sum(xp: Namespace, squares: Any) -> Any:
@@ -527,8 +526,9 @@ def bfloat16_square_sum(xp: Namespace, squares: Any) -> Any:
     :data:`SQUARE_ROW` elements are summed (each on one thread, in torch's cascade), then
     these sums and the sum of the last, shorter row (0 when there is none) are summed. A
     sum of the whole array would be split between torch's threads, its bits depending on
-    their number (2 and 4 threads against 1: other bits on arrays of 65,536 elements); by
-    rows they are the same on any number (tested), and the fast path
+    their number (2 and 4 threads against 1: other bits on arrays of 600,001 elements); by
+    rows they are the same on any number (tested) up to 2**30 elements (past that, the sum
+    of the 32,768 or more row sums is split between threads again), and the fast path
     (:func:`anyclip._kernels._torch_sums._cpu_half_losses`) sums the same rows block by
     block in buffers that stay in the CPU's cache. A ``DTensor`` is summed whole (rows of
     it would be gathered). The rounding to bfloat16 is the caller's.

@@ -438,6 +438,49 @@ def test_torch_quantile_clip_half_matches_autoclip(backend, case, dtype):
     _half_equal(backend, ours, ref, dtype, case)
 
 
+#: Four float16 gradients (204, 103, 280 and 96 elements) whose float32 sum of squares lies
+#: on a float16 rounding tie, so that the order of the sum decides the norm: torch's
+#: ``vector_norm`` and anyclip's TF-order sum round them 1 ULP apart. Found among 20,000
+#: tensors ``(randn(n) * exp(2 * randn(1))).half()``, ``n`` in ``randint(1, 300)``, drawn
+#: from ``torch.Generator().manual_seed(0)`` (torch 2.13, CPU), by comparing the two norms.
+NORM_TIES = Path(__file__).parent / "data" / "float16_norm_ties.npz"
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("global_threshold", [False, True])
+def test_torch_quantile_clip_float16_norm_ties_are_autoclips(backend, global_threshold):
+    """float16 gradients whose norm is a rounding tie, with random ones: autoclip's bits, live.
+
+    Found by review: each tensor's norm summed in TF's order rounded the other way from
+    torch's ``vector_norm`` (``clip_grad_norm_``'s, autoclip's) on these: 963 (per parameter)
+    and 683 (global) gradients differed in three steps; torch's own ``get_total_norm`` is now
+    the norm.
+    """
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    ref_cls = pytest.importorskip("autoclip.torch.quantile").QuantileClip
+    with np.load(NORM_TIES) as data:
+        ties = [data[k] for k in data.files]
+    rng = np.random.default_rng(11)
+    grads = ties + [
+        (rng.standard_normal(int(n)) * np.exp(2 * rng.standard_normal())).astype(np.float16)
+        for n in rng.integers(1, 300, size=40)
+    ]
+    ours_p = [torch.nn.Parameter(torch.zeros(len(g), dtype=torch.float16)) for g in grads]
+    ref_p = [torch.nn.Parameter(torch.zeros(len(g), dtype=torch.float16)) for g in grads]
+    kwargs = {"quantile": 0.5, "history_length": 10, "global_threshold": global_threshold}
+    ours, ref = at.QuantileClip(ours_p, **kwargs), ref_cls(ref_p, **kwargs)
+    for step in range(1, 4):
+        for a, b, g in zip(ours_p, ref_p, grads, strict=True):
+            t = torch.from_numpy(g) * step
+            a.grad, b.grad = t.clone(), t.clone()
+        ours.step()
+        ref.step()
+        for a, b in zip(ours_p, ref_p, strict=True):
+            assert a.grad.dtype == b.grad.dtype == torch.float16
+            assert torch.equal(a.grad.view(torch.int16), b.grad.view(torch.int16)), step
+
+
 def _half_equal(backend: Backend, ours: np.ndarray, ref: np.ndarray, dtype: str, case: str) -> None:
     """``ours`` is ``ref`` (float32 rows of ``dtype`` values): bit for bit, NaN where NaN.
 

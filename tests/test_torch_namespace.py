@@ -3,7 +3,8 @@
 Its ``where``, ``maximum``, ``minimum``, ``logical_and`` and ``logical_or`` call torch directly
 for two tensors of one dtype; every result must be array-api-compat's (dtype, shape, device,
 values, NaN and signed zeros included) for every mix of operands: tensors of one dtype or two,
-0-d or not, Python scalars.
+0-d or not, Python scalars. Its ``cumulative_sum`` calls ``torch.cumsum`` (array-api-compat's
+looks up the namespace first, which ``torch.compile`` cannot trace): the same results, traced.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def test_fast_functions_give_array_api_compats_results(name):
 
 
 def test_everything_else_is_array_api_compats():
-    names = [k for k in vars(compat) if k not in MODULE_ATTRIBUTES and k not in FAST]
+    own = [*FAST, "cumulative_sum"]
+    names = [k for k in vars(compat) if k not in MODULE_ATTRIBUTES and k not in own]
     assert len(names) > 100
     for k in names:
         assert getattr(NAMESPACE, k, None) is getattr(compat, k), k
@@ -88,3 +90,31 @@ def test_torch_tensors_resolve_to_it():
     assert _compat.namespace(torch.nn.Parameter(t)) is NAMESPACE
     assert NAMESPACE.__name__ == NAME
     assert _compat.library(NAMESPACE) == "torch"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int32])
+def test_cumulative_sum_gives_array_api_compats_results(dtype):
+    x = torch.tensor([[1.5, -0.0, np.nan], [2.0, 3.0, -4.0]], dtype=torch.float64).to(dtype)
+    cases: list[tuple[Any, dict[str, Any]]] = [
+        (x, {"axis": -1}),
+        (x, {"axis": 0}),
+        (x, {"axis": 1, "include_initial": True}),
+        (x[0], {}),
+        (x, {}),  # two dimensions, no axis: array-api-compat's error
+    ]
+    if dtype != torch.int32:
+        cases.append((x, {"axis": 1, "dtype": torch.float64}))
+    for a, kwargs in cases:
+        mine = _outcome(lambda a=a, kw=kwargs: NAMESPACE.cumulative_sum(a, **kw))
+        ref = _outcome(lambda a=a, kw=kwargs: compat.cumulative_sum(a, **kw))
+        if isinstance(ref, type):
+            assert mine is ref, kwargs
+            continue
+        _same(mine, ref, f"{dtype} {kwargs}")
+
+
+def test_cumulative_sum_traces_under_compile():
+    torch._dynamo.reset()
+    fn = torch.compile(lambda t: NAMESPACE.cumulative_sum(t, axis=-1)[..., -1], fullgraph=True)
+    x = torch.tensor([[0.1, 0.2, 0.3], [1.0, 2.0, 3.0]], dtype=torch.float64)
+    np.testing.assert_array_equal(fn(x).numpy(), torch.cumsum(x, dim=-1)[..., -1].numpy())

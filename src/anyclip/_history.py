@@ -343,11 +343,6 @@ def window_quantile(xp: Namespace, h: History, q: Any) -> Any:
     return xp.where(has_nan, _c(xp, math.nan, w), lerp)
 
 
-def _torch_factor(xp: Namespace, limit: Any, norm: Any) -> Any:
-    """Torch's ``clip_grad_norm_`` factor: ``clamp(limit / (norm + 1e-6), max=1)``."""
-    return xp.minimum(limit / (norm + _c(xp, 1e-6, norm)), _c(xp, 1.0, norm))
-
-
 def _clip_coef(xp: Namespace, limit: Any, norm: Any) -> Any:
     """Torch's ``clip_grad_norm_`` factor for a number ``limit``, op for op, in ``norm``'s dtype.
 
@@ -358,8 +353,8 @@ def _clip_coef(xp: Namespace, limit: Any, norm: Any) -> Any:
     the number rounded to it) and rounds to ``norm``'s dtype: ``norm + 1e-6``, the
     reciprocal and the product are each rounded once. A float16 reciprocal of a sum below
     ``2 ** -16`` is inf: the factor is then 1, or NaN where ``limit`` is 0 (``inf * 0``), as
-    torch's. ``limit`` (the threshold, of any real dtype) enters as its value in the opmath
-    dtype.
+    torch's. ``limit`` (the threshold: an array of any real dtype, or a Python number, as
+    zclip's ``max_grad_norm``) enters as its value in the opmath dtype.
     """
     dt = norm.dtype
     wide = xp.float32 if dtype_name(dt) in _HALF_NAMES else dt
@@ -370,9 +365,10 @@ def _clip_coef(xp: Namespace, limit: Any, norm: Any) -> Any:
     def down(a: Any) -> Any:
         return a if a.dtype == dt else xp.astype(a, dt)
 
+    lim = constant(xp, limit, wide, norm) if isinstance(limit, numbers.Real) else up(limit)
     d = down(up(norm) + constant(xp, 1e-6, wide, norm))
     r = down(constant(xp, 1.0, wide, norm) / up(d))
-    coef = down(up(r) * up(limit))
+    coef = down(up(r) * lim)
     return xp.minimum(coef, _c(xp, 1.0, coef))
 
 
@@ -440,13 +436,17 @@ def zclip_step(
     clip_factor: float,
     skip_update_on_spike: bool,
     formula: str = "zclip",
+    warm_norm: Any = None,
 ) -> ZClipStep:
     """One step of ``zclip`` 1.0's ``ZClip.step`` on the pre-clip global ``norm``.
 
     ``h.window`` holds the warm-up norms (its length is ``max(warmup_steps, 1)``, as zclip
     initialises after its first step when ``warmup_steps`` is 0). During warm-up the factor is
     torch's ``clip_grad_norm_(max_grad_norm)`` one; at its last step the EMA starts from the
-    mean and population variance of the warm-up norms. After it: zclip's threshold (z-score
+    mean and population variance of the warm-up norms; ``warm_norm`` is the norm that
+    ``clip_grad_norm_`` computes (torch's: the norm of the per-tensor norms, in the gradients'
+    dtype; default ``norm``), and the warm-up factor is :func:`_clip_coef`'s, op for op, in
+    its dtype. After it: zclip's threshold (z-score
     with ``adaptive_scaling`` or ``mean``, or ``percentile``), the effective limit
     ``min(threshold or norm, max_grad_norm)`` with Python's ``min`` rule (a NaN first operand
     wins), the factor ``limit / (norm + 1e-6)`` where ``norm > limit`` (``formula="zclip"``) or
@@ -464,8 +464,11 @@ def zclip_step(
     window = _recorded_window(xp, h, x, where=warm)
     starts = h.count == _c(xp, warm_len - 1, h.count)
     n = _c(xp, float(warm_len), x)
-    mean0 = xp.sum(window, axis=-1) / n
-    var0 = xp.sum((window - mean0[..., None]) ** 2, axis=-1) / n
+    # zclip's Python sums, value after value (cumulative_sum adds in order on NumPy, torch's
+    # CPU and array-api-strict; a pairwise sum differs in the last bits)
+    mean0 = xp.cumulative_sum(window, axis=-1)[..., -1] / n
+    dev = window - mean0[..., None]
+    var0 = xp.cumulative_sum(dev * dev, axis=-1)[..., -1] / n
     if max_grad_norm is None:
         warm_factor = one
         warm_limit = _c(xp, math.inf, x)
@@ -473,8 +476,9 @@ def zclip_step(
         warm_limit = _c(xp, max_grad_norm, x)
         if formula == "tf":
             warm_factor = global_scale(xp, warm_limit, x, "tf")
-        else:
-            warm_factor = _torch_factor(xp, warm_limit, x)
+        else:  # torch's clip_grad_norm_(max_norm=float), in its norm's dtype (exact in x's)
+            coef = _clip_coef(xp, max_grad_norm, norm if warm_norm is None else warm_norm)
+            warm_factor = xp.astype(coef, dtype, copy=False)
 
     # after warm-up: zclip's threshold and factor
     mean, var = h.mean, h.var

@@ -15,10 +15,12 @@ tensors), and about a fifth of the bytecode ``torch.compile`` traced for it.
 Here those functions call torch's own operation directly when both operands are tensors of one
 dtype (then the promotion is that dtype, and array-api-compat's ``Tensor.to`` calls return
 their input: the same operation on the same tensors), and array-api-compat's function
-otherwise (a Python scalar, two dtypes). Everything else is array-api-compat's, the same
-objects. The namespace is :data:`NAMESPACE`, a module object of its own (this module's globals
-hold only the functions below: pytest's doctest finder, which walks a source module's globals,
-trips over some of torch's objects); ``library`` maps its ``__name__`` to ``"torch"``.
+otherwise (a Python scalar, two dtypes); ``cumulative_sum`` calls ``torch.cumsum``
+(array-api-compat's looks up the namespace first, which ``torch.compile`` cannot trace).
+Everything else is array-api-compat's, the same objects. The namespace is :data:`NAMESPACE`,
+a module object of its own (this module's globals hold only the functions below: pytest's
+doctest finder, which walks a source module's globals, trips over some of torch's objects);
+``library`` maps its ``__name__`` to ``"torch"``.
 """
 
 from __future__ import annotations
@@ -69,6 +71,21 @@ def _two_arguments(op: Callable[..., Any], fallback: Callable[..., Any]) -> Call
     return call
 
 
+def _cumulative_sum(
+    x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False
+) -> Any:
+    """``torch.cumsum`` where array-api-compat's would call it (``include_initial=False``).
+
+    array-api-compat's ``cumulative_sum`` first looks up ``x``'s namespace, which
+    ``torch.compile`` cannot trace (``torch.compile(fullgraph=True)`` of ZClip's step fails).
+    """
+    if include_initial or (axis is None and x.ndim > 1):  # its other cases, its errors
+        return compat_torch.cumulative_sum(
+            x, axis=axis, dtype=dtype, include_initial=include_initial
+        )
+    return torch.cumsum(x, dim=0 if axis is None else axis, dtype=dtype)
+
+
 def _namespace() -> types.ModuleType:
     """A module object: array-api-compat's torch namespace, the fast functions in its place.
 
@@ -83,6 +100,7 @@ def _namespace() -> types.ModuleType:
     names["minimum"] = _two_arguments(torch.minimum, compat_torch.minimum)
     names["logical_and"] = _two_arguments(torch.logical_and, compat_torch.logical_and)
     names["logical_or"] = _two_arguments(torch.logical_or, compat_torch.logical_or)
+    names["cumulative_sum"] = _cumulative_sum
     return ns
 
 

@@ -60,8 +60,41 @@ def _leaf_norm(leaf: Any, formula: str) -> Any:
     return _clip.global_norm([leaf])
 
 
+def _zclip_norm(updates: Any, group: Any = None) -> Any:
+    """The norm of ``updates`` as zclip 1.0 takes it, op for op (its ``_compute_grad_norm``).
+
+    Each leaf cast to the first leaf's dtype and its norm taken (torch's: float16 and bfloat16
+    squares summed in float32, the norm rounded to the dtype), then ``sqrt(sum(norms ** 2))``
+    in that dtype (the squares rounded to it, so a float16 norm from 256 squares to inf; the
+    sum accumulated in float32 for halves, as torch's). With ``group``:
+    :func:`anyclip.tree.global_norm`'s.
+    """
+    leaves = [leaf for leaf in tree.flatten(updates)[0] if leaf is not None]
+    if group is not None or not leaves:
+        return tree.global_norm(updates, group=group)
+    dt = leaves[0].dtype
+    norms = jnp.stack([_leaf_norm(leaf.astype(dt), "torch") for leaf in leaves])
+    squares = norms * norms
+    if dt in (jnp.float16, jnp.bfloat16):
+        return jnp.sqrt(jnp.sum(squares.astype(jnp.float32)).astype(dt))
+    return jnp.sqrt(jnp.sum(squares))
+
+
 def _scale(updates: Any, factor: Any) -> Any:
     return jax.tree.map(lambda u: None if u is None else u * factor.astype(u.dtype), updates)
+
+
+def _scale_opmath(updates: Any, factor: Any) -> Any:
+    """``updates`` times ``factor`` as torch's ``grad.mul_(number)``: in float32 for halves."""
+
+    def one(u: Any) -> Any:
+        if u is None:
+            return None
+        if u.dtype in (jnp.float16, jnp.bfloat16):
+            return (u.astype(jnp.float32) * factor.astype(jnp.float32)).astype(u.dtype)
+        return u * factor.astype(u.dtype)
+
+    return jax.tree.map(one, updates)
 
 
 class ZClipState(NamedTuple):
@@ -96,9 +129,14 @@ def zclip(
 ) -> optax.GradientTransformation:
     """ZClip (``zclip`` 1.0's arguments and numbers) as an optax transformation.
 
-    The rule of :class:`anyclip.torch.ZClip`, on the global norm of the updates
-    (:func:`anyclip.tree.global_norm`): clipped to ``max_grad_norm`` during ``warmup_steps``,
-    then to zclip's adaptive threshold from the EMA mean and variance of the norm.
+    The rule of :class:`anyclip.torch.ZClip`, on zclip's norm of the updates (each leaf's
+    norm, then ``sqrt(sum(norms ** 2))``, in the first leaf's dtype; with ``group``,
+    :func:`anyclip.tree.global_norm`'s): clipped to ``max_grad_norm`` during
+    ``warmup_steps`` (torch's ``clip_grad_norm_``: its norm of the leaves' norms and its
+    factor, op for op), then to zclip's adaptive threshold from the EMA mean and variance of
+    the norm; the factor multiplies float16 and bfloat16 updates in float32 (torch's product
+    with a Python float). In float16 and bfloat16 the norm and the warm-up are zclip's bit
+    for bit (float32: within an ulp of torch's CPU reductions).
 
     Parameters
     ----------
@@ -145,7 +183,10 @@ skip_update_on_spike
 
     def update_fn(updates: Any, state: ZClipState, params: Any = None) -> tuple[Any, ZClipState]:
         del params
-        norm = tree.global_norm(updates, group=group)
+        norm = (
+            _zclip_norm(updates, group) if f == "zclip" else tree.global_norm(updates, group=group)
+        )
+        warm_norm = _torch_norm(updates, group) if f == "zclip" and cap is not None else None
         out = _history.zclip_step(
             jnp,
             state.history,
@@ -160,8 +201,10 @@ skip_update_on_spike
             clip_factor=cf,
             skip_update_on_spike=bool(skip_update_on_spike),
             formula=f,
+            warm_norm=warm_norm,
         )
-        return _scale(updates, out.factor), ZClipState(out.history)
+        scale = _scale_opmath if f == "zclip" else _scale
+        return scale(updates, out.factor), ZClipState(out.history)
 
     return optax.GradientTransformation(init_fn, update_fn)
 

@@ -77,6 +77,42 @@ def _norm(
     return norm if norm.dtype == widest else norm.to(widest)
 
 
+def _zclip_norms(
+    values: list[torch.Tensor], params: list[torch.Tensor], group: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients' norm as zclip 1.0 takes it, and as its warm-up ``clip_grad_norm_`` does.
+
+    Op for op with torch's kernels (zclip is torch code): zclip's ``_compute_grad_norm``
+    casts each gradient to the first parameter's dtype, takes its ``norm(2)``, then
+    ``sqrt(sum(pow(norms, 2)))`` in that dtype (so a float16 norm from 256 squares to inf);
+    torch's ``clip_grad_norm_`` takes each gradient's norm in its own dtype
+    (``_foreach_norm``), then the ``vector_norm`` of those norms. Where every gradient has
+    the first parameter's dtype and device (the common case) the per-tensor norms are taken
+    once, with ``_foreach_norm`` (on the CPU the same kernel as ``norm(2)``). Sharded
+    (DTensor) or sparse gradients, a ``group`` or no gradient: anyclip's global norm
+    (:func:`_norm`), for both.
+    """
+    plain = (
+        group is None
+        and bool(values)
+        and all(type(v) in _PLAIN_TYPES and v.layout == torch.strided for v in values)
+    )
+    if not plain:
+        norm = _norm(values, params, group)
+        return norm, norm
+    first = params[0]
+    dtype, device = first.dtype, first.device
+    per = list(torch._foreach_norm(values, 2.0))
+    if all(v.dtype == dtype and v.device == device for v in values):
+        ours = per
+    else:
+        ours = [torch.linalg.vector_norm(v.to(dtype)) for v in values]
+    stacked = torch.stack([n.to(device) for n in ours])
+    zclip_norm = torch.sqrt(torch.sum(torch.pow(stacked, 2)))
+    torch_norm = torch.linalg.vector_norm(torch.stack([n.to(values[0].device) for n in per]))
+    return zclip_norm, torch_norm
+
+
 def _tensor_norm(v: torch.Tensor, *, torch_half: bool = False) -> torch.Tensor:
     """The 2-norm of one gradient, in its dtype: :func:`_norm`'s rule for one tensor."""
     norm: torch.Tensor

@@ -52,17 +52,21 @@ def _mul_(
     *,
     ftz: bool = False,
     plain: tuple[torch.device, torch.dtype] | None = None,
+    opmath: bool = False,
 ) -> None:
     """Multiply every tensor of ``values`` in place by the 0-d ``scale``, cast to its dtype.
 
     ``ftz`` (inside :class:`anyclip.flush_subnormals`): subnormal values count as 0 and
     subnormal products become 0, as in TF. ``plain``:
     :func:`~anyclip.torch._common._plain` of ``values``, where the caller has it.
+    ``opmath``: float16 and bfloat16 tensors are multiplied by ``scale`` cast to float32
+    instead (torch's ``grad.mul_(python_float)``: the number rounded to float32, the product
+    in float32, rounded once; on the CPU, where torch reads a 0-d float32 tensor the same way).
     """
     key = None if ftz else _plain(values) if plain is None else plain
     if key is not None:  # the common case: one device, one dtype, plain dense tensors
         device, dtype = key
-        s = torch_to(scale, device, dtype)
+        s = torch_to(scale, device, _opmath(dtype) if opmath else dtype)
         if _use_foreach(foreach, values, device):
             torch._foreach_mul_(values, s)
         else:
@@ -73,7 +77,7 @@ def _mul_(
     if ftz:
         _flush_(shards)
     for (device, dtype), grp in _by_device_and_dtype(shards).items():
-        s = torch_to(scale, device, dtype)
+        s = torch_to(scale, device, _opmath(dtype) if opmath and not ftz else dtype)
         if ftz:
             s = flush(namespace(s), s)
         if _use_foreach(foreach, grp, device):
@@ -83,6 +87,11 @@ def _mul_(
                 g.mul_(s)
     if ftz:
         _flush_(shards)
+
+
+def _opmath(dtype: torch.dtype) -> torch.dtype:
+    """The dtype torch computes ``dtype``'s products with a number in: float32 for halves."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _flush_(values: list[torch.Tensor]) -> None:

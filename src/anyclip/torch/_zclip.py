@@ -25,11 +25,11 @@ from anyclip.torch._history import (
     _grads,
     _history_state,
     _load_history,
-    _norm,
     _parameters,
     _state_dtype,
     _store,
     _view,
+    _zclip_norms,
 )
 from anyclip.torch._scale import _mul_
 
@@ -50,6 +50,16 @@ class ZClip:
     back to the host (zclip calls ``.item()`` and branches in Python every step): the state is
     four tensors on the gradients' device and the decision a ``torch.where``.
 
+    The numbers are zclip's, op for op: its norm (each gradient's ``norm(2)`` in the first
+    parameter's dtype, then ``sqrt(sum(pow(norms, 2)))`` in it), the warm-up's
+    ``clip_grad_norm_`` (torch's norm of the per-tensor norms and its factor
+    ``(norm + 1e-6).reciprocal() * max_grad_norm``, each op in float32 rounded to the dtype
+    for float16 and bfloat16), its sums of the warm-up norms (in order), its EMA and its
+    product with a Python float (in float32 for halves). With ``dtype=torch.float64`` (zclip
+    keeps Python floats) the gradients, norms and statistics are zclip's bit for bit on the
+    CPU; with the default float32 statistics the norm and the warm-up are, and a clipped
+    step after it can differ in the last bits of the threshold.
+
     zclip's attributes that user code reads are here, each a host read only when read:
     ``initialized``, ``mean`` and ``var`` (Python floats, ``None`` during the warm-up; settable,
     as in zclip), ``buffer`` (the warm-up norms so far); with zclip's
@@ -64,7 +74,8 @@ skip_update_on_spike
         zclip 1.0's arguments, with its defaults and meaning.
     formula : {"zclip", "tf"}, optional
         The factor that scales the gradients: ``"zclip"`` (default) zclip's own, ``limit /
-        (norm + 1e-6)`` where ``norm > limit`` (torch's ``clip_grad_norm_`` during warm-up);
+        (norm + 1e-6)`` where ``norm > limit`` (torch's ``clip_grad_norm_``, on its own norm,
+        during warm-up);
         ``"tf"`` TF's ``clip_by_global_norm`` factor ``limit * min(1 / norm, 1 / limit)``.
     group : ProcessGroup, DeviceMesh or sequence of them, optional
         The processes whose gradients form the global norm (one all-reduce of a scalar); every
@@ -133,7 +144,14 @@ skip_update_on_spike
         """
         params = _parameters(model_or_parameters)
         values = _grads(params)
-        raw: Any = self._compute_grad_norm(model_or_parameters)  # an override may give a number
+        raw: Any  # an override of _compute_grad_norm may give a number
+        warm_norm = None
+        if self._own_norm():  # zclip's norm and clip_grad_norm_'s, from one pass
+            raw, warm_norm = _zclip_norms(values, params, self.group)
+        else:
+            raw = self._compute_grad_norm(model_or_parameters)
+            if self.max_grad_norm is not None and self.formula == "zclip":
+                warm_norm = _zclip_norms(values, params, self.group)[1]
         if isinstance(raw, torch.Tensor):
             norm = raw
         else:  # filled on the device: no host copy
@@ -156,21 +174,31 @@ skip_update_on_spike
             clip_factor=self.clip_factor,
             skip_update_on_spike=self.skip_update_on_spike,
             formula=self.formula,
+            warm_norm=warm_norm,
         )
         _assign(self._history, out.history)
         self.threshold = out.threshold
-        _mul_(values, out.factor)
+        # zclip multiplies by a Python float (clip_grad_norm_ by a tensor of the gradients'
+        # dtype, whose value the factor holds exactly): torch's product in float32 for halves
+        _mul_(values, out.factor, opmath=self.formula == "zclip")
         return norm
 
+    def _own_norm(self) -> bool:
+        """Whether :meth:`_compute_grad_norm` is this class's (not replaced nor overridden)."""
+        return (
+            "_compute_grad_norm" not in vars(self)
+            and type(self)._compute_grad_norm is ZClip._compute_grad_norm
+        )
+
     def _compute_grad_norm(self, model_or_parameters: Any) -> torch.Tensor:
-        """The pre-clip global 2-norm of the gradients (a 0-d tensor), as :meth:`step` reads it.
+        """The pre-clip global 2-norm of the gradients (a 0-d tensor), zclip's, op for op.
 
         zclip's hook of the same name: :meth:`step` calls it, so a subclass (or a test that
         replaces it on the instance, as zclip's own tests do) can supply the norm; a Python
         number returned there is filled on the gradients' device.
         """
         params = _parameters(model_or_parameters)
-        return _norm(_grads(params), params, self.group)
+        return _zclip_norms(_grads(params), params, self.group)[0]
 
     def _state(self, norm: torch.Tensor) -> History:
         """The stored statistics, made at the first step (norm's device, :attr:`dtype`)."""
@@ -259,7 +287,7 @@ skip_update_on_spike
             limit_t = torch.full(
                 (), float(max_global_norm), dtype=norm_t.dtype, device=norm_t.device
             )
-        _mul_(values, _history.zclip_factor(namespace(norm_t), limit_t, norm_t))
+        _mul_(values, _history.zclip_factor(namespace(norm_t), limit_t, norm_t), opmath=True)
 
     @property
     def initialized(self) -> bool:

@@ -165,6 +165,81 @@ def assert_live_reference(
             np.testing.assert_array_equal(v, committed[k], err_msg=k)
 
 
+def live_tf_json(script: Path, tmp_path: Path) -> dict[str, Any]:
+    """Run a ``tests/data/make_tf_*.py`` script on live TF; the JSON file it writes.
+
+    Skips without TensorFlow (the ``--live-tf`` tests call it).
+    """
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed")
+    out = tmp_path / "live.json"
+    run_reference_script(script, out)
+    return dict(json.loads(out.read_text()))
+
+
+def assert_same_tf_cases(
+    live: dict[str, Any], committed: dict[str, Any], key_phrase: Callable[[str], str]
+) -> None:
+    """The cases of a live TF run are the committed ones, in order.
+
+    The same class and result (where recorded) for each, and the same key phrase of its
+    message (``key_phrase``: the words anyclip must quote; the rest, such as the device in
+    ``{{function_node ...CPU:0}}``, may differ).
+    """
+    assert list(live) == list(committed)
+    for case_id, record in live.items():
+        recorded = committed[case_id]
+        assert record["tf_class"] == recorded["tf_class"], case_id
+        assert record.get("tf_result") == recorded.get("tf_result"), case_id
+        if record["tf_message"] is not None:
+            assert key_phrase(record["tf_message"]) == key_phrase(recorded["tf_message"]), case_id
+
+
+def anyclip_class(tf_class: str, key: str) -> type[Exception]:
+    """anyclip's exception for TF's ``tf_class`` (docs/porting.md, "Errors").
+
+    anyclip raises what TF raises in graph mode (docs/tf-reference.md §0.3): ``TypeError`` for a
+    dtype (TF's eager ``InvalidArgumentError`` about a kernel's dtype, ``NotFoundError`` for a
+    missing kernel, and ``AttributeError`` for a Python number where TF wants a tensor),
+    ``ValueError`` for a shape, an axis or a value (``InvalidArgumentError`` about shapes or
+    reduction axes, ``OverflowError`` for an integer out of range).
+    """
+    if tf_class in ("TypeError", "AttributeError", "NotFoundError"):
+        return TypeError
+    if tf_class in ("ValueError", "OverflowError"):
+        return ValueError
+    assert tf_class == "InvalidArgumentError", tf_class
+    return TypeError if key.startswith(("Value for attr", "expected to be a")) else ValueError
+
+
+def compare_tf_result(backend: Backend, got: Any, expected: Any, ulp: float, what: str) -> None:
+    """``got`` is TF's result ``expected`` as the ``make_tf_*.py`` scripts encode it.
+
+    None, a list of results, a torch nested tensor (TF's ragged rows) or an array with its
+    dtype, within ``ulp``.
+    """
+    if expected is None:
+        assert got is None, what
+        return
+    if "list" in expected:
+        assert isinstance(got, (list, tuple)), what
+        assert len(got) == len(expected["list"]), what
+        for i, (g, e) in enumerate(zip(got, expected["list"], strict=True)):
+            compare_tf_result(backend, g, e, ulp, f"{what}[{i}]")
+        return
+    if "ragged" in expected:  # a torch nested tensor of layout jagged, TF's rows
+        torch = backend.module
+        assert got.layout == torch.jagged, what
+        rows = expected["ragged"]
+        lengths = [len(r) for r in rows]
+        assert got.offsets().tolist() == np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        flat = [v for r in rows for v in r]
+        assert_array(got.values(), flat, backend=backend, dtype=expected["dtype"], ulp=ulp)
+        return
+    data = np.asarray(expected["array"], dtype=np.float64 if expected["dtype"] != "bool" else bool)
+    assert_array(got, data, backend=backend, dtype=expected["dtype"], ulp=ulp, what=what)
+
+
 @pytest.fixture
 def first_calls(tmp_path: Path) -> Callable[..., None]:
     """Run ``tests/_first_call_worker.py MODE`` in a fresh process; every scenario must pass.

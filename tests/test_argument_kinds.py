@@ -15,7 +15,6 @@ the strided layout.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import runpy
@@ -29,7 +28,17 @@ import pytest
 import anyclip
 from anyclip_conformance import Backend, assert_array
 
-from .conftest import ULP_CLIP_NORM, ULP_GLOBAL, ULP_L2, ULP_PNORM, ULP_VALUE, run_reference_script
+from .conftest import (
+    ULP_CLIP_NORM,
+    ULP_GLOBAL,
+    ULP_L2,
+    ULP_PNORM,
+    ULP_VALUE,
+    anyclip_class,
+    assert_same_tf_cases,
+    compare_tf_result,
+    live_tf_json,
+)
 
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_tf_argument_kinds.py"
@@ -93,29 +102,6 @@ def _ragged_case(record: dict[str, Any]) -> bool:
     return "ragged" in json.dumps([record["args"], record["kwargs"]])
 
 
-def _compare(backend: Backend, got: Any, expected: Any, ulp: float, what: str) -> None:
-    if expected is None:
-        assert got is None, what
-        return
-    if "list" in expected:
-        assert isinstance(got, (list, tuple)), what
-        assert len(got) == len(expected["list"]), what
-        for i, (g, e) in enumerate(zip(got, expected["list"], strict=True)):
-            _compare(backend, g, e, ulp, f"{what}[{i}]")
-        return
-    if "ragged" in expected:  # a torch nested tensor of layout jagged, TF's rows
-        torch = backend.module
-        assert got.layout == torch.jagged, what
-        rows = expected["ragged"]
-        lengths = [len(r) for r in rows]
-        assert got.offsets().tolist() == np.concatenate([[0], np.cumsum(lengths)]).tolist()
-        flat = [v for r in rows for v in r]
-        assert_array(got.values(), flat, backend=backend, dtype=expected["dtype"], ulp=ulp)
-        return
-    data = np.asarray(expected["array"], dtype=np.float64 if expected["dtype"] != "bool" else bool)
-    assert_array(got, data, backend=backend, dtype=expected["dtype"], ulp=ulp, what=what)
-
-
 def test_committed_file_is_the_catalogue():
     assert list(COMMITTED["cases"]) == gen.case_ids()
     for case_id, function, args, kwargs in gen.CASES:
@@ -137,7 +123,7 @@ def test_as_tf(backend, case_id):
     kwargs = {k: gen.decode(v, build) for k, v in record["kwargs"].items()}
     if record["tf_class"] is None:
         out = fn(*args, **kwargs)
-        _compare(backend, out, record["tf_result"], ULP[record["function"]], case_id)
+        compare_tf_result(backend, out, record["tf_result"], ULP[record["function"]], case_id)
         return
     with pytest.raises((TypeError, ValueError)) as info:
         fn(*args, **kwargs)
@@ -148,29 +134,16 @@ def test_as_tf(backend, case_id):
         assert "nested tensor" in message, message
         return
     key = ERRORS["key_phrase"](record["tf_message"])
-    expected = {"TypeError": TypeError, "ValueError": ValueError}.get(record["tf_class"])
-    if expected is None:  # InvalidArgumentError: a kernel's dtype refusal here
-        expected = TypeError if key.startswith("Value for attr") else ValueError
+    expected = anyclip_class(record["tf_class"], key)
     assert type(info.value) is expected, f"{type(info.value).__name__}: {message}"
     assert key in message, f"TF's words {key!r} missing from: {message}"
 
 
 @pytest.mark.live_tf
 def test_committed_file_is_what_tf_gives(tmp_path):
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed")
-    out = tmp_path / "live.json"
-    run_reference_script(SCRIPT, out)
-    live = json.loads(out.read_text())
+    live = live_tf_json(SCRIPT, tmp_path)
     assert live["provenance"]["tensorflow"] == COMMITTED["provenance"]["tensorflow"]
-    assert list(live["cases"]) == list(COMMITTED["cases"])
-    for case_id, record in live["cases"].items():
-        committed = COMMITTED["cases"][case_id]
-        assert record["tf_class"] == committed["tf_class"], case_id
-        assert record["tf_result"] == committed["tf_result"], case_id
-        if record["tf_message"] is not None:
-            key = ERRORS["key_phrase"]
-            assert key(record["tf_message"]) == key(committed["tf_message"]), case_id
+    assert_same_tf_cases(live["cases"], COMMITTED["cases"], ERRORS["key_phrase"])
 
 
 # ------------------------------------------------------------------ meta tensors (item 8)

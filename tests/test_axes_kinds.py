@@ -19,7 +19,6 @@ reductions read them").
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import runpy
@@ -27,14 +26,20 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pytest
 
 import anyclip
 from anyclip import constraints
-from anyclip_conformance import Backend, assert_array
 
-from .conftest import ULP_CLIP_NORM, ULP_L2, ULP_PNORM, run_reference_script
+from .conftest import (
+    ULP_CLIP_NORM,
+    ULP_L2,
+    ULP_PNORM,
+    anyclip_class,
+    assert_same_tf_cases,
+    compare_tf_result,
+    live_tf_json,
+)
 
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_tf_axes_kinds.py"
@@ -111,27 +116,6 @@ def builders() -> dict[str, Any]:
     return {"torch": torch_value, "jax": jax_value}
 
 
-def anyclip_class(tf_class: str, key: str) -> type[Exception]:
-    """The class a TF user catches for TF's ``tf_class`` (test_tf_error_messages.py's rule)."""
-    if tf_class == "TypeError":
-        return TypeError
-    if tf_class == "ValueError":
-        return ValueError
-    assert tf_class == "InvalidArgumentError", tf_class
-    return TypeError if key.startswith("Value for attr") else ValueError
-
-
-def _compare(backend: Backend, got: Any, expected: Any, ulp: float, what: str) -> None:
-    if "list" in expected:
-        assert isinstance(got, tuple), what
-        assert len(got) == len(expected["list"]), what
-        for i, (g, e) in enumerate(zip(got, expected["list"], strict=True)):
-            _compare(backend, g, e, ulp, f"{what}[{i}]")
-        return
-    data = np.asarray(expected["array"], dtype=np.float64)
-    assert_array(got, data, backend=backend, dtype=expected["dtype"], ulp=ulp, what=what)
-
-
 def test_committed_file_is_the_catalogue():
     assert list(COMMITTED["cases"]) == gen.case_ids()
     assert COMMITTED["values"] == json.loads(json.dumps(gen.VALUES))
@@ -174,7 +158,7 @@ def test_as_tf(backend, make, case_id):
         return
     if record["tf_class"] is None:
         out = call(t, axes)
-        _compare(backend, out, record["tf_result"], ULP[function], case_id)
+        compare_tf_result(backend, out, record["tf_result"], ULP[function], case_id)
         return
     with pytest.raises((TypeError, ValueError)) as info:
         call(t, axes)
@@ -188,21 +172,10 @@ def test_as_tf(backend, make, case_id):
 
 @pytest.mark.live_tf
 def test_committed_file_is_what_tf_gives(tmp_path):
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed")
-    out = tmp_path / "live.json"
-    run_reference_script(SCRIPT, out)
-    live = json.loads(out.read_text())
+    live = live_tf_json(SCRIPT, tmp_path)
     assert live["provenance"]["tensorflow"] == COMMITTED["provenance"]["tensorflow"]
     assert live["values"] == COMMITTED["values"]
-    assert list(live["cases"]) == list(COMMITTED["cases"])
-    key = ERRORS["key_phrase"]
-    for case_id, record in live["cases"].items():
-        committed = COMMITTED["cases"][case_id]
-        assert record["tf_class"] == committed["tf_class"], case_id
-        assert record["tf_result"] == committed["tf_result"], case_id
-        if record["tf_message"] is not None:
-            assert key(record["tf_message"]) == key(committed["tf_message"]), case_id
+    assert_same_tf_cases(live["cases"], COMMITTED["cases"], ERRORS["key_phrase"])
 
 
 @pytest.mark.parametrize("function", ["clip_by_norm", "l2_normalize"])

@@ -14,7 +14,6 @@ committed file must still be what TF gives.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import re
@@ -26,7 +25,7 @@ import pytest
 
 import anyclip
 
-from .conftest import run_reference_script
+from .conftest import anyclip_class, assert_same_tf_cases, live_tf_json
 
 DATA = Path(__file__).with_name("data")
 SCRIPT = DATA / "make_tf_error_messages.py"
@@ -38,23 +37,6 @@ gen = SimpleNamespace(**runpy.run_path(str(SCRIPT)))
 
 #: The public functions whose refusals the cases cover.
 PUBLIC = {name for name in anyclip.__all__ if inspect.isfunction(getattr(anyclip, name))}
-
-
-def anyclip_class(tf_class: str, key: str) -> type[Exception]:
-    """anyclip's exception for TF's ``tf_class`` (docs/porting.md, "Errors").
-
-    anyclip raises what TF raises in graph mode (docs/tf-reference.md §0.3): ``TypeError`` for a
-    dtype (TF's eager ``InvalidArgumentError`` about a kernel's dtype, ``NotFoundError`` for a
-    missing kernel, and ``AttributeError`` for a Python number where TF wants a tensor),
-    ``ValueError`` for a shape, an axis or a value (``InvalidArgumentError`` about shapes or
-    reduction axes, ``OverflowError`` for an integer out of range).
-    """
-    if tf_class in ("TypeError", "AttributeError", "NotFoundError"):
-        return TypeError
-    if tf_class in ("ValueError", "OverflowError"):
-        return ValueError
-    assert tf_class == "InvalidArgumentError", tf_class
-    return TypeError if key.startswith(("Value for attr", "expected to be a")) else ValueError
 
 
 def test_committed_file_is_the_catalogue():
@@ -126,15 +108,6 @@ def test_message_contains_tf_wording(backend, make, case_id):
 
 @pytest.mark.live_tf
 def test_committed_file_is_what_tf_gives(tmp_path):
-    if importlib.util.find_spec("tensorflow") is None:
-        pytest.skip("TensorFlow is not installed")
-    out = tmp_path / "live.json"
-    run_reference_script(SCRIPT, out)
-    live = json.loads(out.read_text())
+    live = live_tf_json(SCRIPT, tmp_path)
     assert live["tensorflow"] == COMMITTED["tensorflow"]
-    assert list(live["cases"]) == list(COMMITTED["cases"])
-    for case_id, record in live["cases"].items():
-        committed = COMMITTED["cases"][case_id]
-        # the device in "{{function_node ...CPU:0}}" may differ; the class and key may not
-        assert record["tf_class"] == committed["tf_class"], case_id
-        assert gen.key_phrase(record["tf_message"]) == gen.key_phrase(committed["tf_message"])
+    assert_same_tf_cases(live["cases"], COMMITTED["cases"], gen.key_phrase)

@@ -92,12 +92,7 @@ def _zclip_norms(
     (DTensor) or sparse gradients, a ``group`` or no gradient: anyclip's global norm
     (:func:`_norm`), for both.
     """
-    plain = (
-        group is None
-        and bool(values)
-        and all(type(v) in _PLAIN_TYPES and v.layout == torch.strided for v in values)
-    )
-    if not plain:
+    if group is not None or not values or not _dense(values):
         norm = _norm(values, params, group)
         return norm, norm
     first = params[0]
@@ -125,14 +120,20 @@ def _tensor_norm(v: torch.Tensor, *, torch_half: bool = False) -> torch.Tensor:
     return norm
 
 
+def _dense(values: list[torch.Tensor]) -> bool:
+    """Whether ``values`` are plain dense tensors, which torch's own norms take as they are.
+
+    Not a DTensor, a sparse tensor or another subclass: their norms are anyclip's.
+    """
+    return all(type(v) in _PLAIN_TYPES and v.layout == torch.strided for v in values)
+
+
 def _torch_plain(values: list[torch.Tensor]) -> bool:
     """Whether torch's own norm takes ``values`` as autoclip's ``clip_grad_norm_`` call does.
 
-    Dense tensors of one dtype; not a DTensor (its norm is anyclip's).
+    :func:`_dense` tensors of one dtype.
     """
-    return all(type(v) in _PLAIN_TYPES and v.layout == torch.strided for v in values) and (
-        len({v.dtype for v in values}) == 1
-    )
+    return _dense(values) and len({v.dtype for v in values}) == 1
 
 
 def _torch_total_norm(values: list[torch.Tensor]) -> torch.Tensor:

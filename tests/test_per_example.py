@@ -109,7 +109,7 @@ def test_tf_style_sum_is_tfs_reduce_sum_bit_for_bit(backend, case, dtype):
 
 
 @pytest.mark.parametrize("dtype", SUM_DTYPES)
-@pytest.mark.parametrize("case", ["37x13", "37x1x1"])
+@pytest.mark.parametrize("case", ["37x13", "37x1x1", "3x4"])
 @jax_backends
 def test_tf_style_sum_under_jit_and_vmap(backend, case, dtype):
     # no fused multiply-add under jit (XLA contracts a product feeding an add otherwise)

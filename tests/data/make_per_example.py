@@ -20,17 +20,17 @@ around 1 to 10, all entries >= 0 so that the sums over the examples do not cance
 
 The order of TF's sum over the examples (``sum/...``): for each case of ``SUM_CASES`` (batch
 ``B``, per-example shape) and dtype of ``SUM_DTYPES``, ``sum/<case>/<dtype>/in`` holds
-per-example gradients (seed ``SEED``), ``.../scale`` the factor TF multiplies each example
-by, ``cast(c * minimum(1 / norm, 1 / c), dtype)`` with ``c = SUM_CLIP`` and ``norm`` TF's
-global norm (checked: ``tf.clip_by_global_norm``'s output is ``in * scale`` exactly), and
-``.../tf`` the ``tf.reduce_sum(stacked, axis=0)`` of the clipped examples. The cases cover
-``B`` below and above 16, ``B % 4 != 0``, per-example sizes ``N`` with ``N % 8`` and
-``N % 4`` nonzero, more than 1024 columns, and ``N == 1`` (per-example shapes ``(1,)``,
-``(1, 1)`` and ``()``, named ``<B>x``: TF reduces the ``B`` products as one vector, Eigen's
-full reduction), with ``B`` past the tree splits of that reduction (1600 float16 elements,
-4096 float64, 8192 float32), and a batch of one example (TF copies it: no addition), whose
-first element is ``-0.0`` (its sign kept). bfloat16 is stored as float32 (its values
-exactly).
+per-example gradients (seed ``SEED``), ``.../scale`` the factor TF multiplies each example by,
+``cast(c * minimum(1 / norm, 1 / c), dtype)`` with ``c = SUM_CLIP`` and ``norm`` TF's global
+norm (checked: ``tf.clip_by_global_norm``'s output is ``in * scale`` exactly), and ``.../tf``
+the ``tf.reduce_sum(stacked, axis=0)`` of the clipped examples. The cases cover ``B`` below 4
+(no group of four rows), below and above 16, ``B % 4 != 0``, per-example sizes ``N`` with
+``N % 8`` and ``N % 4`` nonzero, more than 1024 columns, and ``N == 1`` (per-example shapes
+``(1,)``, ``(1, 1)`` and ``()``, named ``<B>x``: TF reduces the ``B`` products as one vector,
+Eigen's full reduction), with ``B`` past the tree splits of that reduction (1600 float16
+elements, 4096 float64, 8192 float32), and a batch of one example (TF copies it: no
+addition), whose first element is ``-0.0`` (its sign kept). bfloat16 is stored as float32 (its
+values exactly).
 
 The per-example norms of many leaves (``many/...``): for each case of ``MANY_CASES`` (batch
 ``B``, dtype, the leaves' per-example shapes: 12 float32 or 7 float64 leaves, past the 8 and 4
@@ -91,6 +91,8 @@ SUM_CASES = {
     "37x1x1": (37, (1, 1)),
     "9000x": (9000, ()),
     "1x3": (1, (3,)),
+    "2x5": (2, (5,)),
+    "3x4": (3, (4,)),
 }
 SUM_DTYPES = ("float16", "bfloat16", "float32", "float64")
 SUM_CLIP = 1.0

@@ -197,8 +197,9 @@ def _rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any:
         # manual axes that f or flat vary over, as the carry the body returns
         return lax.full_like(f, 0, acc, shape) + lax.full_like(flat, 0, acc, shape)
 
-    init = (zeros((4, cut)), zeros((n - cut,)))
-    acc4, tail = lax.fori_loop(0, whole // 4, body, init)
+    acc4, tail = (zeros((4, cut)), zeros((n - cut,)))
+    if whole:  # a loop of no trips is still traced: its body's slice of four rows needs four
+        acc4, tail = lax.fori_loop(0, whole // 4, body, (acc4, tail))
     total = ((acc4[0, :] + acc4[1, :]) + acc4[2, :]) + acc4[3, :]
     if whole < b:  # the last b % 4 rows, in turn
         p = products(whole, b - whole)

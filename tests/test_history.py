@@ -416,7 +416,10 @@ def test_torch_quantile_clip_matches_autoclip(backend, autoclip_ref, case, compi
         )
     ref = autoclip_ref[f"{case}/grads"]
     assert np.any((ref != autoclip_ref[f"{seq}/grads"]) & ~np.isnan(ref))  # it clips
-    _close(np.asarray(out), ref, "float32", case)
+    if compiled:  # Inductor sums torch's norm its own way: the last bit can differ
+        _close(np.asarray(out), ref, "float32", case)
+    else:  # torch's norm and quantile, op for op: autoclip's bits
+        np.testing.assert_array_equal(np.asarray(out), ref, err_msg=case)
 
 
 @jax_backends

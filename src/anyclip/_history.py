@@ -34,6 +34,7 @@ from typing import Any, NamedTuple, TypeVar
 from anyclip._compat import dtype_name
 from anyclip._core import global_scale
 from anyclip._if_finite import INT_MAX, if_finite_step, saturating_increment
+from anyclip._kernels import quantile_lerp
 from anyclip._numerics import constant, quiet
 from anyclip._typing import Namespace
 
@@ -311,10 +312,11 @@ def window_quantile(xp: Namespace, h: History, q: Any) -> Any:
     """``torch.quantile(values, q)`` of the recorded values, over the window's last axis.
 
     torch's ``"linear"`` rule, op for op: rank ``q * (n - 1)`` in the values' dtype, the values
-    at its floor and ceiling, ``torch.lerp`` between them; NaN if any value is NaN. The value
-    for an empty window is meaningless (callers select another). ``q``: a number, or a
-    one-element array (cast to the values' dtype on their device, as ``torch.quantile`` takes
-    a number; never read on the host).
+    at its floor and ceiling, ``torch.lerp`` between them
+    (:func:`~anyclip._kernels.quantile_lerp`); NaN if any value is NaN. The value for an empty
+    window is meaningless (callers select another). ``q``: a number, or a one-element array
+    (cast to the values' dtype on their device, as ``torch.quantile`` takes a number; never
+    read on the host).
     """
     w = h.window
     n, valid = _filled(xp, h)
@@ -332,13 +334,7 @@ def window_quantile(xp: Namespace, h: History, q: Any) -> Any:
     zero = _c(xp, 0.0, w)
     below = xp.sum(xp.where(slots == lo[..., None], ordered, zero), axis=-1)
     above = xp.sum(xp.where(slots == hi[..., None], ordered, zero), axis=-1)
-    weight = rank - lo
-    one = _c(xp, 1.0, w)
-    lerp = xp.where(
-        weight < _c(xp, 0.5, w),
-        below + weight * (above - below),
-        above - (above - below) * (one - weight),
-    )
+    lerp = quantile_lerp(xp, below, above, rank - lo)
     has_nan = xp.any(xp.logical_and(valid, xp.isnan(w)), axis=-1)
     return xp.where(has_nan, _c(xp, math.nan, w), lerp)
 

@@ -46,15 +46,17 @@ _HALF = (torch.float16, torch.bfloat16)
 
 
 def _norm(
-    values: list[torch.Tensor], params: list[torch.Tensor], group: Any, *, torch_half: bool = False
+    values: list[torch.Tensor], params: list[torch.Tensor], group: Any, *, torch_norm: bool = False
 ) -> torch.Tensor:
     """Anyclip's global 2-norm of ``values`` (reduced over ``group``); 0 without gradients.
 
     In the widest dtype of ``values``, every step in it (TF's float16 norm: inf from 256).
-    ``torch_half``: where that dtype is float16 or bfloat16, torch's ``clip_grad_norm_`` norm
-    of half-precision gradients (finite up to the dtype's largest value): each tensor's
-    squares summed in float32 and its norm rounded to the dtype (:func:`_tensor_norm`), then
-    the norm of those norms, in float32 and rounded once more. With ``group`` the squares
+    ``torch_norm``: torch's ``clip_grad_norm_`` norm instead (autoclip's): for plain dense
+    tensors of one dtype torch's own call (:func:`_torch_total_norm`: its summation order,
+    so the bits are the reference's in every dtype); for other half-precision gradients
+    (finite up to the dtype's largest value) each tensor's squares summed in float32 and its
+    norm rounded to the dtype (:func:`_tensor_norm`), then the norm of those norms, in
+    float32 and rounded once more. With ``group`` the squares
     of all the tensors are summed in float32, all-reduced in float32 and the norm rounded
     once (a tensor's norm needs its sums from every process).
     """
@@ -65,14 +67,14 @@ def _norm(
     widest = values[0].dtype
     for v in values[1:]:
         widest = torch.promote_types(widest, v.dtype)
-    if torch_half and widest in _HALF and group is None:  # then every tensor is of widest
-        if _torch_plain(values):
-            return _torch_total_norm(values)
-        norms = [_tensor_norm(v, torch_half=True) for v in values]
+    if torch_norm and group is None and _torch_plain(values):
+        return _torch_total_norm(values)
+    if torch_norm and widest in _HALF and group is None:  # then every tensor is of widest
+        norms = [_tensor_norm(v, torch_norm=True) for v in values]
         stacked = torch.stack([n.to(norms[0].device) for n in norms])
         total: torch.Tensor = _local(_clip.global_norm([stacked], accumulate_dtype=torch.float32))
         return total.to(widest)
-    acc: Any = torch.float32 if torch_half and widest in _HALF else "widest"
+    acc: Any = torch.float32 if torch_norm and widest in _HALF else "widest"
     norm: torch.Tensor = _local(_total_norm(values, 2.0, None, acc, group, name="parameters"))
     return norm if norm.dtype == widest else norm.to(widest)
 
@@ -108,12 +110,12 @@ def _zclip_norms(
     return zclip_norm, torch_norm
 
 
-def _tensor_norm(v: torch.Tensor, *, torch_half: bool = False) -> torch.Tensor:
+def _tensor_norm(v: torch.Tensor, *, torch_norm: bool = False) -> torch.Tensor:
     """The 2-norm of one gradient, in its dtype: :func:`_norm`'s rule for one tensor."""
     norm: torch.Tensor
-    if torch_half and v.dtype in _HALF:
-        if _torch_plain([v]):
-            return _torch_total_norm([v])
+    if torch_norm and _torch_plain([v]):
+        return _torch_total_norm([v])
+    if torch_norm and v.dtype in _HALF:
         norm = _local(_clip.global_norm([v], accumulate_dtype=torch.float32))
         return norm.to(v.dtype)
     norm = _local(_clip.global_norm([v]))

@@ -263,7 +263,7 @@ class QuantileClip:
     def _step_global(self) -> None:
         params = [p for g in self.param_groups for p in g["params"]]
         values = _grads(params)
-        norm = _norm(values, params, self.group, torch_half=self.formula == "torch")
+        norm = _norm(values, params, self.group, torch_norm=self.formula == "torch")
         xp = namespace(norm)
         if self.global_history is None:
             dt = torch.promote_types(norm.dtype, torch.float32)
@@ -282,8 +282,8 @@ class QuantileClip:
             return
         values = _grads(params)
         # a DTensor's norm is a Replicate DTensor: its local tensor is the whole norm
-        torch_half = self.formula == "torch"
-        norms = [_tensor_norm(v, torch_half=torch_half) for v in values]
+        torch_norm = self.formula == "torch"
+        norms = [_tensor_norm(v, torch_norm=torch_norm) for v in values]
         ndt = norms[0].dtype  # the norms' dtype: the factors' (autoclip's, per gradient)
         for n in norms[1:]:
             ndt = torch.promote_types(ndt, n.dtype)

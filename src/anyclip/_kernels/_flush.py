@@ -29,7 +29,7 @@ __all__ = ["FlushKernels"]
 
 
 class FlushKernels(Wrapping):
-    """``base``'s steps with TF's flush of subnormals (float32 and float64; not on JAX).
+    """``base``'s steps with TF's flush of subnormals (float32 and float64; JAX off the CPU).
 
     ``norm2``, ``clip_norm2`` and ``divide_into`` stay ``base``'s (:class:`Wrapping`): the
     core flushes their squares and quotients around them.

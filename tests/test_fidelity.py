@@ -830,3 +830,108 @@ def test_jax_sums_of_squares_keep_what_tf_keeps(backend, make, check):
     # (TF 2.21), the norm with accumulate_dtype, whose kernels sum l2_loss-style halves
     y = make(np.full(4, 1.3e-19), "bfloat16")
     check(anyclip.norm(y, accumulate_dtype="float32"), 2.5919208e-19, "bfloat16")
+
+
+# ------------------- 12. TF's gradient where it flushes an l2_loss half, inside the flush block
+# TF flushes the value of a half (section 11), not its gradient: tf.GradientTape of
+# global_norm([[1, t, -t, 3]]) is t / norm at t (the table below, TF 2.21), and of
+# global_norm([t, t, t, t]) (norm 0) inf. Inside flush_subnormals() the flushing kernels
+# (torch; JAX arrays off the CPU) left those elements out of the sum by zeroing them first:
+# their gradient was 0, and NaN (0 * inf) where the norm is 0. JAX on the CPU flushes by
+# itself and kept TF's gradient (section 11).
+#: (dtype, clip_norm or None for global_norm, x, w, TF's value, TF's gradient of sum(f(x) * w))
+FLUSHED_HALF_GRADIENTS = [
+    ("float32", None, [1.0, 1.3e-19, -1.3e-19, 3.0], 1.0, 3.1622776985168457,
+     [0.3162277638912201, 4.1109609823572504e-20, -4.1109609823572504e-20, 0.9486832618713379]),
+    ("float32", None, [1.3e-19] * 4, 1.0, 0.0, [math.inf] * 4),
+    ("float32", 1.0, [1.0, 1.3e-19, -1.3e-19, 3.0], [1.0, 0.0, 0.0, 4.0],
+     [0.3162277638912201, 4.1109609823572504e-20, -4.1109609823572504e-20, 0.9486832618713379],
+     [-0.09486836194992065, -5.3442497940523083e-20, 5.3442497940523083e-20,
+      0.03162264823913574]),
+    ("float32", 1e-30, [1.3e-19] * 4, [1.0, 2.0, 3.0, 4.0], [1.3e-19] * 4, [math.nan] * 4),
+    ("float64", None, [1.0, 1.8e-154, -1.8e-154, 3.0], 1.0, 3.1622776601683795,
+     [0.31622776601683794, 5.6920997883030836e-155, -5.6920997883030836e-155,
+      0.9486832980505138]),
+    ("float64", None, [1.8e-154] * 4, 1.0, 0.0, [math.inf] * 4),
+    ("float64", 1.0, [1.0, 1.8e-154, -1.8e-154, 3.0], [1.0, 0.0, 0.0, 4.0],
+     [0.31622776601683794, 5.6920997883030836e-155, -5.6920997883030836e-155,
+      0.9486832980505138],
+     [-0.09486832980505128, -7.399729724794006e-155, 7.399729724794006e-155,
+      0.03162277660168411]),
+    ("float64", 1e-30, [1.8e-154] * 4, [1.0, 2.0, 3.0, 4.0], [1.8e-154] * 4, [math.nan] * 4),
+]  # fmt: skip
+
+flushed_half_cases = pytest.mark.parametrize(
+    ("dtype", "clip", "x", "w", "value", "grad"),
+    FLUSHED_HALF_GRADIENTS,
+    ids=[
+        f"{d}-{'global_norm' if c is None else 'clip_by_global_norm'}-{i}"
+        for i, (d, c, *_) in enumerate(FLUSHED_HALF_GRADIENTS)
+    ],
+)
+
+
+def _flushed_half_fn(clip: float | None, form: str) -> Any:
+    """``global_norm`` (``clip`` None) or ``clip_by_global_norm``'s array, of a list or tree."""
+    if form == "tree":
+        if clip is None:
+            return lambda v: anyclip.tree.global_norm({"w": v})
+        return lambda v: anyclip.tree.clip_by_global_norm({"w": v}, clip)[0]["w"]
+    if clip is None:
+        return lambda v: anyclip.global_norm([v])
+    return lambda v: anyclip.clip_by_global_norm([v], clip)[0][0]
+
+
+@pytest.mark.parametrize("backend", ["torch", "torch-cuda", "jax", "jax-gpu"], indirect=True)
+@pytest.mark.parametrize("form", ["list", "tree"])
+@flushed_half_cases
+def test_gradient_where_tf_flushes_the_halves(
+    backend, make, check, form, dtype, clip, x, w, value, grad
+):
+    f = _flushed_half_fn(clip, form)
+    with anyclip.flush_subnormals():
+        check(f(make(x, dtype)), value, dtype, what="value")
+        (g,) = backend.grad(f, [make(x, dtype)], backend.asarray(w, dtype))
+    check(g, grad, dtype, what="gradient")
+
+
+@pytest.mark.parametrize("backend", ["jax"], indirect=True)
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@flushed_half_cases
+def test_jax_gradient_off_the_cpu_where_tf_flushes_the_halves(
+    backend, make, check, monkeypatch, jit, dtype, clip, x, w, value, grad
+):
+    # the arrays taken for GPU arrays, as test_value_paths's FLUSH_JAX test: anyclip's
+    # flushing kernels serve the call (XLA:GPU keeps IEEE subnormals)
+    from anyclip import _kernels, _subnormals
+
+    jax = backend.module
+    monkeypatch.setattr(_kernels, "xla_flushes", lambda a: False)
+    monkeypatch.setattr(_subnormals, "xla_flushes", lambda a: False)
+    f = _flushed_half_fn(clip, "list")
+    weights = backend.asarray(w, dtype)
+
+    def loss(v: Any) -> Any:
+        return (f(v) * weights).sum()
+
+    grad_fn = jax.grad(loss)
+    with anyclip.flush_subnormals():
+        assert _kernels.kernels_for(backend.xp, [make(x, dtype)]) is _kernels.FLUSH_JAX
+        check((backend.jit(f) if jit else f)(make(x, dtype)), value, dtype, what="value")
+        g = (backend.jit(grad_fn) if jit else grad_fn)(make(x, dtype))
+    check(g, grad, dtype, what="gradient")
+
+
+@pytest.mark.live_tf
+def test_flushed_half_gradients_table_is_tfs():
+    tf = pytest.importorskip("tensorflow")
+    for dtype, clip, x, w, value, grad in FLUSHED_HALF_GRADIENTS:
+        v = tf.Variable(np.array(x, dtype))
+        with tf.GradientTape() as tape:
+            if clip is None:
+                y = tf.linalg.global_norm([v])
+            else:
+                y = tf.clip_by_global_norm([v], clip)[0][0]
+            loss = tf.reduce_sum(y * np.array(w, dtype))
+        np.testing.assert_array_equal(y.numpy(), np.array(value, dtype))
+        np.testing.assert_array_equal(tape.gradient(loss, v).numpy(), np.array(grad, dtype))

@@ -271,7 +271,7 @@ def keras_bits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray
 
 
 def _bits_case(ref: dict[str, np.ndarray], case: str) -> tuple[float, list, list]:
-    n = len(bits.cases()[case][1])
+    n = len({**bits.cases(), **bits.flush_cases()}[case][1])
     c = float(ref[f"{case}/c"])
     return c, [ref[f"{case}/g/{i}"] for i in range(n)], [ref[f"{case}/out/{i}"] for i in range(n)]
 
@@ -337,5 +337,79 @@ def test_optax_keras_global_clipnorm_is_keras_bit_for_bit(backend, keras_bits, c
     updates = [backend.asarray(g, dtype) for g in grads]
     update = jax.jit(tx.update) if jit else tx.update
     out, _ = update(updates, tx.init(updates))
+    for i, (o, w) in enumerate(zip(out, want, strict=True)):
+        check(o, w, dtype, _bits_budget(backend, case, dtype), f"{case} update {i}")
+
+
+# ================================= global_clipnorm inside flush_subnormals() (live Keras)
+#: The cases whose squares, or only their ``l2_loss`` halves, TF's CPU kernels flush:
+#: Keras's ``sum(square(v))`` leaves out the subnormal squares and keeps the others. Inside
+#: ``flush_subnormals()`` anyclip left out the squares whose half TF's ``l2_loss`` flushes
+#: (four float32 1.3e-19: Keras's norm 2.6e-19, clipped to 5e-31; anyclip's 0, unclipped).
+FLUSH_CASES = pytest.mark.parametrize(
+    "case", ["float32-clipped-halves-flushed", *bits.flush_cases()]
+)
+
+
+def _flush_bits(backend: Backend, keras_bits: dict, case: str) -> tuple[float, list, list, str]:
+    c, grads, want = _bits_case(keras_bits, case)
+    dtype = str(grads[0].dtype)
+    if not backend.has_dtype(dtype):
+        pytest.skip(f"{backend.name} has no {dtype}")
+    return c, grads, want, dtype
+
+
+@FLUSH_CASES
+def test_keras_global_clipnorm_flushes_keras_squares(backend, keras_bits, check, case):
+    # the adapters' function (anyclip._clip), on every backend: Keras's norm and factor
+    from anyclip import _clip
+
+    c, grads, want, dtype = _flush_bits(backend, keras_bits, case)
+    with anyclip.flush_subnormals():
+        out = _clip.keras_clip_by_global_norm([backend.asarray(g, dtype) for g in grads], c)
+    for i, (o, w) in enumerate(zip(out, want, strict=True)):
+        check(o, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
+
+
+@torch_backends
+@FLUSH_CASES
+def test_torch_keras_global_clipnorm_inside_flush_subnormals(backend, keras_bits, check, case):
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    c, grads, want, dtype = _flush_bits(backend, keras_bits, case)
+    params = [torch.nn.Parameter(backend.asarray(np.zeros_like(g), dtype)) for g in grads]
+    opt = torch.optim.SGD(params, lr=1.0)
+    handle = at.keras_clipping(opt, global_clipnorm=c)
+    for p, g in zip(params, grads, strict=True):
+        p.grad = backend.asarray(g, dtype)
+    with anyclip.flush_subnormals():
+        opt.step()
+    handle.remove()
+    for i, (p, w) in enumerate(zip(params, want, strict=True)):
+        check(p.grad, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
+
+
+@pytest.mark.parametrize("backend", ["jax"], indirect=True)
+@FLUSH_CASES
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("route", ["cpu", "off-the-cpu"])
+def test_optax_keras_global_clipnorm_inside_flush_subnormals(
+    backend, keras_bits, check, case, jit, route, monkeypatch
+):
+    # "off-the-cpu": the arrays taken for GPU arrays (XLA:GPU keeps IEEE subnormals), so that
+    # anyclip's flushing kernels serve the call, as test_value_paths's FLUSH_JAX test
+    jax = backend.module
+    ao = pytest.importorskip("anyclip.optax")
+    from anyclip import _kernels, _subnormals
+
+    c, grads, want, dtype = _flush_bits(backend, keras_bits, case)
+    if route == "off-the-cpu":
+        monkeypatch.setattr(_kernels, "xla_flushes", lambda a: False)
+        monkeypatch.setattr(_subnormals, "xla_flushes", lambda a: False)
+    tx = ao.keras_clipping(global_clipnorm=c)
+    updates = [backend.asarray(g, dtype) for g in grads]
+    update = jax.jit(tx.update) if jit else tx.update
+    with anyclip.flush_subnormals():
+        out, _ = update(updates, tx.init(updates))
     for i, (o, w) in enumerate(zip(out, want, strict=True)):
         check(o, w, dtype, _bits_budget(backend, case, dtype), f"{case} update {i}")

@@ -16,6 +16,11 @@ backends with autodiff (torch autograd, JAX). Every other backend gets the plain
   (so ``rsqrt(0) = inf`` with no incoming gradient gives 0, not NaN). The chain rule through
   ``1 / sqrt(x)`` gives NaN there. On JAX this rule is reverse mode only (``custom_vjp``), so
   forward mode (``jax.jvp``) does not go through ``l2_normalize`` or ``clip_by_average_norm``.
+* a square TF flushes to zero (inside :class:`anyclip.flush_subnormals`): its value is 0, but
+  TF's gradient of ``l2_loss(t)`` is ``t * g`` and that of ``square(t)`` is ``g * (2 t)`` at
+  every element, those whose square or half it flushes included. anyclip leaves those
+  elements out of its sums; :func:`square_gradient` is a 0-d zero to add to the sum that gives
+  them that gradient back.
 
 On JAX, the division by a norm and the square root take TF's gradient order too, as custom
 JVPs next to their values in :mod:`anyclip._numerics` (``quotient``, ``sqrt``).
@@ -27,14 +32,15 @@ backend's ``broadcast_arrays``, whose own gradient sums back to the original sha
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
-from anyclip._compat import library, torch_compiling
+from anyclip._compat import is_dtensor, is_functorch_wrapped, library, torch_compiling
 from anyclip._memo import Memo, remembered
 from anyclip._numerics import constant, rsqrt_rounded_once, tf_rsqrt_grad, torch_rsqrt
 from anyclip._typing import Namespace
 
-__all__ = ["abs", "maximum", "minimum", "rsqrt"]
+__all__ = ["abs", "maximum", "minimum", "records_gradient", "rsqrt", "square_gradient"]
 
 
 def _torch_needs_grad(*tensors: Any) -> bool:
@@ -181,3 +187,39 @@ def abs(xp: Namespace, x: Any) -> Any:
     if lib == "jax":
         return _jax_functions()["abs"](x)
     return xp.abs(x)
+
+
+def records_gradient(xp: Namespace, arrays: Sequence[Any]) -> bool:
+    """Whether a gradient may be recorded through ``arrays`` (no host read).
+
+    torch: autograd records through one of them, or a ``torch.func`` transform wraps one. JAX:
+    always (a traced call may be differentiated; an eager one costs a few small steps more).
+    Every other library: never.
+    """
+    lib = library(xp)
+    if lib == "torch":
+        return _torch_needs_grad(*arrays) or any(is_functorch_wrapped(a) for a in arrays)
+    return lib == "jax"
+
+
+def square_gradient(xp: Namespace, flushed: Any) -> Any:
+    """A 0-d zero of ``flushed``'s dtype whose gradient in ``flushed`` is ``flushed * g``.
+
+    ``g`` is the gradient reaching the zero. Added to a sum of halved squares that left the
+    values of ``flushed`` out (their halves flushed to zero, as TF's), it gives them TF's
+    gradient of ``l2_loss``, ``t * g`` (one product, as TF's); added to half a sum of squares
+    that is then doubled (``g`` twice the sum's gradient), TF's gradient of ``square``,
+    ``g * (2 t)`` (the doubling is exact). ``flushed`` holds finite values (0 elsewhere), so
+    the value is ``sum((f - f') * f')`` with ``f'`` the values without gradient: exactly 0.
+    A DTensor's local shard (the sum it is added to is a plain tensor on each rank). Only on
+    the libraries of :func:`records_gradient`.
+    """
+    if library(xp) == "jax":
+        import jax
+
+        held = jax.lax.stop_gradient(flushed)
+    else:
+        if is_dtensor(flushed):
+            flushed = flushed.to_local()
+        held = flushed.detach()
+    return xp.sum((flushed - held) * held)

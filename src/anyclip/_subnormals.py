@@ -28,7 +28,15 @@ from anyclip._memo import Memo, memo_by_dtype
 from anyclip._numerics import constant
 from anyclip._typing import Namespace
 
-__all__ = ["OPEN", "flush", "flush_limits", "flush_squares", "flush_subnormals", "flushing"]
+__all__ = [
+    "OPEN",
+    "flush",
+    "flush_limits",
+    "flush_squares",
+    "flush_subnormals",
+    "flushing",
+    "split_squares",
+]
 
 #: Whether anyclip flushes subnormals in this context (``flush_subnormals`` sets it).
 _FLUSH: ContextVar[bool] = ContextVar("anyclip.flush_subnormals", default=False)
@@ -234,6 +242,27 @@ def flush_squares(xp: Namespace, x: Any, *, halved: bool = False) -> Any:
     if limits is None:
         return x
     return x * xp.astype(_kept(xp, x, limits[2] if halved else limits[1]), x.dtype)
+
+
+def split_squares(xp: Namespace, x: Any, *, halved: bool = False) -> tuple[Any, Any]:
+    """``x`` split where TF's flushed ``x * x`` (``halved``: ``x * x * 0.5``) is 0, by selects.
+
+    ``(kept, flushed)``: ``kept`` is :func:`flush_squares`'s value (0 where the square or its
+    half is flushed, ``x`` elsewhere, NaN and zeros included), ``flushed`` the values left out
+    (``x`` there, 0 elsewhere), or None where anyclip does not flush ``x``'s dtype (``kept``
+    is then ``x``). Selects, not products: neither part's gradient reaches the other's
+    elements, not even as ``0 * inf`` (NaN), so that a gradient for the flushed values can be
+    added apart (:func:`anyclip._gradients.square_gradient`).
+    """
+    limits = _flush_info(xp, x)
+    if limits is None:
+        return x, None
+    a = xp.abs(x)
+    zero = constant(xp, 0.0, x.dtype, x)
+    dropped = xp.logical_and(
+        a > zero, a < constant(xp, limits[2] if halved else limits[1], x.dtype, x)
+    )
+    return xp.where(dropped, zero, x), xp.where(dropped, x, zero)
 
 
 def _kept(xp: Namespace, x: Any, threshold: float) -> Any:

@@ -11,7 +11,8 @@ multiplied by ``float32(c) * float32(1 / c)``, not 1 (``c = 2.3``: 0.99999994). 
 takes one step of ``keras.optimizers.SGD(1.0, global_clipnorm=c)`` from zero variables,
 through ``optimizer.apply_gradients``; the clipped gradients are the negated variables
 (``0 - 1 * g`` is exact). The file holds, per case, ``<case>/c`` (float64), the gradients
-``<case>/g/<i>`` and Keras's clipped gradients ``<case>/out/<i>``.
+``<case>/g/<i>`` and Keras's clipped gradients ``<case>/out/<i>``: those of :func:`cases` and
+of :func:`flush_cases` (anyclip gives those inside ``flush_subnormals()`` only).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["RANDOM", "cases", "main", "run_keras"]
+__all__ = ["RANDOM", "cases", "flush_cases", "main", "run_keras"]
 
 #: Random thresholds per dtype (``[0.05, 20]``, seeded): about a fifth give a factor not 1.
 RANDOM = 40
@@ -61,6 +62,26 @@ def cases() -> dict[str, tuple[float, list[np.ndarray]]]:
     return out
 
 
+def flush_cases() -> dict[str, tuple[float, list[np.ndarray]]]:
+    """The cases whose squares TF's CPU kernels flush: ``name -> (global_clipnorm, gradients)``.
+
+    Keras's ``square`` flushes a subnormal square (float32 ``|g|`` below about 1.08e-19,
+    float64 1.5e-154) and keeps a normal one, those whose ``l2_loss`` half TF would flush
+    included (1.3e-19: Keras's norm 2.6e-19, clipped, :func:`cases`'s
+    ``float32-clipped-halves-flushed``; 1e-19: 0, unclipped). anyclip keeps IEEE subnormals
+    by default: it gives Keras's values here inside ``flush_subnormals()``.
+    """
+    return {
+        "float32-squares-flushed": (1e-30, [np.full(4, 1e-19, "float32")]),
+        "float32-both": (
+            1e-30,
+            [np.full(4, 1.3e-19, "float32"), np.array([1e-19, -1e-19, 1.6e-19], "float32")],
+        ),
+        "float64-halves-flushed": (1e-300, [np.full(4, 1.8e-154)]),
+        "float64-squares-flushed": (1e-300, [np.full(4, 1.2e-154)]),
+    }
+
+
 def run_keras(c: float, grads: list[np.ndarray]) -> list[np.ndarray]:
     """The gradients as ``SGD(1.0, global_clipnorm=c)`` clips them (one step from zeros)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -76,7 +97,7 @@ def run_keras(c: float, grads: list[np.ndarray]) -> list[np.ndarray]:
 def main(out: Path) -> None:
     """Write every case's threshold, gradients and Keras's clipped gradients to ``out``."""
     arrays: dict[str, np.ndarray] = {}
-    for name, (c, grads) in cases().items():
+    for name, (c, grads) in {**cases(), **flush_cases()}.items():
         arrays[f"{name}/c"] = np.float64(c)
         for i, (g, k) in enumerate(zip(grads, run_keras(c, grads), strict=True)):
             assert k.dtype == g.dtype, (name, k.dtype)

@@ -1570,3 +1570,43 @@ def test_optax_quantile_clip_mixed_dtypes_are_autoclips(
         out, state = update(g, state)
         for k, (o, p) in enumerate(zip(out, theirs, strict=True)):
             _optax_mixed_equal(o, p.grad, f"step {i}, leaf {k}")
+
+
+#: Variances whose float64 root torch's CPU ``pow(x, 0.5)`` rounds 1 ULP off Python's
+#: ``x ** 0.5`` (zclip's ``std``; here also ``math.sqrt``): 78211.62288743076 for the first
+#: where Python gives 78211.62288743074. Found by fuzzing (torch 2.13, CPU); the test checks
+#: that torch still rounds them so.
+ROUGH_ROOTS = (6117057954.685681,)
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("mode", ["zscore", "percentile"])
+@pytest.mark.parametrize("var", ROUGH_ROOTS)
+def test_torch_zclip_std_is_zclips_root(backend, mode, var):
+    """zclip's ``std = var ** 0.5`` (correctly rounded here): its threshold and gradients.
+
+    Found by fuzzing: the core took ``var ** 0.5`` with torch's pow, whose float64 root is
+    not correctly rounded on the CPU (235 of 20,000 random values 1 ULP off Python's), so a
+    clipped step's gradients were 1 ULP off zclip's with float64 statistics.
+    """
+    torch = backend.module
+    zclip = pytest.importorskip("zclip")
+    at = pytest.importorskip("anyclip.torch")
+    t = torch.tensor(var, dtype=torch.float64)
+    assert (t**0.5).item() != var**0.5  # torch's root is still the rough one
+    kwargs = {"mode": mode, "max_grad_norm": None, "warmup_steps": 3}
+    ref = zclip.ZClip(**kwargs)
+    ours = at.ZClip(**kwargs, dtype=torch.float64)
+    for z in (ref, ours):
+        z.mean, z.var, z.initialized = 46593.73954655944, var, True
+    given = torch.tensor([748330.5, -4509.0146484375, 40.43170166015625], dtype=torch.float64)
+    theirs_p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    ours_p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    model = torch.nn.Module()
+    model.p = theirs_p
+    theirs_p.grad, ours_p.grad = given.clone(), given.clone()
+    want = ref.step(model)
+    assert float(ours.step([ours_p])) == want
+    assert not torch.equal(theirs_p.grad, given)  # a clipped step
+    torch.testing.assert_close(ours_p.grad, theirs_p.grad, rtol=0, atol=0)
+    assert (ours.mean, ours.var) == (ref.mean, ref.var)

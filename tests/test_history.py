@@ -1345,3 +1345,271 @@ def test_torch_load_state_dict_refuses_junk_by_name():
     ours = at.QuantileClip([p], quantile=0.5, history_length=4)
     with pytest.raises(KeyError, match=r"`state_dict` must hold the keys.*autoclip's own"):
         ours.load_state_dict(theirs.state_dict())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_core_window_quantile_is_torch_quantile_bit_for_bit(backend, dtype):
+    """``window_quantile`` on every array library: live ``torch.quantile``'s bits, row by row.
+
+    Found by fuzzing: torch's lerp (``torch.quantile``'s interpolation, ATen's CPU and CUDA
+    kernels) is a fused multiply-add, rounded once; two roundings gave quantiles 1 ULP off
+    (11 and 15 of these 2,000, float32 and float64), so AutoClip thresholds and gradients
+    1 ULP off autoclip's (19 of 300 random ``QuantileClip`` runs).
+    """
+    torch = pytest.importorskip("torch")
+    from anyclip import _history
+
+    xp = backend.xp
+    dt = backend.dtype(dtype)
+    rng = np.random.default_rng(5)
+    rows, length = 400, 6
+    values = rng.standard_normal((rows, length)) * np.exp(rng.uniform(-3, 3, (rows, 1)))
+    values = np.abs(values)
+    ref_t = torch.from_numpy(values.astype(dtype))
+    h = _history.init_history(xp, length, dt, backend.device, (rows,))
+    for k in range(length):
+        h = _history.record(xp, h, backend.asarray(values[:, k].astype(dtype), dtype))
+    for q in (0.1, 0.25, 0.5, 0.9, 0.37):
+        ours = backend.to_numpy(_history.window_quantile(xp, h, q))
+        ref = torch.quantile(ref_t, q, dim=-1).numpy()
+        assert ours.dtype == ref.dtype
+        np.testing.assert_array_equal(ours, ref, err_msg=f"q={q}")
+
+
+def _mixed_params(torch: Any, dtypes: tuple[str, ...], device: Any = None) -> list[Any]:
+    shapes = [(3,), (2, 2), (5,)]
+    return [
+        torch.nn.Parameter(torch.zeros(s, dtype=getattr(torch, d), device=device))
+        for s, d in zip(shapes, dtypes, strict=False)
+    ]
+
+
+def _mixed_grads(torch: Any, dtypes: tuple[str, ...], steps: int, seed: int) -> list[list[Any]]:
+    """Per step, one gradient per dtype of ``dtypes``: noise with spikes and a dip, in dtype."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(steps):
+        scale = (40.0 if i % 7 == 5 else 1.0) * (1e-3 if i % 11 == 9 else 1.0)
+        row = []
+        for s, d in zip([(3,), (2, 2), (5,)], dtypes, strict=False):
+            g = torch.from_numpy(rng.standard_normal(s) * 2.0 * scale)
+            row.append(g.to(getattr(torch, d)))
+        out.append(row)
+    return out
+
+
+#: Parameters of several dtypes in one model (a float32 norm layer beside bfloat16 weights, a
+#: float64 one): the first parameter's dtype sets zclip's norm, torch's ``clip_grad_norm_``
+#: (zclip's warm-up, autoclip's clip) groups them by dtype and stacks their norms in the widest.
+MIXED_DTYPES = [
+    ("float64", "bfloat16"),
+    ("bfloat16", "float64", "bfloat16"),
+    ("float32", "float16", "float64"),
+    ("float16", "float32"),
+]
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("state", ["float64", "default"])
+@pytest.mark.parametrize("dtypes", MIXED_DTYPES, ids="-".join)
+def test_torch_zclip_mixed_dtypes_warmup_is_zclips(backend, dtypes, state):
+    """Gradients of mixed dtypes: zclip's (live) norm and warm-up gradients, bit for bit.
+
+    Found by fuzzing: the warm-up factor, torch's ``clip_grad_norm_`` one in the widest
+    dtype (float64 beside float64 gradients), was rounded to the statistics' float32 (the
+    float64 gradients 1e-8 off, relative), and the norm of the per-tensor norms was stacked in
+    the parameters' order, not torch's grouping by dtype (1 ULP in float64).
+    """
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    zclip = pytest.importorskip("zclip")
+    kwargs = {"warmup_steps": 12, "max_grad_norm": 0.5}
+    model = torch.nn.Module()
+    theirs = _mixed_params(torch, dtypes)
+    for i, p in enumerate(theirs):
+        model.register_parameter(f"p{i}", p)
+    ours = _mixed_params(torch, dtypes)
+    ref = zclip.ZClip(**kwargs)
+    mine = at.ZClip(**kwargs, dtype=torch.float64 if state == "float64" else None)
+    for i, row in enumerate(_mixed_grads(torch, dtypes, 12, seed=3)):
+        for p, q, g in zip(theirs, ours, row, strict=True):
+            p.grad, q.grad = g.clone(), g.clone()
+        want = ref.step(model)
+        norm = mine.step(ours)
+        assert float(norm) == want, f"step {i}: norm"
+        for p, q in zip(theirs, ours, strict=True):
+            assert q.grad.dtype == p.grad.dtype
+            torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0, msg=f"step {i}")
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("global_threshold", [False, True])
+@pytest.mark.parametrize("dtypes", [*MIXED_DTYPES, ("float32",) * 3, ("float64",) * 2])
+def test_torch_quantile_clip_mixed_dtypes_are_autoclips(backend, dtypes, global_threshold):
+    """Parameters of mixed dtypes (and float32, float64 alone): autoclip's bits, live.
+
+    Found by fuzzing: per parameter, every norm of a group was taken to the widest dtype, so
+    each threshold and factor was computed there and not in the parameter's own (float16
+    gradients 4e-3 off, relative); a parameter without a gradient at the first step was
+    left out of the history's dtype (float64 norms then kept in float32); globally the norm
+    was anyclip's, in the widest dtype, not torch's norm of norms rounded per dtype, and
+    the factor was rounded to bfloat16 before the product (torch multiplies in float32);
+    float32 norms were summed in TF's order, not torch's (1 ULP, more for tiny gradients
+    whose squares are subnormal).
+    """
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    ref_cls = pytest.importorskip("autoclip.torch.quantile").QuantileClip
+    kwargs = {"quantile": 0.3, "history_length": 6, "global_threshold": global_threshold}
+    theirs, ours = _mixed_params(torch, dtypes), _mixed_params(torch, dtypes)
+    ref, mine = ref_cls(theirs, **kwargs), at.QuantileClip(ours, **kwargs)
+    for i, row in enumerate(_mixed_grads(torch, dtypes, 24, seed=4)):
+        if i == 10:
+            row = [g * 1e-21 if g.dtype == torch.float32 else g for g in row]
+        for p, q, g in zip(theirs, ours, row, strict=True):
+            p.grad, q.grad = g.clone(), g.clone()
+        if i == 0 and len(row) > 1:  # the second parameter has no gradient at first
+            theirs[1].grad = ours[1].grad = None
+        ref.step()
+        mine.step()
+        for p, q in zip(theirs, ours, strict=True):
+            if p.grad is not None:
+                assert q.grad.dtype == p.grad.dtype
+                torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0, msg=f"step {i}")
+
+
+#: Trees of several dtypes for the optax rules (JAX without x64: no float64).
+OPTAX_MIXED_DTYPES = [
+    ("float16", "bfloat16"),
+    ("bfloat16", "float32"),
+    ("float16", "float32", "bfloat16"),
+]
+
+
+def _optax_mixed_equal(ours: Any, ref: Any, what: str) -> None:
+    """A float16 or bfloat16 leaf bit for bit; a float32 one within float32's :data:`RTOL`
+    (XLA's float32 sums against torch's CPU ones)."""
+    got = np.asarray(ours.astype("float32"))
+    want = ref.float().numpy()
+    assert str(ours.dtype) == str(ref.dtype).removeprefix("torch."), what
+    if str(ours.dtype) == "float32":
+        np.testing.assert_allclose(got, want, rtol=RTOL["float32"], atol=0, err_msg=what)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+@jax_backends
+@compiled_or_not
+@pytest.mark.parametrize("dtypes", OPTAX_MIXED_DTYPES, ids="-".join)
+def test_optax_zclip_mixed_dtypes_warmup_is_zclips(backend, dtypes, compiled):
+    """Leaves of several dtypes: zclip's (live) warm-up, half-precision leaves bit for bit.
+
+    Found by fuzzing: the warm-up's ``clip_grad_norm_`` norm of a tree of several dtypes was
+    anyclip's global norm in the widest dtype, not torch's norm of each leaf's norm (rounded
+    to its dtype): 45 of 60 random mixed trees off zclip, by up to 1e-3 (relative).
+    """
+    jax = backend.module
+    torch = pytest.importorskip("torch")
+    ao = pytest.importorskip("anyclip.optax")
+    zclip = pytest.importorskip("zclip")
+    kwargs = {"warmup_steps": 12, "max_grad_norm": 0.5}
+    model = torch.nn.Module()
+    theirs = _mixed_params(torch, dtypes)
+    for i, p in enumerate(theirs):
+        model.register_parameter(f"p{i}", p)
+    ref = zclip.ZClip(**kwargs)
+    tx = ao.zclip(**kwargs)
+    state = tx.init(
+        [backend.asarray(np.zeros(tuple(p.shape)), d) for p, d in zip(theirs, dtypes, strict=True)]
+    )
+    update = jax.jit(tx.update) if compiled else tx.update
+    for i, row in enumerate(_mixed_grads(torch, dtypes, 12, seed=3)):
+        for p, g in zip(theirs, row, strict=True):
+            p.grad = g.clone()
+        ref.step(model)
+        g = [
+            backend.asarray(x.float().numpy(), "float32").astype(d)
+            for x, d in zip(row, dtypes, strict=True)
+        ]
+        out, state = update(g, state)
+        for k, (o, p) in enumerate(zip(out, theirs, strict=True)):
+            _optax_mixed_equal(o, p.grad, f"step {i}, leaf {k}")
+
+
+@jax_backends
+@compiled_or_not
+@pytest.mark.parametrize("global_threshold", [False, True])
+@pytest.mark.parametrize("dtypes", OPTAX_MIXED_DTYPES, ids="-".join)
+def test_optax_quantile_clip_mixed_dtypes_are_autoclips(
+    backend, dtypes, global_threshold, compiled
+):
+    """Leaves of several dtypes: autoclip's (live) steps, half-precision leaves bit for bit.
+
+    Found by fuzzing: per leaf, the norms were stacked in the widest dtype, so each
+    threshold and factor was computed there (float16 leaves 5e-3 off, relative); globally,
+    the factor was rounded to each half-precision leaf's dtype before the product (torch's
+    is in float32): 37 of 100 random mixed trees off autoclip.
+    """
+    jax = backend.module
+    torch = pytest.importorskip("torch")
+    ao = pytest.importorskip("anyclip.optax")
+    ref_cls = pytest.importorskip("autoclip.torch.quantile").QuantileClip
+    kwargs = {"quantile": 0.3, "history_length": 6, "global_threshold": global_threshold}
+    theirs = _mixed_params(torch, dtypes)
+    ref = ref_cls(theirs, **kwargs)
+    tx = ao.quantile_clip(**kwargs)
+    state = tx.init(
+        [backend.asarray(np.zeros(tuple(p.shape)), d) for p, d in zip(theirs, dtypes, strict=True)]
+    )
+    update = jax.jit(tx.update) if compiled else tx.update
+    for i, row in enumerate(_mixed_grads(torch, dtypes, 24, seed=4)):
+        for p, g in zip(theirs, row, strict=True):
+            p.grad = g.clone()
+        ref.step()
+        g = [
+            backend.asarray(x.float().numpy(), "float32").astype(d)
+            for x, d in zip(row, dtypes, strict=True)
+        ]
+        out, state = update(g, state)
+        for k, (o, p) in enumerate(zip(out, theirs, strict=True)):
+            _optax_mixed_equal(o, p.grad, f"step {i}, leaf {k}")
+
+
+#: Variances whose float64 root torch's CPU ``pow(x, 0.5)`` rounds 1 ULP off Python's
+#: ``x ** 0.5`` (zclip's ``std``; here also ``math.sqrt``): 78211.62288743076 for the first
+#: where Python gives 78211.62288743074. Found by fuzzing (torch 2.13, CPU); the test checks
+#: that torch still rounds them so.
+ROUGH_ROOTS = (6117057954.685681,)
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("mode", ["zscore", "percentile"])
+@pytest.mark.parametrize("var", ROUGH_ROOTS)
+def test_torch_zclip_std_is_zclips_root(backend, mode, var):
+    """zclip's ``std = var ** 0.5`` (correctly rounded here): its threshold and gradients.
+
+    Found by fuzzing: the core took ``var ** 0.5`` with torch's pow, whose float64 root is
+    not correctly rounded on the CPU (235 of 20,000 random values 1 ULP off Python's), so a
+    clipped step's gradients were 1 ULP off zclip's with float64 statistics.
+    """
+    torch = backend.module
+    zclip = pytest.importorskip("zclip")
+    at = pytest.importorskip("anyclip.torch")
+    t = torch.tensor(var, dtype=torch.float64)
+    assert (t**0.5).item() != var**0.5  # torch's root is still the rough one
+    kwargs = {"mode": mode, "max_grad_norm": None, "warmup_steps": 3}
+    ref = zclip.ZClip(**kwargs)
+    ours = at.ZClip(**kwargs, dtype=torch.float64)
+    for z in (ref, ours):
+        z.mean, z.var, z.initialized = 46593.73954655944, var, True
+    given = torch.tensor([748330.5, -4509.0146484375, 40.43170166015625], dtype=torch.float64)
+    theirs_p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    ours_p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    model = torch.nn.Module()
+    model.p = theirs_p
+    theirs_p.grad, ours_p.grad = given.clone(), given.clone()
+    want = ref.step(model)
+    assert float(ours.step([ours_p])) == want
+    assert not torch.equal(theirs_p.grad, given)  # a clipped step
+    torch.testing.assert_close(ours_p.grad, theirs_p.grad, rtol=0, atol=0)
+    assert (ours.mean, ours.var) == (ref.mean, ref.var)

@@ -389,6 +389,31 @@ def test_torch_keras_global_clipnorm_inside_flush_subnormals(backend, keras_bits
         check(p.grad, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
 
 
+@torch_backends
+@BIT_CASES
+def test_torch_keras_scheduled_number_is_keras_bit_for_bit(backend, keras_bits, check, case):
+    """A schedule that returns a Python number clips as Keras's option at that number.
+
+    Found by fuzzing: the number was made a float32 tensor, so float64 gradients were
+    clipped at float32's 0.1 (1e-8 off, relative), ``1 / c`` was divided in the dtype (the
+    unclipped 2.3 then gave the factor 1, where Keras's is 0.99999994), and a float16 70000
+    (inf) gave NaN where Keras gives inf.
+    """
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    c, grads, want = _bits_case(keras_bits, case)
+    dtype = str(grads[0].dtype)
+    params = [torch.nn.Parameter(backend.asarray(np.zeros_like(g), dtype)) for g in grads]
+    opt = torch.optim.SGD(params, lr=1.0)
+    handle = at.keras_clipping(opt, global_clipnorm=lambda step: c)
+    for p, g in zip(params, grads, strict=True):
+        p.grad = backend.asarray(g, dtype)
+    opt.step()
+    handle.remove()
+    for i, (p, w) in enumerate(zip(params, want, strict=True)):
+        check(p.grad, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
+
+
 @pytest.mark.parametrize("backend", ["jax"], indirect=True)
 @FLUSH_CASES
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
@@ -413,3 +438,39 @@ def test_optax_keras_global_clipnorm_inside_flush_subnormals(
         out, _ = update(updates, tx.init(updates))
     for i, (o, w) in enumerate(zip(out, want, strict=True)):
         check(o, w, dtype, _bits_budget(backend, case, dtype), f"{case} update {i}")
+
+
+@torch_backends
+def test_torch_keras_scheduled_tensor_below_float16_is_keras(backend, keras_bits, check):
+    """A float32 value that float16 rounds to 0 still clips float16 gradients, as Keras.
+
+    Found by fuzzing: Keras's rule (``value > 0``) was tested after the cast to the
+    gradients' dtype, so 1e-30 clipped nothing; Keras (``global_clipnorm=1e-30``) gives
+    zeros.
+    """
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    c, grads, want = _bits_case(keras_bits, "float16-clipped-to-zero-1e-30")
+    params = [torch.nn.Parameter(backend.asarray(np.zeros_like(g), "float16")) for g in grads]
+    opt = torch.optim.SGD(params, lr=1.0)
+    at.keras_clipping(opt, global_clipnorm=lambda step: torch.full((), c, device=step.device))
+    for p, g in zip(params, grads, strict=True):
+        p.grad = backend.asarray(g, "float16")
+    opt.step()
+    for i, (p, w) in enumerate(zip(params, want, strict=True)):
+        check(p.grad, w, "float16", 0, f"grad {i}")
+
+
+@jax_backends
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_optax_keras_scheduled_value_below_float16_is_keras(backend, keras_bits, check, jit):
+    """:func:`test_torch_keras_scheduled_tensor_below_float16_is_keras` for optax."""
+    jax = backend.module
+    ao = pytest.importorskip("anyclip.optax")
+    c, grads, want = _bits_case(keras_bits, "float16-clipped-to-zero-1e-30")
+    tx = ao.keras_clipping(global_clipnorm=lambda count: jax.numpy.float32(c))
+    updates = [backend.asarray(g, "float16") for g in grads]
+    update = jax.jit(tx.update) if jit else tx.update
+    out, _ = update(updates, tx.init(updates))
+    for i, (o, w) in enumerate(zip(out, want, strict=True)):
+        check(o, w, "float16", 0, f"update {i}")

@@ -34,8 +34,7 @@ from typing import Any, NamedTuple, TypeVar
 from anyclip._compat import dtype_name
 from anyclip._core import global_scale
 from anyclip._if_finite import INT_MAX, if_finite_step, saturating_increment
-from anyclip._kernels import quantile_lerp
-from anyclip._numerics import constant, quiet
+from anyclip._numerics import constant, lerp, quiet, sqrt
 from anyclip._typing import Namespace
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -312,11 +311,11 @@ def window_quantile(xp: Namespace, h: History, q: Any) -> Any:
     """``torch.quantile(values, q)`` of the recorded values, over the window's last axis.
 
     torch's ``"linear"`` rule, op for op: rank ``q * (n - 1)`` in the values' dtype, the values
-    at its floor and ceiling, ``torch.lerp`` between them
-    (:func:`~anyclip._kernels.quantile_lerp`); NaN if any value is NaN. The value for an empty
-    window is meaningless (callers select another). ``q``: a number, or a one-element array
-    (cast to the values' dtype on their device, as ``torch.quantile`` takes a number; never
-    read on the host).
+    at its floor and ceiling, ``torch.lerp`` between them (:func:`anyclip._numerics.lerp`:
+    torch's fused multiply-add); NaN if any value is NaN. The value
+    for an empty window is meaningless (callers select another). ``q``: a number, or a
+    one-element array (cast to the values' dtype on their device, as ``torch.quantile`` takes
+    a number; never read on the host).
     """
     w = h.window
     n, valid = _filled(xp, h)
@@ -334,9 +333,9 @@ def window_quantile(xp: Namespace, h: History, q: Any) -> Any:
     zero = _c(xp, 0.0, w)
     below = xp.sum(xp.where(slots == lo[..., None], ordered, zero), axis=-1)
     above = xp.sum(xp.where(slots == hi[..., None], ordered, zero), axis=-1)
-    lerp = quantile_lerp(xp, below, above, rank - lo)
+    interpolated = lerp(xp, below, above, rank - lo)
     has_nan = xp.any(xp.logical_and(valid, xp.isnan(w)), axis=-1)
-    return xp.where(has_nan, _c(xp, math.nan, w), lerp)
+    return xp.where(has_nan, _c(xp, math.nan, w), interpolated)
 
 
 def _clip_coef(xp: Namespace, limit: Any, norm: Any) -> Any:
@@ -473,12 +472,16 @@ def zclip_step(
         if formula == "tf":
             warm_factor = global_scale(xp, warm_limit, x, "tf")
         else:  # torch's clip_grad_norm_(max_norm=float), in its norm's dtype (exact in x's)
-            coef = _clip_coef(xp, max_grad_norm, norm if warm_norm is None else warm_norm)
-            warm_factor = xp.astype(coef, dtype, copy=False)
+            # kept in its dtype where that is wider than the statistics' (torch's norm of
+            # gradients of mixed dtypes is in the widest, a float64 factor for float64 ones)
+            warm_factor = _clip_coef(xp, max_grad_norm, norm if warm_norm is None else warm_norm)
 
     # after warm-up: zclip's threshold and factor
     mean, var = h.mean, h.var
-    std = var**0.5
+    # zclip's `var ** 0.5` (the C library's pow: correctly rounded but in rare cases), a
+    # correctly rounded root here: torch's float64 pow(x, 0.5) on the CPU is not (1 ULP off
+    # for about 1% of values, so thresholds and gradients were)
+    std = sqrt(xp, var)
     zt = _c(xp, z_thresh, x)
     if mode == "percentile":
         clip_val = mean + zt * std
@@ -516,8 +519,11 @@ def zclip_step(
         var=xp.where(starts, var0, xp.where(keep, var, new_var)),
         window=window,
     )
+    wide = xp.result_type(warm_factor, factor)
     return ZClipStep(
-        factor=xp.where(warm, warm_factor, factor),
+        factor=xp.where(
+            warm, xp.astype(warm_factor, wide, copy=False), xp.astype(factor, wide, copy=False)
+        ),
         history=history,
         threshold=xp.where(warm, warm_limit, limit),
         spike=xp.logical_and(xp.logical_not(warm), spike),

@@ -34,6 +34,7 @@ __all__ = [
     "complex_from_parts",
     "constant",
     "float_overflow_threshold",
+    "lerp",
     "quiet",
     "quotient",
     "reduce_sum",
@@ -421,6 +422,61 @@ def _two_product(a: Any, b: Any) -> tuple[Any, Any]:
     ah = c - (c - a)
     al = a - ah
     d = b * _SPLIT64
+    bh = d - (d - b)
+    bl = b - bh
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return p, e
+
+
+#: Veltkamp's splitter for float32: ``2**12 + 1``.
+_SPLIT32 = 4097.0
+
+
+def lerp(xp: Namespace, start: Any, end: Any, weight: Any) -> Any:
+    """``torch.lerp(start, end, weight)``: torch's rule, with its fused multiply-add.
+
+    ATen's lerp (CPU and CUDA kernels, the one ``torch.quantile`` interpolates with) takes
+    ``start + weight * (end - start)`` for a weight below 0.5, else
+    ``end - (end - start) * (1 - weight)``, each as one fused multiply-add (rounded once;
+    two roundings give another last bit for about one value in ten), in float32 for float16
+    and bfloat16. On torch it is ``torch.lerp`` itself; elsewhere the fused multiply-add is
+    emulated with Veltkamp's split and Knuth's two-sum (exact products and sums, then one
+    rounding but in rare double-rounding cases), in float32 for float16 and bfloat16. An
+    inf or NaN operand, or a product too large to split, gives the plain (twice-rounded)
+    value: the same inf or NaN.
+    """
+    if library(xp) == "torch":
+        import torch
+
+        return torch.lerp(start, end, weight)
+    dt = start.dtype
+    name = dtype_name(dt)
+    wide = xp.float32 if name in ("float16", "bfloat16") else dt
+    a, b, w = (x if x.dtype == wide else xp.astype(x, wide) for x in (start, end, weight))
+    split = _SPLIT64 if dtype_name(wide) == "float64" else _SPLIT32
+    d = b - a
+    one = constant(xp, 1.0, wide, a)
+    small = w < constant(xp, 0.5, wide, a)
+    # small weight: w * d + a; else (w - 1) * d + b (w - 1 is exact for w in [0.5, 1])
+    coeff = xp.where(small, w, w - one)
+    base = xp.where(small, a, b)
+    p, e = _split_product(xp, coeff, d, split)
+    s = p + base
+    bb = s - p
+    t = (p - (s - bb)) + (base - bb)  # Knuth's two-sum: s + t == p + base exactly
+    fused = s + (t + e)
+    out = xp.where(xp.isfinite(fused), fused, s)
+    return out if out.dtype == dt else xp.astype(out, dt)
+
+
+def _split_product(xp: Namespace, a: Any, b: Any, split: float) -> tuple[Any, Any]:
+    """Dekker's exact product in ``a``'s dtype (``split``: its Veltkamp splitter)."""
+    sp = constant(xp, split, a.dtype, a)
+    p = a * b
+    c = a * sp
+    ah = c - (c - a)
+    al = a - ah
+    d = b * sp
     bh = d - (d - b)
     bl = b - bh
     e = ((ah * bh - p) + ah * bl + al * bh) + al * bl

@@ -40,4 +40,6 @@ def keras_global_scale(xp: Namespace, value: Any, norm: Any, kernels: Kernels | 
     """
     c = value if value.dtype == norm.dtype else xp.astype(value, norm.dtype)
     one = constant(xp, 1.0, norm.dtype, norm)
-    return keras_gate(xp, c, _core.keras_global_scale(xp, c, norm, kernels=kernels), one)
+    # Keras's rule on the value given, before the cast (a float32 1e-30 clips float16
+    # gradients, to zeros, where its float16 0 would clip nothing)
+    return keras_gate(xp, value, _core.keras_global_scale(xp, c, norm, kernels=kernels), one)

@@ -59,6 +59,12 @@ def cases() -> dict[str, tuple[float, list[np.ndarray]]]:
     # float32 squares in [2**-126, 2**-125): normal, but TF's l2_loss halves are subnormal and
     # flushed (tf.linalg.global_norm 0); Keras's sum(square(v)) keeps them (2.6e-19)
     out["float32-clipped-halves-flushed"] = (1e-30, [np.full(4, 1.3e-19, "float32")])
+    # a positive threshold that float16 rounds to 0: Keras tests `clipnorm > 0` on the
+    # number, then clips with its float16 0 (zeros; 1 / c is inf there)
+    out["float16-clipped-to-zero-1e-30"] = (1e-30, [np.array([0.5, -2.0, 3.0], "float16")])
+    # float64 variables: the number is converted to float64 (0.1 is not float32's 0.1)
+    for c in (0.1, 2.3):
+        out[f"float64-clipped-{c}"] = (c, [rng.standard_normal(5), rng.standard_normal((2, 2))])
     return out
 
 

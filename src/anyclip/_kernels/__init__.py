@@ -67,7 +67,6 @@ __all__ = [
     "plain_clip_by_norm",
     "plain_clip_by_value",
     "plain_norm",
-    "quantile_lerp",
     "rounded_apart",
     "tf_row_sums",
     "tf_rows_sum",
@@ -155,28 +154,6 @@ def tf_rows_sum(xp: Namespace, f: Any, flat: Any, acc: Any, cut: int) -> Any | N
     if library(xp) != "jax":
         return None
     return jax_tf_rows_sum(xp, f, flat, acc, cut)
-
-
-def quantile_lerp(xp: Namespace, below: Any, above: Any, weight: Any) -> Any:
-    """``torch.quantile``'s last step: ``torch.lerp(below, above, weight)``, elementwise.
-
-    torch: ``torch.lerp`` itself. Its kernels compute ``below + weight * (above - below)``
-    (``weight < 0.5``) or ``above - (above - below) * (1 - weight)`` as one fused
-    multiply-add (vectorised or not, on the CPU and CUDA): the product is not rounded, so the
-    formula with each operation rounded was 1 ULP off on 1 of 7 float32 windows (autoclip's
-    thresholds). Other libraries have no fused multiply-add in the array API: that formula,
-    each operation rounded.
-    """
-    if library(xp) == "torch":
-        import torch
-
-        return torch.lerp(below, above, weight)
-    one = xp.ones_like(weight)
-    return xp.where(
-        weight < one * 0.5,
-        below + weight * (above - below),
-        above - (above - below) * (one - weight),
-    )
 
 
 def tf_vector_sum(xp: Namespace, values: Any, *, packet: int, leaf: int, lanes: Any) -> Any:

@@ -36,18 +36,25 @@ def _state_dtype(params: Any) -> Any:
 def _torch_norm(updates: Any, group: Any = None) -> Any:
     """The global norm of ``updates`` as torch's ``clip_grad_norm_`` takes it (autoclip's).
 
-    In the widest leaf dtype; where that is float16 or bfloat16, as
-    :class:`anyclip.torch.QuantileClip`'s (a float16 norm above 256 stays finite): each
-    leaf's squares summed in float32 and its norm rounded to the dtype, then the norm of
-    those norms in float32, rounded once more (torch's ``clip_grad_norm_``); with ``group``
+    In the widest leaf dtype; where that is float16 or bfloat16, or the leaves' dtypes
+    differ, as :class:`anyclip.torch.QuantileClip`'s (a float16 norm above 256 stays
+    finite): each leaf's norm in its dtype (float16 and bfloat16 squares summed in float32,
+    the norm rounded to the dtype), then the norm of those norms in the widest dtype (in
+    float32 for halves, rounded once more: torch's ``clip_grad_norm_``); with ``group``
     the squares of all leaves are summed in float32, all-reduced in float32 and the norm
     rounded once. Other dtypes: :func:`anyclip.tree.global_norm`'s.
     """
     dt = _norm_dtype(updates, "widest")
-    if dt in (jnp.float16, jnp.bfloat16) and group is None:  # then every leaf is of dt
-        leaves = [leaf for leaf in tree.flatten(updates)[0] if leaf is not None]
-        norms = jnp.stack([_leaf_norm(leaf, "torch") for leaf in leaves])
-        return _clip.global_norm([norms], accumulate_dtype=jnp.float32).astype(dt)
+    leaves = [leaf for leaf in tree.flatten(updates)[0] if leaf is not None]
+    mixed = len({leaf.dtype for leaf in leaves}) > 1
+    if group is None and (mixed or dt in (jnp.float16, jnp.bfloat16)):
+        # torch's: each leaf's norm in its own dtype, stacked in the widest (a float16 or
+        # bfloat16 leaf's norm rounded to its dtype beside float32 ones: torch groups the
+        # tensors by dtype, then stacks their norms)
+        norms = jnp.stack([_leaf_norm(leaf, "torch").astype(dt) for leaf in leaves])
+        if dt in (jnp.float16, jnp.bfloat16):
+            return _clip.global_norm([norms], accumulate_dtype=jnp.float32).astype(dt)
+        return _clip.global_norm([norms])
     if dt in (jnp.float16, jnp.bfloat16):
         return tree.global_norm(updates, accumulate_dtype=jnp.float32, group=group).astype(dt)
     return tree.global_norm(updates, group=group)
@@ -297,17 +304,37 @@ def quantile_clip(
                 else tree.global_norm(updates, group=group)
             )
             factor, new = _history.quantile_step(jnp, h, norm, quantile=quantile, formula=f)
-            return _scale(updates, factor), QuantileClipState(new)
+            # torch multiplies float16 and bfloat16 gradients by its factor in float32 (a
+            # factor of a wider norm, for leaves of several dtypes, is not rounded first)
+            scale = _scale_opmath if f == "torch" else _scale
+            return scale(updates, factor), QuantileClipState(new)
         leaves, unflatten = tree.flatten(updates)
         present = [leaf for leaf in leaves if leaf is not None]
         # the norms in the leaves' dtype (the factors', as torch's per gradient); the
         # history keeps them in its own
-        norms = jnp.stack([_leaf_norm(leaf, f) for leaf in present])
+        own = [_leaf_norm(leaf, f) for leaf in present]
+        norms = jnp.stack(own)
         factors, new = _history.quantile_step(jnp, h, norms, quantile=quantile, formula=f)
+        # autoclip clips each parameter alone: its threshold in its own history's dtype
+        # (float32 for float16 and bfloat16 norms) and its factor in its norm's dtype. Where
+        # the leaves' dtypes differ, each dtype's rows come from the batch computed in it
+        by_dtype = {}
+        for d in {n.dtype for n in own}:
+            wide = jnp.promote_types(d, jnp.float32)
+            if d != norms.dtype or wide != h.window.dtype:
+                h_d = h._replace(window=h.window.astype(wide))
+                by_dtype[d] = _history.quantile_step(
+                    jnp, h_d, norms.astype(d), quantile=quantile, formula=f
+                )[0]
         it = iter(range(len(present)))
-        scaled = [
-            None if leaf is None else leaf * factors[next(it)].astype(leaf.dtype) for leaf in leaves
-        ]
+        scaled: list[Any] = []
+        for leaf in leaves:
+            if leaf is None:
+                scaled.append(None)
+                continue
+            j = next(it)
+            factor = by_dtype.get(own[j].dtype, factors)[j]
+            scaled.append(leaf * factor.astype(leaf.dtype))
         return unflatten(scaled), QuantileClipState(new)
 
     return optax.GradientTransformation(init_fn, update_fn)

@@ -46,17 +46,17 @@ _HALF = (torch.float16, torch.bfloat16)
 
 
 def _norm(
-    values: list[torch.Tensor], params: list[torch.Tensor], group: Any, *, torch_norm: bool = False
+    values: list[torch.Tensor], params: list[torch.Tensor], group: Any, *, torch_half: bool = False
 ) -> torch.Tensor:
     """Anyclip's global 2-norm of ``values`` (reduced over ``group``); 0 without gradients.
 
     In the widest dtype of ``values``, every step in it (TF's float16 norm: inf from 256).
-    ``torch_norm``: torch's ``clip_grad_norm_`` norm instead (autoclip's): for plain dense
-    tensors of one dtype torch's own call (:func:`_torch_total_norm`: its summation order,
-    so the bits are the reference's in every dtype); for other half-precision gradients
-    (finite up to the dtype's largest value) each tensor's squares summed in float32 and its
-    norm rounded to the dtype (:func:`_tensor_norm`), then the norm of those norms, in
-    float32 and rounded once more. With ``group`` the squares
+    ``torch_half``: torch's ``clip_grad_norm_`` norm (autoclip's): for plain dense tensors
+    (:func:`_dense`) of any dtypes, mixed ones included, torch's own ``get_total_norm``
+    (:func:`_torch_total_norm`); for other float16 or bfloat16 tensors (sharded, sparse) the
+    same rule (finite up to the dtype's largest value): each tensor's squares summed in
+    float32 and its norm rounded to the dtype (:func:`_tensor_norm`), then the norm of those
+    norms, in float32 and rounded once more. With ``group`` the squares
     of all the tensors are summed in float32, all-reduced in float32 and the norm rounded
     once (a tensor's norm needs its sums from every process).
     """
@@ -67,14 +67,14 @@ def _norm(
     widest = values[0].dtype
     for v in values[1:]:
         widest = torch.promote_types(widest, v.dtype)
-    if torch_norm and group is None and _torch_plain(values):
+    if torch_half and group is None and _dense(values):  # any dtypes, mixed ones included
         return _torch_total_norm(values)
-    if torch_norm and widest in _HALF and group is None:  # then every tensor is of widest
-        norms = [_tensor_norm(v, torch_norm=True) for v in values]
+    if torch_half and widest in _HALF and group is None:  # then every tensor is of widest
+        norms = [_tensor_norm(v, torch_half=True) for v in values]
         stacked = torch.stack([n.to(norms[0].device) for n in norms])
         total: torch.Tensor = _local(_clip.global_norm([stacked], accumulate_dtype=torch.float32))
         return total.to(widest)
-    acc: Any = torch.float32 if torch_norm and widest in _HALF else "widest"
+    acc: Any = torch.float32 if torch_half and widest in _HALF else "widest"
     norm: torch.Tensor = _local(_total_norm(values, 2.0, None, acc, group, name="parameters"))
     return norm if norm.dtype == widest else norm.to(widest)
 
@@ -90,7 +90,9 @@ def _zclip_norms(
     torch's ``clip_grad_norm_`` takes each gradient's norm in its own dtype
     (``_foreach_norm``), then the ``vector_norm`` of those norms. Where every gradient has
     the first parameter's dtype and device (the common case) the per-tensor norms are taken
-    once, with ``_foreach_norm`` (on the CPU the same kernel as ``norm(2)``). Sharded
+    once, with ``_foreach_norm`` (on the CPU the same kernel as ``norm(2)``); otherwise
+    ``clip_grad_norm_``'s is torch's own ``get_total_norm`` (which stacks the per-tensor norms
+    grouped by device and dtype, in its order, promoted to the widest dtype). Sharded
     (DTensor) or sparse gradients, a ``group`` or no gradient: anyclip's global norm
     (:func:`_norm`), for both.
     """
@@ -99,23 +101,25 @@ def _zclip_norms(
         return norm, norm
     first = params[0]
     dtype, device = first.dtype, first.device
-    per = list(torch._foreach_norm(values, 2.0))
     if all(v.dtype == dtype and v.device == device for v in values):
-        ours = per
+        ours = per = list(torch._foreach_norm(values, 2.0))
+        torch_norm = torch.linalg.vector_norm(torch.stack(per))
     else:
         ours = [torch.linalg.vector_norm(v.to(dtype)) for v in values]
+        # torch's own: it groups the gradients by device and dtype, in its order, before
+        # stacking their norms (the sum of the squares in another order rounds otherwise)
+        torch_norm = _torch_total_norm(values)
     stacked = torch.stack([n.to(device) for n in ours])
     zclip_norm = torch.sqrt(torch.sum(torch.pow(stacked, 2)))
-    torch_norm = torch.linalg.vector_norm(torch.stack([n.to(values[0].device) for n in per]))
     return zclip_norm, torch_norm
 
 
-def _tensor_norm(v: torch.Tensor, *, torch_norm: bool = False) -> torch.Tensor:
+def _tensor_norm(v: torch.Tensor, *, torch_half: bool = False) -> torch.Tensor:
     """The 2-norm of one gradient, in its dtype: :func:`_norm`'s rule for one tensor."""
     norm: torch.Tensor
-    if torch_norm and _torch_plain([v]):
+    if torch_half and _dense([v]):
         return _torch_total_norm([v])
-    if torch_norm and v.dtype in _HALF:
+    if torch_half and v.dtype in _HALF:
         norm = _local(_clip.global_norm([v], accumulate_dtype=torch.float32))
         return norm.to(v.dtype)
     norm = _local(_clip.global_norm([v]))
@@ -128,14 +132,6 @@ def _dense(values: list[torch.Tensor]) -> bool:
     Not a DTensor, a sparse tensor or another subclass: their norms are anyclip's.
     """
     return all(type(v) in _PLAIN_TYPES and v.layout == torch.strided for v in values)
-
-
-def _torch_plain(values: list[torch.Tensor]) -> bool:
-    """Whether torch's own norm takes ``values`` as autoclip's ``clip_grad_norm_`` call does.
-
-    :func:`_dense` tensors of one dtype.
-    """
-    return _dense(values) and len({v.dtype for v in values}) == 1
 
 
 def _torch_total_norm(values: list[torch.Tensor]) -> torch.Tensor:

@@ -51,7 +51,7 @@ def keras_clipping(
       about 3.5e-4 still count) and the factor ``c * minimum(1.0 / norm, 1.0 / c)`` with
       ``1.0 / c`` computed in Python and rounded to the gradients' dtype, so a step that
       needs no clipping is multiplied by ``float32(c) * float32(1 / c)`` (0.99999994 for
-      ``c = 2.3``), as Keras's; a scheduled value is divided in the norm's dtype;
+      ``c = 2.3``), as Keras's; a scheduled tensor value is divided in the norm's dtype;
     * ``clipvalue``: each element, ``clip(g, -clipvalue, clipvalue)``.
 
     Parameters
@@ -65,8 +65,9 @@ def keras_clipping(
         :func:`clip_grad_norm_` with ``max_norm=inf``, which follows torch.
         ``clipnorm`` and ``global_clipnorm`` may be schedules: a callable of the step count
         (a 0-d int64 tensor on the parameters' device, 0 at the first step) returning the
-        value (a tensor, or a number); it is evaluated on device before each step, with
-        Keras's rule applied there (0 or less clips nothing), and no host sync.
+        value before each step: a tensor, with Keras's rule applied on device (0 or less
+        clips nothing, tested on the value before its cast to the gradients' dtype) and no
+        host sync; or a Python number, which clips exactly as the option given that number.
 
     Returns
     -------
@@ -115,22 +116,30 @@ def keras_clipping(
     ]
     if scheduled:  # Keras's checks (one option only) with a number in the schedule's place
         keras_option(*(1.0 if callable(v) else v for v in (clipnorm, clipvalue, global_clipnorm)))
-        return scheduled_keras_clipping(optimizer, *scheduled[0])
+        return scheduled_keras_clipping(optimizer, *scheduled[0], _clip_params)
     option = keras_option(clipnorm, clipvalue, global_clipnorm)
 
     def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if option is None:
             return
-        name, value = option
         params = [p for group in opt.param_groups for p in group["params"]]
-        if name == "clipnorm":
-            clip_grad_by_norm_(params, value)
-        elif name == "global_clipnorm":
-            _keras_clip_global_(params, value)
-        else:
-            clip_grad_by_value_(params, -value, value)
+        _clip_params(params, *option)
 
     return optimizer.register_step_pre_hook(hook)
+
+
+def _clip_params(params: list[torch.Tensor], name: str, value: float) -> None:
+    """Clip the gradients of ``params`` in place with Keras's option ``name`` at ``value``.
+
+    ``value`` a positive Python number (Keras applies an option only then): Keras's clip at
+    it, the number converted to each gradient's dtype as Keras converts it.
+    """
+    if name == "clipnorm":
+        clip_grad_by_norm_(params, value)
+    elif name == "global_clipnorm":
+        _keras_clip_global_(params, value)
+    else:
+        clip_grad_by_value_(params, -value, value)
 
 
 @torch.no_grad()

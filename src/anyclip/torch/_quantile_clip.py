@@ -86,7 +86,10 @@ class QuantileClip:
         Clip the global norm instead of each parameter's.
     formula : {"torch", "tf"}, optional
         ``"torch"`` (default, autoclip's): ``clamp(limit / (norm + 1e-6), max=1)``, with
-        torch's ``clip_grad_norm_`` norm and arithmetic: for float16 and bfloat16 gradients
+        torch's ``clip_grad_norm_`` norm and arithmetic (torch's own ``get_total_norm`` for
+        plain dense gradients of any dtypes; each parameter's threshold in its own history's
+        dtype and its factor in its norm's, as autoclip clips each alone): for float16 and
+        bfloat16 gradients
         each tensor's squares are summed in float32 and its norm rounded to the gradients'
         dtype (a float16 norm above 256 stays finite, as autoclip's), and the factor is
         computed in the gradients' dtype as torch does it (``(norm + 1e-6).reciprocal() *
@@ -263,17 +266,23 @@ class QuantileClip:
     def _step_global(self) -> None:
         params = [p for g in self.param_groups for p in g["params"]]
         values = _grads(params)
-        norm = _norm(values, params, self.group, torch_norm=self.formula == "torch")
+        norm = _norm(values, params, self.group, torch_half=self.formula == "torch")
         xp = namespace(norm)
         if self.global_history is None:
+            # autoclip's history (float32 at first) takes the dtype of each norm recorded:
+            # wide enough for every parameter's, those without a gradient at this step too
             dt = torch.promote_types(norm.dtype, torch.float32)
+            for p in params:
+                dt = torch.promote_types(dt, p.dtype) if p.dtype.is_floating_point else dt
             h = _history.init_history(xp, self.history_length, dt, norm.device)
             self.global_history = _store(h)
         factor, new = _history.quantile_step(
             xp, _view(self.global_history), norm, quantile=self.quantile, formula=self.formula
         )
         _assign(self.global_history, new)
-        _mul_(values, factor)
+        # torch's clip_grads_with_norm_ multiplies float16 and bfloat16 gradients by its
+        # factor in float32 (a factor of a wider norm, for mixed dtypes, is not rounded first)
+        _mul_(values, factor, opmath=self.formula == "torch")
 
     def _step_local(self, i: int, g: dict[str, Any]) -> None:
         params = g["params"]
@@ -282,12 +291,16 @@ class QuantileClip:
             return
         values = _grads(params)
         # a DTensor's norm is a Replicate DTensor: its local tensor is the whole norm
-        torch_norm = self.formula == "torch"
-        norms = [_tensor_norm(v, torch_norm=torch_norm) for v in values]
-        ndt = norms[0].dtype  # the norms' dtype: the factors' (autoclip's, per gradient)
+        torch_half = self.formula == "torch"
+        norms = [_tensor_norm(v, torch_half=torch_half) for v in values]
+        ndt = norms[0].dtype  # the widest of the norms' dtypes (each factor is in its own)
         for n in norms[1:]:
             ndt = torch.promote_types(ndt, n.dtype)
-        dt = torch.promote_types(ndt, torch.float32)  # the history's
+        # the history's: wide enough for every parameter's norm, those without a gradient
+        # at this first step included
+        dt = torch.promote_types(ndt, torch.float32)
+        for p in params:
+            dt = torch.promote_types(dt, p.dtype) if p.dtype.is_floating_point else dt
         device = norms[0].device
         it = iter(norms)
         full = torch.stack(
@@ -303,19 +316,34 @@ class QuantileClip:
             h = _store(_history.init_history(xp, int(g["history_length"]), dt, device, batch))
             self.histories[i] = h
         where = None if all(present) else _on_device(present, device)
+        quantile = _quantile_value(g["quantile"])
+        view = _view(h)
         factors, new = _history.quantile_step(
-            xp,
-            _view(h),
-            full,
-            quantile=_quantile_value(g["quantile"]),
-            formula=self.formula,
-            where=where,
+            xp, view, full, quantile=quantile, formula=self.formula, where=where
         )
+        # autoclip clips each parameter alone: its quantile in its own history's dtype
+        # (float32, or float64 for float64 norms) and its factor in its norm's dtype. Where
+        # these are not the batch's, that dtype's rows are taken from the batch computed in
+        # it (the window holds every norm exactly, in the widest dtype)
+        by_dtype = {}
+        for d in {n.dtype for n in norms}:
+            own = torch.promote_types(d, torch.float32)
+            if d != ndt or own != view.window.dtype:
+                by_dtype[d] = _history.quantile_step(
+                    xp,
+                    view._replace(window=view.window.to(own)),
+                    full.to(d),
+                    quantile=quantile,
+                    formula=self.formula,
+                )[0]
         _assign(h, new)
         k = 0
         for j, has in enumerate(present):
             if has:
-                _mul_([values[k]], factors[j])
+                # torch's product of a float16 or bfloat16 gradient is in float32 (the same
+                # for a factor of its dtype)
+                factor = by_dtype.get(norms[k].dtype, factors)[j]
+                _mul_([values[k]], factor, opmath=torch_half)
                 k += 1
 
     def state_dict(self) -> dict[str, Any]:

@@ -44,13 +44,18 @@ class _Handles(RemovableHandle):
 
 
 def scheduled_keras_clipping(
-    optimizer: torch.optim.Optimizer, name: str, schedule: Callable[[torch.Tensor], Any]
+    optimizer: torch.optim.Optimizer,
+    name: str,
+    schedule: Callable[[torch.Tensor], Any],
+    constant: Callable[[list[torch.Tensor], str, float], None],
 ) -> RemovableHandle:
     """:func:`anyclip.torch.keras_clipping` with ``clipnorm`` or ``global_clipnorm`` scheduled.
 
-    Before each ``optimizer.step()`` the value is ``schedule(count)`` (a tensor, or a number
-    made a tensor on the count's device), with Keras's rule applied on device: 0 or less
-    (or NaN) clips nothing.
+    Before each ``optimizer.step()`` the value is ``schedule(count)``: a tensor, with Keras's
+    rule applied on device (0 or less, or NaN, clips nothing; the value is tested before it
+    is cast to the gradients' dtype), or a Python number, which clips exactly as Keras's
+    option at that value (``constant(params, name, value)``, the clip of an option given as
+    a number; the rule is then tested on the host number: no device read).
     """
     held: list[torch.Tensor] = []
 
@@ -69,8 +74,14 @@ def scheduled_keras_clipping(
     def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         n = count(first_device(opt))
         c = schedule(n)
-        if type(c) in (float, int):  # a number: filled on the device, not copied from the host
-            c = torch.full((), c, device=n.device)
+        if isinstance(c, (float, int)) and not isinstance(c, bool):
+            # a number: Keras's option at that value (a float32 tensor of it would round it
+            # first, and test the rule on the rounded value: 1e-30 clips in Keras)
+            if c > 0:
+                params = [p for group in opt.param_groups for p in group["params"]]
+                constant(params, name, float(c))
+            n.add_(1)
+            return
         c = torch.as_tensor(c, device=n.device)
         grads = [p.grad for group in opt.param_groups for p in group["params"]]
         values = [values_of(g) for g in grads if g is not None]

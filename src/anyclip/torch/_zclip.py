@@ -57,8 +57,10 @@ class ZClip:
     for float16 and bfloat16), its sums of the warm-up norms (in order), its EMA and its
     product with a Python float (in float32 for halves). With ``dtype=torch.float64`` (zclip
     keeps Python floats) the gradients, norms and statistics are zclip's bit for bit on the
-    CPU; with the default float32 statistics the norm and the warm-up are, and a clipped
-    step after it can differ in the last bits of the threshold.
+    CPU, but where zclip's ``(x - mean) ** 2`` (the C library's ``pow``, not always
+    correctly rounded) is 1 ULP off the exact square anyclip takes; with the default float32
+    statistics the norm and the warm-up are, and a clipped step after it can differ in the
+    last bits of the threshold.
 
     zclip's attributes that user code reads are here, each a host read only when read:
     ``initialized``, ``mean`` and ``var`` (Python floats, ``None`` during the warm-up; settable,

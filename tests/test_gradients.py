@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -170,19 +171,13 @@ def test_clip_by_norm_gradients_table_is_tfs():
 TF_CLIP_BY_GLOBAL_NORM_GRADS = [
     ([[3.0, 4.0], [12.0]], 6.5, [[1.0, 2.0], [3.0]],
      [[0.08284023404121399, 0.44378697872161865], [-0.16863906383514404]]),
-    pytest.param(
-        [[0.5, -1.25, 2.0], [[1.5, -0.75], [0.25, 3.0]]], 1.0,
-        [[0.3, -1.1, 2.0], [[1.0, -2.0], [0.5, 3.0]]],
-        [[-0.047303006052970886, 0.03503614664077759, 0.0010082125663757324],
-         [[-0.11813151836395264, -0.2975972294807434],
-          [0.05956985801458359, 0.001512289047241211]]],
-        marks=pytest.mark.xfail_backend(
-            "jax",
-            reason="JAX's float32 global norm sums in TF's order over a laid-out view of the "
-            "arrays (as float64's, above): its gradient adds the terms in another order "
-            "(measured: not bit-equal here; the step not isolated)",
-        ),
-    ),
+    # JAX: 1 ULP off until the reciprocal 1 / norm took TF's RealDiv gradient (JAX's own rule
+    # multiplies by norm ** -2)
+    ([[0.5, -1.25, 2.0], [[1.5, -0.75], [0.25, 3.0]]], 1.0,
+     [[0.3, -1.1, 2.0], [[1.0, -2.0], [0.5, 3.0]]],
+     [[-0.047303006052970886, 0.03503614664077759, 0.0010082125663757324],
+      [[-0.11813151836395264, -0.2975972294807434],
+       [0.05956985801458359, 0.001512289047241211]]]),
     ([[0.1, 0.2, 0.3, 0.4], [-0.5, 0.6]], 0.3, [[1.0, 1.0, 1.0, 1.0], [2.0, -3.0]],
      [[0.37669143080711365, 0.43889734148979187, 0.5011032819747925, 0.5633091926574707],
       [0.3179413378238678, -0.5702208876609802]]),
@@ -219,6 +214,79 @@ def test_clip_by_global_norm_gradients_table_is_tfs():
             loss = tf.add_n([tf.reduce_sum(p) for p in products])
         for g, w in zip(tape.gradient(loss, v), want, strict=True):
             np.testing.assert_array_equal(g.numpy(), np.array(w, np.float32))
+
+
+#: TF 2.21's gradient of ``sum(clip_by_global_norm([x], clip)[0][0])`` at ``x = [1, t, -t, 3]``
+#: (GradientTape; re-checked live with ``--live-tf``): the gradient through the norm cancels
+#: in elements 0 and 3. JAX was 1 to 8 ULP off, eager and under jit (its reciprocal's
+#: derivative multiplies by ``norm ** -2``, TF's ``RealDiv`` divides twice); torch float64 1 ULP
+#: at t = 1e-3 (while autograd recorded, its norm summed the squares in torch's order: the
+#: norm itself 1 ULP from TF's). (dtype, t, clip, TF's gradient)
+TF_CANCELLING_GLOBAL_GRADS = [
+    ("float32", 2.0, 0.1,
+     [0.018332399427890778, 0.013094569556415081, 0.03404588624835014, 0.007856739684939384]),
+    ("float32", 2.0, 1.0,
+     [0.18332397937774658, 0.13094569742679596, 0.34045886993408203, 0.07856741547584534]),
+    ("float64", 1e-10, 1.0,
+     [0.18973665961010278, 0.31622776600418884, 0.31622776602948705, -0.06324555320336755]),
+    ("float64", 1.3e-19, 3.0,
+     [0.5692099788303082, 0.9486832980505138, 0.9486832980505138, -0.18973665961010266]),
+    ("float64", 0.001, 1.0,
+     [0.18973666593465333, 0.3161012433256067, 0.3163542254625255, -0.06324547098417221]),
+    ("float64", 0.001, 0.1,
+     [0.018973666593465333, 0.03161012433256067, 0.031635422546252547, -0.0063245470984172256]),
+]  # fmt: skip
+
+
+def _clipped_sum(clip: float) -> Any:
+    return lambda x: anyclip.clip_by_global_norm([x], clip)[0][0]
+
+
+@pytest.mark.parametrize(("dtype", "t", "clip", "tf"), TF_CANCELLING_GLOBAL_GRADS, ids=str)
+def test_clip_by_global_norm_cancelling_gradient_is_tfs(
+    grad_backend, make, check, dtype, t, clip, tf
+):
+    if not grad_backend.has_dtype(dtype):
+        pytest.skip(f"{grad_backend.name} has no {dtype}")
+    x = make([1.0, t, -t, 3.0], dtype)
+    ones = grad_backend.asarray(np.ones(4), dtype)
+    (gx,) = grad_backend.grad(_clipped_sum(clip), [x], ones)
+    check(gx, tf, dtype, 0)
+
+
+@pytest.mark.parametrize("grad_backend", ["torch"], indirect=True)
+def test_torch_global_norm_recording_a_gradient_is_tfs(make, check):
+    # TF 2.21: tf.linalg.global_norm([[1, 1e-3, -1e-3, 3]]) in float64 is 3.1622779763961293;
+    # while autograd recorded, torch summed the l2_loss in its own order: 3.1622779763961297
+    x = make([1.0, 1e-3, -1e-3, 3.0], "float64").requires_grad_(True)
+    norm = anyclip.global_norm([x])
+    assert norm.requires_grad
+    check(norm.detach(), 3.1622779763961293, "float64", 0)
+
+
+@pytest.mark.parametrize(("dtype", "t", "clip", "tf"), TF_CANCELLING_GLOBAL_GRADS, ids=str)
+@pytest.mark.parametrize("grad_backend", ["jax", "jax-gpu"], indirect=True)
+def test_clip_by_global_norm_cancelling_gradient_under_jit(
+    grad_backend, make, check, dtype, t, clip, tf
+):
+    jax = grad_backend.module
+    x = make([1.0, t, -t, 3.0], dtype)
+
+    def loss(v: Any) -> Any:
+        return _clipped_sum(clip)(v).sum()
+
+    check(grad_backend.jit(jax.grad(loss))(x), tf, dtype, 0)
+
+
+@pytest.mark.live_tf
+def test_clip_by_global_norm_cancelling_gradients_table_is_tfs():
+    tf = pytest.importorskip("tensorflow")
+    for dtype, t, clip, want in TF_CANCELLING_GLOBAL_GRADS:
+        v = tf.Variable(np.array([1.0, t, -t, 3.0], dtype))
+        with tf.GradientTape() as tape:
+            out, _ = tf.clip_by_global_norm([v], clip)
+            loss = tf.reduce_sum(out[0])
+        np.testing.assert_array_equal(tape.gradient(loss, v).numpy(), np.array(want, dtype))
 
 
 @pytest.mark.parametrize(

@@ -184,6 +184,97 @@ def test_tf_style_norms_of_many_leaves_under_jit_and_vmap(backend, case):
     assert_array(batched[0], REF[f"many/{case}/norms"], backend=backend, dtype=dtype, ulp=ulp)
 
 
+#: the float16 and bfloat16 cases (``half/<case>/...``): norms near 1 to 10, entries whose
+#: squares or their ``l2_loss`` halves are subnormal, norms near the dtype's largest value,
+#: squares that overflow, a mix, and leaves past the tree splits of TF's ``l2_loss``
+HALF_CASES = sorted({k.split("/")[1] for k in REF if k.startswith("half/")})
+#: torch keeps IEEE subnormals (docs/tf-behaviour.md): the bfloat16 ``l2_loss`` halves that
+#: TF (and XLA on the CPU) flush to 0 stay in its sums, so those examples' norms are larger
+_TORCH_SUBNORMAL_HALVES = (
+    "torch keeps the subnormal bfloat16 l2_loss halves that TF flushes to 0 (IEEE "
+    "subnormals, declared in docs/tf-behaviour.md): those examples' norms are larger"
+)
+
+
+def _half_case(backend: Backend, case: str) -> tuple[str, list[Any]]:
+    count = len({k for k in REF if k.startswith(f"half/{case}/in/")})
+    dtype = "bfloat16" if "bf16" in case else "float16"
+    backend.dtype(dtype)
+    return dtype, [backend.asarray(REF[f"half/{case}/in/{i}"], dtype) for i in range(count)]
+
+
+def _assert_half_case(backend: Backend, case: str, dtype: str, got: list[Any], norms: Any) -> None:
+    assert_array(norms, REF[f"half/{case}/norms"], backend=backend, dtype=dtype, what=case)
+    for i, g in enumerate(got):
+        want = REF[f"half/{case}/tf/{i}"]
+        assert_array(g, want, backend=backend, dtype=dtype, what=f"{case} leaf {i}")
+
+
+@pytest.mark.xfail_backend(
+    "torch",
+    "torch-cuda",
+    params={"case": "16xbf16tiny"},
+    raises=AssertionError,
+    reason=_TORCH_SUBNORMAL_HALVES,
+)
+@pytest.mark.xfail_backend(
+    "torch",
+    "torch-cuda",
+    params={"case": "20xbf16small"},
+    raises=AssertionError,
+    reason=_TORCH_SUBNORMAL_HALVES,
+)
+@pytest.mark.xfail_backend(
+    "torch",
+    "torch-cuda",
+    params={"case": "33xbf16mixed"},
+    raises=AssertionError,
+    reason=_TORCH_SUBNORMAL_HALVES,
+)
+@pytest.mark.parametrize("case", HALF_CASES)
+def test_tf_style_half_precision_is_tfs_bit_for_bit(backend, case):
+    # float16 and bfloat16: each example's norm is tf.linalg.global_norm's (every square
+    # halved and rounded before it is added: summing the squares and halving the sum kept
+    # float16 squares whose halves TF rounds to 0, up to 13 % off), in TF's order; so the
+    # factors and the clipped sums are TF's bits; infinite norms give NaN sums, as TF's
+    dtype, leaves = _half_case(backend, case)
+    got, norms = tree.per_example_clip(leaves, 1.0, style="tf")
+    norms, *got = backend.computed([norms, *got])  # Dask: the norms' graph once
+    _assert_half_case(backend, case, dtype, got, norms)
+
+
+@pytest.mark.parametrize("case", ["40xf16", "16xf16tiny", "33xbf16mixed", "6xbf16long"])
+@jax_backends
+def test_tf_style_half_precision_under_jit_and_vmap(backend, case):
+    # XLA computes half-precision arithmetic in float32 and drops a rounding to bfloat16
+    # that a cast to float32 follows: the accumulators are rounded apart first
+    import jax
+
+    dtype, leaves = _half_case(backend, case)
+
+    def clip(g: list[Any]) -> Any:
+        return tree.per_example_clip(g, 1.0, style="tf")
+
+    got, norms = jax.jit(clip)(leaves)
+    _assert_half_case(backend, case, dtype, got, norms)
+    got, norms = jax.jit(jax.vmap(clip))([g[None] for g in leaves])
+    _assert_half_case(backend, case, dtype, [g[0] for g in got], norms[0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tf_style_overflowing_squares_give_tfs_nan_without_a_warning(backend, dtype):
+    # squares past the dtype's range: TF's global norm is inf and clip_by_global_norm then
+    # gives NaN everywhere (TF warns about nothing); torch summed them on a NumPy view of
+    # its memory, whose overflow warning was an error under -W error
+    big = 3e37 if dtype == "float32" else 3e307
+    data = [np.full((5, 40), big), np.full((5, 3), big)]
+    leaves = [backend.asarray(v, dtype) for v in data]
+    got, norms = tree.per_example_clip(leaves, 1.0, style="tf")
+    assert_array(norms, np.full(5, np.inf), backend=backend, dtype=dtype)
+    for g, v in zip(got, data, strict=True):
+        assert_array(g, np.full(v.shape[1:], np.nan), backend=backend, dtype=dtype)
+
+
 #: float32 sums of one element per example on JAX without x64 (its default): an int64 index
 #: there is truncated with a UserWarning, an error under ``-W error``
 _NO_X64 = """
@@ -249,6 +340,11 @@ def test_committed_tf_reference_is_tfs():
         for i, s in enumerate(sums):
             np.testing.assert_array_equal(s, REF[f"many/{case}/tf/{i}"])
         np.testing.assert_array_equal(norms, REF[f"many/{case}/norms"])
+    for case in script.HALF_CASES:
+        sums, norms = script.run_tf_half(script.half_inputs(case))
+        for i, s in enumerate(sums):
+            np.testing.assert_array_equal(s, REF[f"half/{case}/tf/{i}"])
+        np.testing.assert_array_equal(norms, REF[f"half/{case}/norms"])
 
 
 # ------------------------------------------------------------------------ optax

@@ -284,10 +284,17 @@ def global_scale(
     for bit and an array ``c`` is never read on the host.
 
     ``kernels`` (only to flush): subnormal inputs, reciprocals and products become 0.
+
+    The reciprocals are :func:`~anyclip._numerics.quotient`'s: on JAX with TF's ``RealDiv``
+    gradient, ``g * ((-1 / n) / n)``; JAX's own multiplies by ``n ** -2``, and the gradient
+    of ``clip_by_global_norm``, which cancels through the norm, came out 1 to 8 ULP from TF's
+    (``sum(clip_by_global_norm([[1, t, -t, 3]], c)[0][0])``, float64 ``t = 1e-10``: 4 ULP, eager
+    and under ``jax.jit``).
     """
     one = _scalar(xp, 1.0, use_norm)
     if kernels is None or not kernels.ftz:
-        scale_for_finite = clip_norm * g.minimum(xp, one / use_norm, one / clip_norm)
+        inverses = quotient(xp, one, use_norm), quotient(xp, one, clip_norm)
+        scale_for_finite = clip_norm * g.minimum(xp, *inverses)
     else:
         f = kernels.flush
         clip_norm, use_norm = f(xp, clip_norm), f(xp, use_norm)

@@ -16,8 +16,9 @@ libraries differ only in the factor each example's gradient is multiplied by bef
 
 The per-example sums of squares are one reduction per leaf over its flattened example axes
 (:meth:`anyclip._kernels.Kernels.row_squares`: ``einsum`` on NumPy, ``vecdot`` on torch, a sum
-that XLA fuses with the square under ``jax.jit``); under TF's rule (float32, float64) they are
-TF's ``l2_loss`` per leaf and their sum, in Eigen's order (:func:`_core_tf_half_squares`).
+that XLA fuses with the square under ``jax.jit``); under TF's rule they are TF's ``l2_loss``
+per leaf and their sum, in Eigen's order (:func:`_core_tf_half_squares`; float16 and
+bfloat16 squares halved and rounded before they are added, as TF's ``L2Loss``).
 The weighted sum over the batch is one ``tensordot`` per leaf for optax's and Opacus's rules
 (as their ``einsum``); for TF's it is TF 2.21's ``reduce_sum`` over the stacked clipped
 examples, in Eigen's order (:func:`_core_tf_sum`: a Python loop over groups of four
@@ -86,7 +87,13 @@ def _core_sq_norms(
 
 
 #: The accumulation dtypes whose per-example norms follow TF 2.21's order (measured).
-_TF_NORM_DTYPES = ("float32", "float64")
+_TF_NORM_DTYPES = ("float16", "bfloat16", "float32", "float64")
+#: TF 2.21's ``L2Loss`` of float16 and bfloat16 (x86-64 wheels), measured bit for bit on 1 to
+#: 40,000 elements: each square rounded to the dtype, halved and rounded (a subnormal half
+#: of a float16 square rounds, to 0 below twice the smallest subnormal), then summed in the
+#: dtype by Eigen's full reduction with packets of 8, its lanes added in float32, and a tree
+#: split at 200 packets (float16) or 128 (bfloat16): (packet, leaf elements).
+_TF_HALF_L2LOSS = {"float16": (8, 200 * 8), "bfloat16": (8, 128 * 8)}
 
 
 def _core_tf_half_squares(xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
@@ -101,18 +108,34 @@ def _core_tf_half_squares(xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any
     bit for bit against TF 2.21's ``global_norm``). The squares are rounded apart from the
     sums (:func:`anyclip._kernels.rounded_apart`: no fused multiply-add under ``jax.jit``),
     a slice at a time: no squared copy of a leaf.
+
+    float16 and bfloat16 (:data:`_TF_HALF_L2LOSS`): each half of a square is rounded to the
+    dtype before it is added (summing the squares and halving the sum kept float16 squares
+    whose halves TF rounds to 0: a norm 13 % above TF's for entries of 1e-4), the sums
+    are in the dtype with float32 lanes; the stacked ``l2_loss`` values are then summed as
+    TF's ``reduce_sum`` sums a vector: float16 as the leaves, bfloat16 in float32 (TF's
+    accumulator for it, :data:`_TF_PACKET`), rounded once.
     """
     name = dtype_name(acc)
     packet, leaf = _TF_PACKET[name], _TF_LEAF[name]
+    lanes = xp.float32 if name in _TF_HALF_L2LOSS else None
+    loss_packet, loss_leaf = _TF_HALF_L2LOSS.get(name, (packet, leaf))
     halves = []
     for a in arrays:
         flat = xp.reshape(a, (a.shape[0], -1))
         if flat.dtype != acc:
             flat = xp.astype(flat, acc)
-        halves.append(tf_row_sums(xp, flat, packet=packet, leaf=leaf, square=0.5))
+        halves.append(
+            tf_row_sums(xp, flat, packet=loss_packet, leaf=loss_leaf, square=0.5, lanes=lanes)
+        )
     if len(halves) == 1:
         return halves[0]
-    return tf_row_sums(xp, xp.stack(halves, axis=1), packet=packet, leaf=leaf)
+    stacked = xp.stack(halves, axis=1)
+    if name == "bfloat16":  # rounded to bfloat16 first (XLA would drop it before the cast)
+        wide = xp.astype(rounded_apart(xp, stacked), xp.float32)
+        total = tf_row_sums(xp, wide, packet=packet, leaf=leaf)
+        return xp.astype(total, acc)
+    return tf_row_sums(xp, stacked, packet=packet, leaf=leaf, lanes=lanes)
 
 
 def _core_norms(
@@ -431,10 +454,12 @@ def per_example_clip(
     60,000 or 150,000 TF splits that sum across its threads and its bits follow their
     number). The factors are TF's as well: each example's norm is
     ``tf.linalg.global_norm``'s, each leaf's ``l2_loss`` (``sum(square(v) * 0.5)``) and
-    then their stack summed in the order of Eigen's full reduction, for float32 and
-    float64 norms (float16 and bfloat16 norms, and ``group=``'s all-reduce, add in the
-    backend's order), so the output is TF Privacy's bit for bit (measured on 3 to 12
-    leaves of 1 to 10,000 elements per example). Those norms cost more than one
+    then their stack summed in the order of Eigen's full reduction (``group=``'s
+    all-reduce adds in its own order), so the output is TF Privacy's bit for bit (measured
+    on 3 to 12 leaves of 1 to 10,000 elements per example; float16 and bfloat16 on 1 to 40
+    examples with subnormal and overflowing squares, each square halved and rounded before
+    it is added as TF's ``l2_loss`` does; torch keeps the subnormal bfloat16 halves that TF
+    flushes). Those norms cost more than one
     ``einsum`` per leaf (the same 784-128-10 MLP, ``B = 256``, float32, loaded 2-core CPU:
     NumPy 2.1 to 2.8 times the previous whole call, ``jax.jit`` 1.45 times and 1.2 to 1.7 s
     to compile against 0.35 s; torch on the CPU, whose norms run NumPy's code on a view,

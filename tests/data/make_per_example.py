@@ -40,6 +40,20 @@ the tree split of TF's full reduction), ``many/<case>/in/<i>`` holds leaf ``i`` 
 ``reduce_sum`` over the examples of ``tf.clip_by_global_norm(example, MANY_CLIP)`` per example
 (as ``tf/...``), and ``many/<case>/norms`` each example's ``tf.linalg.global_norm``.
 
+The per-example norms and sums of float16 and bfloat16 leaves (``half/...``): for each case
+of ``HALF_CASES`` (batch ``B``, dtype, the size of the entries, the leaves' per-example
+shapes), ``half/<case>/in/<i>`` holds leaf ``i`` (seed ``SEED``; signed), ``half/<case>/tf/<i>``
+the ``reduce_sum`` over the examples of ``tf.clip_by_global_norm(example, HALF_CLIP)`` per
+example, and ``half/<case>/norms`` each example's ``tf.linalg.global_norm`` (bfloat16 stored
+as float32, exactly). The sizes (``HALF_SIZES``, each example's entries that times a standard
+normal, a factor of 0.3 to 3 and one over the root of the number of leaves): norms around 1
+to 10; float16 entries of about 1e-4 to 1e-3, whose squares are subnormal and whose
+``l2_loss`` halves round (to 0 below twice the smallest subnormal), bfloat16 entries of about
+1e-19, whose halves TF flushes; norms near the dtype's largest value, finite or not (float16
+about 40, bfloat16 3e18); entries whose squares overflow (float16 300, bfloat16 3e19:
+infinite norms, NaN sums); a mix of all in one batch; and leaves past the tree splits of
+TF's ``l2_loss`` (1600 float16 elements, 1024 bfloat16).
+
 ``provenance`` (a JSON string) records the library versions, the seed and the calls.
 """
 
@@ -54,6 +68,9 @@ import numpy as np
 __all__ = [
     "CLIPS",
     "DTYPES",
+    "HALF_CASES",
+    "HALF_CLIP",
+    "HALF_SIZES",
     "LEAVES",
     "MANY_CASES",
     "MANY_CLIP",
@@ -62,10 +79,12 @@ __all__ = [
     "SUM_CLIP",
     "SUM_DTYPES",
     "inputs",
+    "half_inputs",
     "main",
     "many_inputs",
     "run_opacus",
     "run_tf",
+    "run_tf_half",
     "run_tf_many",
     "run_tf_sum",
     "sum_inputs",
@@ -112,6 +131,40 @@ MANY_CASES = {
     "17xf64": (17, "float64", ((9,), (33,), (), (5000,), (4,), (3, 7), (2,))),
 }
 MANY_CLIP = 1.0
+#: The half-precision cases' leaves: a matrix, vectors, a scalar, one past Eigen's packets
+_HALF_SHAPES = ((3, 4), (5,), (), (7,), (33,))
+#: Past the tree splits of TF's float16 and bfloat16 ``l2_loss`` (1600 and 1024 elements)
+_LONG_SHAPES = ((1700,), (3,), (2100,))
+#: (batch, dtype, size, per-example shapes) of the half-precision cases
+HALF_CASES = {
+    "1xf16": (1, "float16", "normal", _HALF_SHAPES),
+    "5xf16": (5, "float16", "normal", _HALF_SHAPES),
+    "17xf16": (17, "float16", "normal", _HALF_SHAPES),
+    "40xf16": (40, "float16", "normal", _HALF_SHAPES),
+    "16xf16tiny": (16, "float16", "tiny", _HALF_SHAPES),
+    "20xf16small": (20, "float16", "small", _HALF_SHAPES),
+    "17xf16huge": (17, "float16", "huge", _HALF_SHAPES),
+    "9xf16over": (9, "float16", "over", _HALF_SHAPES),
+    "33xf16mixed": (33, "float16", "mixed", _HALF_SHAPES),
+    "6xf16long": (6, "float16", "normal", _LONG_SHAPES),
+    "1xbf16": (1, "bfloat16", "normal", _HALF_SHAPES),
+    "5xbf16": (5, "bfloat16", "normal", _HALF_SHAPES),
+    "17xbf16": (17, "bfloat16", "normal", _HALF_SHAPES),
+    "40xbf16": (40, "bfloat16", "normal", _HALF_SHAPES),
+    "16xbf16tiny": (16, "bfloat16", "tiny", _HALF_SHAPES),
+    "20xbf16small": (20, "bfloat16", "small", _HALF_SHAPES),
+    "17xbf16huge": (17, "bfloat16", "huge", _HALF_SHAPES),
+    "9xbf16over": (9, "bfloat16", "over", _HALF_SHAPES),
+    "33xbf16mixed": (33, "bfloat16", "mixed", _HALF_SHAPES),
+    "6xbf16long": (6, "bfloat16", "normal", _LONG_SHAPES),
+}
+#: The entries' size per dtype (times a standard normal and a factor of 0.3 to 3 per
+#: example); "mixed": each example's size drawn from the others
+HALF_SIZES = {
+    "float16": {"normal": 1.0, "tiny": 6e-4, "small": 2e-3, "huge": 40.0, "over": 300.0},
+    "bfloat16": {"normal": 1.0, "tiny": 1e-19, "small": 3e-19, "huge": 3e18, "over": 3e19},
+}
+HALF_CLIP = 1.0
 
 
 def inputs(dtype: str) -> dict[str, np.ndarray]:
@@ -221,6 +274,46 @@ def run_tf_many(leaves: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]
     return sums, np.asarray(norms)
 
 
+def half_inputs(case: str) -> list[np.ndarray]:
+    """The leaves of a half-precision case, in their dtype (bfloat16: ``ml_dtypes``)."""
+    import ml_dtypes
+
+    b, dtype, size, shapes = HALF_CASES[case]
+    rng = np.random.default_rng([SEED, *map(ord, case)])
+    sizes = HALF_SIZES[dtype]
+    if size == "mixed":
+        scale = rng.choice(list(sizes.values()), b)
+    else:
+        scale = np.full(b, sizes[size])
+    scale = scale * rng.uniform(0.3, 3.0, b) / np.sqrt(len(shapes))
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    return [
+        (rng.standard_normal((b, *shape)) * scale.reshape((b,) + (1,) * len(shape))).astype(
+            np_dtype
+        )
+        for shape in shapes
+    ]
+
+
+def run_tf_half(leaves: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """:func:`run_tf_many` for float16 and bfloat16 leaves (bfloat16 results as float32)."""
+    import tensorflow as tf
+
+    dtype = tf.bfloat16 if leaves[0].dtype.name == "bfloat16" else tf.as_dtype(leaves[0].dtype)
+    per_example, norms = [], []
+    for b in range(leaves[0].shape[0]):
+        example = [tf.constant(g[b], dtype=dtype) for g in leaves]
+        clipped, norm = tf.clip_by_global_norm(example, HALF_CLIP)
+        per_example.append(clipped)
+        norms.append(norm)
+    store = tf.float32 if dtype == tf.bfloat16 else dtype
+    sums = [
+        tf.cast(tf.reduce_sum(tf.stack([e[i] for e in per_example]), axis=0), store).numpy()
+        for i in range(len(leaves))
+    ]
+    return sums, tf.cast(tf.stack(norms), store).numpy()
+
+
 def run_opacus(grads: dict[str, np.ndarray], clip: float) -> dict[str, np.ndarray]:
     import torch
     from opacus.optimizers import DPOptimizer
@@ -284,6 +377,13 @@ def main(out: Path) -> None:
             data[f"many/{case}/in/{i}"] = g
             data[f"many/{case}/tf/{i}"] = total
         data[f"many/{case}/norms"] = norms
+    for case in HALF_CASES:
+        leaves = half_inputs(case)
+        sums, norms = run_tf_half(leaves)
+        for i, (g, total) in enumerate(zip(leaves, sums, strict=True)):
+            data[f"half/{case}/in/{i}"] = g.astype(total.dtype)
+            data[f"half/{case}/tf/{i}"] = total
+        data[f"half/{case}/norms"] = norms
     provenance = {
         "script": "tests/data/make_per_example.py",
         "tensorflow": tf.__version__,
@@ -297,6 +397,7 @@ def main(out: Path) -> None:
         "sum_call": "tf.reduce_sum(tf.stack([tf.clip_by_global_norm([t], 1.0)[0][0] ...]), 0)",
         "many_call": "tf.clip_by_global_norm(leaves of one example, 1.0) per example, then"
         " tf.reduce_sum(tf.stack(clipped leaf i), 0); norms: its global_norm",
+        "half_call": "as many_call, float16 and bfloat16 leaves (bfloat16 stored as float32)",
         "cpu": _cpu(),
     }
     data["provenance"] = np.asarray(json.dumps(provenance))

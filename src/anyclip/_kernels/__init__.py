@@ -176,6 +176,7 @@ def tf_row_sums(
     leaf: int,
     square: float | None = None,
     phase: int = 0,
+    lanes: Any = None,
 ) -> Any:
     """Each row of the 2-D ``rows`` summed in the order of TF 2.21's full ``reduce_sum``.
 
@@ -187,10 +188,16 @@ def tf_row_sums(
     (:func:`~anyclip._kernels._tforder.numpy_rows_in_order`); torch runs this NumPy code
     on a NumPy view of the tensor (:func:`~anyclip._kernels._torch_sums.torch_numpy_rows`).
     ``phase``: where each row starts in Eigen's packets (see ``tf_order_row_sums``).
+    ``lanes`` (float16 and bfloat16 rows: the namespace's float32): the dtype a packet's
+    lanes are added in; then every addition is an elementwise operation of the namespace,
+    each rounded to the rows' dtype (NumPy's reduction of a float16 axis would add in
+    float32).
     """
     lib = library(xp)
     if lib == "jax":
-        return jax_tf_row_sums(xp, rows, packet, leaf, square, phase)
+        return jax_tf_row_sums(xp, rows, packet, leaf, square, phase, lanes)
+    if lanes is not None:
+        return tf_order_row_sums(xp, rows, packet=packet, leaf=leaf, square=square, lanes=lanes)
     if lib == "torch":
         return torch_tf_row_sums(xp, rows, packet=packet, leaf=leaf, square=square, phase=phase)
     sums = numpy_tf_row_sums if lib == "numpy" else tf_order_row_sums

@@ -582,21 +582,30 @@ def jax_tf_vector_sum(xp: Namespace, values: Any, packet: int, leaf: int, lanes:
 
 
 def jax_tf_row_sums(
-    xp: Namespace, rows: Any, packet: int, leaf: int, square: float | None = None, phase: int = 0
+    xp: Namespace,
+    rows: Any,
+    packet: int,
+    leaf: int,
+    square: float | None = None,
+    phase: int = 0,
+    lanes: Any = None,
 ) -> Any:
     """:func:`~anyclip._kernels._tforder_xp.tf_order_row_sums` as one compiled program.
 
-    As :func:`jax_tf_vector_sum`: a ``jax.jit`` made once per namespace (``packet`` and
-    ``leaf`` static), so an eager call is one dispatch, not one per addition; under the
-    caller's ``jit`` it is inlined. The squares (``square``) are rounded apart from the
-    additions they feed (:func:`anyclip._kernels.rounded_apart`).
+    As :func:`jax_tf_vector_sum`: a ``jax.jit`` made once per namespace (``packet``,
+    ``leaf``, ``square``, ``phase`` and ``lanes`` static), so an eager call is one dispatch,
+    not one per addition; under the caller's ``jit`` it is inlined. The squares
+    (``square``) are rounded apart from the additions they feed
+    (:func:`anyclip._kernels.rounded_apart`).
     """
 
-    def run(r: Any, packet: int, leaf: int, square: float | None, phase: int) -> Any:
-        return tf_order_row_sums(xp, r, packet=packet, leaf=leaf, square=square, phase=phase)
+    def run(r: Any, packet: int, leaf: int, square: float | None, phase: int, lanes: Any) -> Any:
+        return tf_order_row_sums(
+            xp, r, packet=packet, leaf=leaf, square=square, phase=phase, lanes=lanes
+        )
 
-    found = _tf_jit(("rows", False, xp.__name__), run, static_argnums=(1, 2, 3, 4))
-    return found(rows, packet, leaf, square, phase)
+    found = _tf_jit(("rows", False, xp.__name__), run, static_argnums=(1, 2, 3, 4, 5))
+    return found(rows, packet, leaf, square, phase, lanes)
 
 
 class JaxKernels(Kernels):

@@ -246,8 +246,8 @@ def _padded_leaf_sums(
     tails = tail[:, 0]
     for j in range(1, p - 1):
         tails = tails + tail[:, j]
-    if lanes_dtype is not None:
-        lanes = xp.astype(lanes, lanes_dtype)
+    if lanes_dtype is not None:  # the accumulators rounded first (XLA would drop it)
+        lanes = xp.astype(rounded_apart(xp, lanes), lanes_dtype)
     while lanes.shape[1] > 1:
         half = int(lanes.shape[1]) // 2
         lanes = lanes[:, :half] + lanes[:, half:]
@@ -342,9 +342,12 @@ def rounded_apart(xp: Any, x: Any) -> Any:
     ``jax.jit`` (one rounding instead of two), which TF's kernels do not do. A select
     between them stops the contraction: ``where(isnan(x), nan, x)`` is ``x`` (a NaN stays
     NaN) and passes ``jax.grad`` and ``jax.vmap`` through (measured on XLA's CPU backend;
-    ``optimization_barrier`` is dropped before fusion there and does not). Other libraries
-    round each operation already. Its derivative is 1, at a NaN too (a ``custom_jvp``): the
-    select's own would give a NaN's cotangent 0 and lose the NaN that TF's gradient carries.
+    ``optimization_barrier`` is dropped before fusion there and does not). The same select
+    keeps the rounding of a bfloat16 or float16 result that is then cast to float32, which
+    XLA drops otherwise (it computes half-precision arithmetic in float32 and removes a
+    cast down followed by a cast up). Other libraries round each operation already. Its
+    derivative is 1, at a NaN too (a ``custom_jvp``): the select's own would give a NaN's
+    cotangent 0 and lose the NaN that TF's gradient carries.
     """
     if library(xp) != "jax":
         return x
@@ -428,8 +431,8 @@ def _equal_leaf_sums(
         rest = part(block[:, :, full : full + packs * p])
         for j in range(packs):
             lanes = lanes + rest[..., j * p : (j + 1) * p]
-    if lanes_dtype is not None:
-        lanes = xp.astype(lanes, lanes_dtype)
+    if lanes_dtype is not None:  # the accumulators rounded first (XLA would drop it)
+        lanes = xp.astype(rounded_apart(xp, lanes), lanes_dtype)
     while lanes.shape[-1] > 1:
         half = int(lanes.shape[-1]) // 2
         lanes = lanes[..., :half] + lanes[..., half:]

@@ -37,6 +37,8 @@ from anyclip._kernels._dist import (
     replicate_partials,
 )
 from anyclip._kernels._tfaxes import tf_sum_or_none
+from anyclip._kernels._tforder import tf_order_dtype
+from anyclip._kernels._tforder_xp import tf_order_squares
 from anyclip._kernels._torch_multi import cuda_half_squares, cuda_norm
 from anyclip._kernels._torch_sums import (
     _FAST,
@@ -179,6 +181,29 @@ class TorchKernels(Kernels):
         if torch.is_grad_enabled() and (owned.requires_grad or divisor.requires_grad):
             return owned / divisor
         return owned.div_(divisor)
+
+    def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
+        """As :meth:`Kernels.tf_order_squares` with ``half``, for CPU tensors recording a gradient.
+
+        The fast paths (no gradient recorded) sum float64 squares, and float32 ones with
+        ``half``, in TF's order already (:func:`_tf_order`, on NumPy views). While autograd
+        records, the generic code summed the ``l2_loss`` in torch's order: a ``global_norm``
+        of float64 ``[1, 1e-3, -1e-3, 3]`` 1 ULP from TF's, its ``clip_by_global_norm``
+        gradient 1 ULP off in three of four elements. Here in TF's order in torch operations
+        (gathers and additions, which autograd records: :func:`tf_order_squares`). None
+        without ``half`` (``tf.norm``'s sum: its gradient would add the two terms of each
+        square before ``t * c``'s, 1 ULP from TF's ``clip_by_norm`` gradient, as on JAX), on
+        other devices, for DTensors and while ``torch.compile`` traces.
+        """
+        import torch
+
+        if not half or not tf_order_dtype(arrays[0].dtype, half=half):
+            return None
+        if torch.compiler.is_compiling():
+            return None
+        if any_dtensor(arrays) or not all([a.is_cpu for a in arrays]):
+            return None
+        return tf_order_squares(xp, arrays, half=half)
 
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """As :meth:`Kernels.half_squares`; by :func:`_partial_norms` when :func:`_fast_ok`.

@@ -404,15 +404,18 @@ def torch_tf_row_sums(xp: Namespace, rows: Any, **kwargs: Any) -> Any:
 
     On a NumPy view of the tensor's memory where :func:`torch_numpy_rows` gives one (NumPy's
     in-order reduction of the packet accumulators' rows), else in torch operations.
-    ``kwargs``: ``packet``, ``leaf`` and optionally ``square`` and ``phase``.
+    ``kwargs``: ``packet``, ``leaf`` and optionally ``square`` and ``phase``. NumPy's
+    overflow warnings are silenced there, as torch's arithmetic gives inf without one.
     """
     view = torch_numpy_rows(rows)
     if view is None:
         return tf_order_row_sums(xp, rows, **kwargs)
     import array_api_compat.numpy as np_xp
+    import numpy as np
     import torch
 
-    return torch.from_numpy(numpy_tf_row_sums(np_xp, view, **kwargs))
+    with np.errstate(all="ignore"):  # TF's (and torch's) arithmetic: inf without a warning
+        return torch.from_numpy(numpy_tf_row_sums(np_xp, view, **kwargs))
 
 
 def torch_in_turn(xp: Namespace, z: Any) -> Any:
@@ -426,9 +429,11 @@ def torch_in_turn(xp: Namespace, z: Any) -> Any:
     view = torch_numpy_rows(z)
     if view is None:
         return cumulative_in_turn(xp, z)
+    import numpy as np
     import torch
 
-    return torch.from_numpy(numpy_in_turn(xp, view))
+    with np.errstate(all="ignore"):  # as torch_tf_row_sums
+        return torch.from_numpy(numpy_in_turn(xp, view))
 
 
 def _numpy() -> Any | None:

@@ -29,7 +29,7 @@ from anyclip._compat import dtype_name, namespace
 from anyclip._kernels import kernels_for
 from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
-from anyclip._numerics import as_array, constant, quiet, sqrt
+from anyclip._numerics import as_array, constant, quiet, rounded_here, sqrt
 from anyclip._policy import scalar_operand
 from anyclip._policy_dtypes import widest_float
 from anyclip._pytree import TreeT, flatten
@@ -186,7 +186,7 @@ def _core_unit_norms(
         p_norm, g_norm = both[0, ...], both[1, ...]
     if p_norm.dtype != dtype:
         p_norm, g_norm = xp.astype(p_norm, dtype), xp.astype(g_norm, dtype)
-    return p_norm, g_norm
+    return rounded_here(xp, p_norm), rounded_here(xp, g_norm)
 
 
 def _core_agc(
@@ -229,8 +229,9 @@ def _core_agc(
         max_norm = xp.astype(xp.astype(max_norm, opmath) * clipping, work)
     else:
         max_norm = max_norm * clipping
+    max_norm = rounded_here(xp, max_norm)
     floor = constant(xp, _DIV_EPS, g_norm.dtype, g_norm)
-    clipped = gw * (max_norm / xp.maximum(g_norm, floor))
+    clipped = gw * rounded_here(xp, max_norm / xp.maximum(g_norm, floor))
     out = xp.where(g_norm < max_norm, gw, clipped)
     return as_array(out if out.dtype == g.dtype else xp.astype(out, g.dtype))
 

@@ -36,6 +36,7 @@ from anyclip._numerics import (
     quiet,
     quotient,
     reduce_sum,
+    rounded_here,
     sqrt,
     tf_float16,
 )
@@ -192,7 +193,7 @@ def clip_by_norm(
     """
     if not kernels.ftz:
         l2norm = kernels.clip_norm2(xp, t, axes)
-        intermediate = t * clip_norm
+        intermediate = rounded_here(xp, t * clip_norm)
         divisor = g.maximum(xp, l2norm, clip_norm)
         return kernels.divide_into(xp, intermediate, divisor)
     clip_norm = kernels.flush(xp, clip_norm)
@@ -204,7 +205,8 @@ def clip_by_norm(
 
 def norm_from_half_squares(xp: Namespace, total: Any) -> Any:
     """``sqrt(total * 2)``: the global norm from the sum of every ``l2_loss``."""
-    return sqrt(xp, total * _scalar(xp, 2.0, total))
+    doubled = rounded_here(xp, rounded_here(xp, total) * _scalar(xp, 2.0, total))
+    return rounded_here(xp, sqrt(xp, doubled))
 
 
 @_entry
@@ -293,8 +295,11 @@ def global_scale(
     """
     one = _scalar(xp, 1.0, use_norm)
     if kernels is None or not kernels.ftz:
-        inverses = quotient(xp, one, use_norm), quotient(xp, one, clip_norm)
-        scale_for_finite = clip_norm * g.minimum(xp, *inverses)
+        inverses = (
+            rounded_here(xp, quotient(xp, one, use_norm)),
+            rounded_here(xp, quotient(xp, one, clip_norm)),
+        )
+        scale_for_finite = rounded_here(xp, clip_norm * g.minimum(xp, *inverses))
     else:
         f = kernels.flush
         clip_norm, use_norm = f(xp, clip_norm), f(xp, use_norm)
@@ -608,9 +613,9 @@ def l2_normalize(
         # TF scales the parts apart: inf + 0j gives nan + 0j, not nan + nan j
         return complex_from_parts(xp, re * x_inv_norm, im * x_inv_norm, x.dtype)
     if kernels is None or not kernels.ftz:
-        square_sum = _sum_kept(xp, kernels, x * x, axis)  # settled
-        x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
-        return x * x_inv_norm
+        square_sum = _sum_kept(xp, kernels, rounded_here(xp, x * x), axis)  # settled
+        floored = g.maximum(xp, rounded_here(xp, square_sum), epsilon)
+        return x * rounded_here(xp, g.rsqrt(xp, floored))
     xs = kernels.flush_squares(xp, x)
     square_sum = _sum_kept(xp, kernels, xs * xs, axis)  # settled
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, kernels.flush(xp, epsilon)))

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple, TypeVar
 from anyclip._compat import dtype_name
 from anyclip._core import global_scale
 from anyclip._if_finite import INT_MAX, if_finite_step, saturating_increment
-from anyclip._numerics import constant, lerp, quiet, sqrt
+from anyclip._numerics import constant, lerp, quiet, rounded_here, sqrt
 from anyclip._typing import Namespace
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -358,7 +358,7 @@ def _clip_coef(xp: Namespace, limit: Any, norm: Any) -> Any:
         return a if a.dtype == wide else xp.astype(a, wide)
 
     def down(a: Any) -> Any:
-        return a if a.dtype == dt else xp.astype(a, dt)
+        return rounded_here(xp, a if a.dtype == dt else xp.astype(a, dt))
 
     lim = constant(xp, limit, wide, norm) if isinstance(limit, numbers.Real) else up(limit)
     d = down(up(norm) + constant(xp, 1e-6, wide, norm))

@@ -23,7 +23,7 @@ from anyclip._compat import device, dtype_name, is_dtensor, is_functorch_wrapped
 from anyclip._kernels._tfaxes import tf_sum_or_none
 from anyclip._kernels._tforder import tf_order_dtype
 from anyclip._kernels._tforder_xp import rounded_apart, tf_order_squares
-from anyclip._numerics import constant, quotient, reduce_sum, sqrt, tf_cast
+from anyclip._numerics import constant, quotient, reduce_sum, rounded_here, sqrt, tf_cast
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -135,7 +135,7 @@ class Kernels:
             total = self.tf_order_squares(xp, [x], half=False)
             if total is not None:
                 return xp.reshape(total, (1,) * x.ndim)
-        squares = x * x
+        squares = rounded_here(xp, x * x)
         if reduces_one(x, axes):
             # under jax.jit XLA folds sqrt(x * x) over one element into abs(x), dropping the
             # overflow (and underflow) of the square that TF's norm has: 1e30 for TF's inf
@@ -187,10 +187,10 @@ class Kernels:
         kept. An override may drop the ``where``s only where no gradient is recorded (the
         values are the same).
         """
-        l2sum = self._square_sum(xp, t, axes)
+        l2sum = rounded_here(xp, self._square_sum(xp, t, axes))
         pred = l2sum > 0
         ones = xp.ones_like(l2sum)
-        return xp.where(pred, sqrt(xp, xp.where(pred, l2sum, ones)), l2sum)
+        return xp.where(pred, rounded_here(xp, sqrt(xp, xp.where(pred, l2sum, ones))), l2sum)
 
     def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
         """``owned / divisor``; ``owned`` is a temporary the core made, which may be reused.
@@ -206,7 +206,9 @@ class Kernels:
         optax's and timm's own formula (no TF order to keep); an override may compute it
         without the ``x * x`` temporary.
         """
-        return sqrt(xp, xp.sum(x * x, axis=axes, keepdims=True))
+        squares = rounded_here(xp, x * x)
+        total = rounded_here(xp, xp.sum(squares, axis=axes, keepdims=True))
+        return rounded_here(xp, sqrt(xp, total))
 
     def row_squares(self, xp: Namespace, rows: Any) -> Any:
         """``sum(rows * rows, axis=-1)`` of a 2-D array: one sum of squares per row.
@@ -516,7 +518,8 @@ def _half_square_sum(xp: Namespace, v: Any) -> Any:
         return reduce_sum(xp, halves, None, keepdims=False)
     if name != "bfloat16":
         return reduce_sum(xp, xp.square(v), None, keepdims=False) * half
-    return xp.astype(bfloat16_square_sum(xp, xp.square(v)), v.dtype) * half
+    squares = rounded_apart(xp, xp.square(v))  # (rounded under torch.compile, as eagerly)
+    return rounded_apart(xp, xp.astype(bfloat16_square_sum(xp, squares), v.dtype)) * half
 
 
 def bfloat16_square_sum(xp: Namespace, squares: Any) -> Any:

@@ -25,7 +25,7 @@ from anyclip._kernels._tforder import (
     eigen_packet,
     numpy_rows_in_order,
 )
-from anyclip._numerics import constant
+from anyclip._numerics import constant, torch_rounded
 
 __all__ = [
     "numpy_tf_row_sums",
@@ -336,7 +336,7 @@ def numpy_tf_row_sums(xp: Any, rows: Any, **kwargs: Any) -> Any:
 
 
 def rounded_apart(xp: Any, x: Any) -> Any:
-    """``x``, rounded on its own before the additions it feeds (the identity, bar under JAX).
+    """``x``, rounded on its own before the additions it feeds (the identity, bar compiled).
 
     XLA contracts a product that feeds an addition into one fused multiply-add under
     ``jax.jit`` (one rounding instead of two), which TF's kernels do not do. A select
@@ -345,11 +345,16 @@ def rounded_apart(xp: Any, x: Any) -> Any:
     ``optimization_barrier`` is dropped before fusion there and does not). The same select
     keeps the rounding of a bfloat16 or float16 result that is then cast to float32, which
     XLA drops otherwise (it computes half-precision arithmetic in float32 and removes a
-    cast down followed by a cast up). Other libraries round each operation already. Its
-    derivative is 1, at a NaN too (a ``custom_jvp``): the select's own would give a NaN's
-    cotangent 0 and lose the NaN that TF's gradient carries.
+    cast down followed by a cast up). Its derivative is 1, at a NaN too (a ``custom_jvp``):
+    the select's own would give a NaN's cotangent 0 and lose the NaN that TF's gradient
+    carries. Under ``torch.compile`` a float16 or bfloat16 ``x`` is rounded to its dtype
+    (:func:`~anyclip._numerics.torch_rounded`: Inductor keeps fused half-precision values in
+    float32). Other libraries, and eager torch, round each operation already: ``x`` itself.
     """
-    if library(xp) != "jax":
+    lib = library(xp)
+    if lib == "torch":
+        return torch_rounded(x)
+    if lib != "jax":
         return x
     return _jax_rounded_apart()(x)
 

@@ -189,9 +189,11 @@ def _half_precision_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any
     :func:`reduce_sum` (torch's cascade sum: ``_foreach_norm(halves, 1)`` adds float32 in
     sequence there and was 1 ulp off in 5 of 400 bfloat16 arrays of 10**3 to 10**6.5
     elements). None where :func:`_fast_ok` refuses ``arrays`` for :data:`_HALF` (a recorded
-    gradient, a ``torch.func`` transform, a DTensor, another dtype).
+    gradient, a ``torch.func`` transform, a DTensor, another dtype), and while
+    ``torch.compile`` traces: the generic steps then round each square and sum to the dtype
+    as here (Inductor would keep them in float32 and skip the rounding of ``.to(dtype)``).
     """
-    if not _fast_ok(arrays, one_dtype=True, dtypes=_HALF):
+    if not _fast_ok(arrays, one_dtype=True, dtypes=_HALF) or torch.compiler.is_compiling():
         return None
     if not arrays[0].is_cuda:  # CPU foreach ops loop over the arrays: runs of small ones joined
         parts = cpu_half_square_sums(torch, arrays, _cpu_half_losses(xp, torch, arrays))

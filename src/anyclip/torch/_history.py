@@ -16,7 +16,9 @@ from typing import Any
 import torch
 
 from anyclip import _clip
+from anyclip._compat import torch_compiling
 from anyclip._history import History
+from anyclip._numerics import torch_rounded
 from anyclip._sparse import values_of
 from anyclip.torch._common import _PLAIN_TYPES, _local, _tensors
 from anyclip.torch._total_norm import _join_group, _total_norm
@@ -103,15 +105,20 @@ def _zclip_norms(
     dtype, device = first.dtype, first.device
     if all(v.dtype == dtype and v.device == device for v in values):
         ours = per = list(torch._foreach_norm(values, 2.0))
+        if torch_compiling():  # each norm rounded to its dtype, as eagerly (Inductor keeps float32)
+            ours = per = [torch_rounded(n) for n in per]
         torch_norm = torch.linalg.vector_norm(torch.stack(per))
     else:
         ours = [torch.linalg.vector_norm(v.to(dtype)) for v in values]
+        if torch_compiling():
+            ours = [torch_rounded(n) for n in ours]
         # torch's own: it groups the gradients by device and dtype, in its order, before
         # stacking their norms (the sum of the squares in another order rounds otherwise)
         torch_norm = _torch_total_norm(values)
     stacked = torch.stack([n.to(device) for n in ours])
-    zclip_norm = torch.sqrt(torch.sum(torch.pow(stacked, 2)))
-    return zclip_norm, torch_norm
+    squares = torch_rounded(torch.sum(torch_rounded(torch.pow(stacked, 2))))
+    zclip_norm = torch_rounded(torch.sqrt(squares))
+    return zclip_norm, torch_rounded(torch_norm)
 
 
 def _tensor_norm(v: torch.Tensor, *, torch_half: bool = False) -> torch.Tensor:
@@ -143,6 +150,20 @@ def _torch_total_norm(values: list[torch.Tensor]) -> torch.Tensor:
     rounding ties: 4 of 20,000 random float16 tensors 1 ULP off), then the ``vector_norm`` of
     those norms. No host read.
     """
+    if (
+        torch_compiling()
+        and values[0].dtype in _HALF
+        and all(v.dtype == values[0].dtype for v in values)
+    ):
+        # get_total_norm's steps for one dtype (the CPU's: a norm per tensor, then the norm
+        # of the norms), each norm rounded to the dtype as eagerly (Inductor would skip the
+        # rounding); several dtypes: torch's own call
+        per = [torch_rounded(n) for n in torch._foreach_norm(values, 2.0)]
+        first = values[0].device
+        norm: torch.Tensor = torch_rounded(
+            torch.linalg.vector_norm(torch.stack([n.to(first) for n in per]))
+        )
+        return norm
     total: torch.Tensor = torch.nn.utils.get_total_norm(values, 2.0)
     return total
 

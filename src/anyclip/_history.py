@@ -35,6 +35,7 @@ from anyclip._compat import dtype_name
 from anyclip._core import global_scale
 from anyclip._if_finite import INT_MAX, if_finite_step, saturating_increment
 from anyclip._numerics import constant, lerp, quiet, rounded_here, sqrt
+from anyclip._policy_dtypes import widest_float
 from anyclip._typing import Namespace
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -519,7 +520,7 @@ def zclip_step(
         var=xp.where(starts, var0, xp.where(keep, var, new_var)),
         window=window,
     )
-    wide = xp.result_type(warm_factor, factor)
+    wide = widest_float(xp, [warm_factor.dtype, factor.dtype])  # torch.compile traces it
     return ZClipStep(
         factor=xp.where(
             warm, xp.astype(warm_factor, wide, copy=False), xp.astype(factor, wide, copy=False)

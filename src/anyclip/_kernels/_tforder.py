@@ -418,12 +418,10 @@ def tf_order_total(
     """
     if not half:
         return per_array[0] if len(per_array) == 1 else math.fsum(per_array)
-    factor = 0.5 if halve else 1.0
+    halves = [v * 0.5 for v in per_array] if halve else per_array
     if len(per_array) == 1:
-        return per_array[0] * factor
-    halves = np.asarray(
-        [v * factor for v in per_array], dtype=np.float64 if dtype is None else dtype
-    )
+        return halves[0]
+    halves = np.asarray(halves, dtype=np.float64 if dtype is None else dtype)
     return tf_order_sums(np, halves, [len(per_array)], square=False)[0]
 
 

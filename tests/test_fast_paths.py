@@ -411,6 +411,25 @@ def test_torch_cuda_sums_of_squares_on_cpu(backend, make, dtype, case):
 
 
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize(
+    "values",
+    [[[1.2e-19]], [[3e-19, -2e-19], [1.2e-19]], [[1.1e-19], [-1.4e-19]]],
+    ids=["one", "second", "both"],
+)
+def test_torch_cuda_unhalved_sums_on_cpu(backend, make, values):
+    """CUDA's route unhalved (Keras's ``sum(square(v))``), run on the CPU, on arrays whose
+    sums of squares lie in ``[2**-126, 2**-125)``: normal, their halves not. Its float64 sum
+    of the float32 squares, rounded once to float32 (the exact sum here), not half of it
+    rounded to a subnormal float32, then doubled (1 ULP off for ``[1.2e-19]``)."""
+    from anyclip._kernels._torch_multi import cuda_half_squares
+
+    xs = [make(v, "float32") for v in values]
+    exact = math.fsum(float(np.float32(e)) ** 2 for v in values for e in v)
+    total = cuda_half_squares(backend.module, xs, halve=False)
+    assert_array(total, np.float32(exact), backend=backend, dtype="float32")
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
 @pytest.mark.parametrize("axes", [None, (0,), (1,), (0, 1)])
 def test_torch_cuda_norm_on_cpu(backend, make, axes):
     """CUDA's one-launch norm (``vector_norm`` over ``axes``, kept) run on the CPU on a short

@@ -258,6 +258,8 @@ def test_optax_keras_clipping_options(backend, make, check):
 BITS_SCRIPT = DATA / "make_keras_global_clipnorm.py"
 bits = SimpleNamespace(**runpy.run_path(str(BITS_SCRIPT)))
 BIT_CASES = pytest.mark.parametrize("case", list(bits.cases()))
+#: The cases of an array's sum of squares from the smallest normal number up to twice it.
+HALF_SUBNORMAL = [case for case in bits.cases() if "half-subnormal" in case]
 
 
 @pytest.fixture(scope="module")
@@ -274,6 +276,14 @@ def _bits_case(ref: dict[str, np.ndarray], case: str) -> tuple[float, list, list
     n = len({**bits.cases(), **bits.flush_cases()}[case][1])
     c = float(ref[f"{case}/c"])
     return c, [ref[f"{case}/g/{i}"] for i in range(n)], [ref[f"{case}/out/{i}"] for i in range(n)]
+
+
+def _backend_bits(backend: Backend, keras_bits: dict, case: str) -> tuple[float, list, list, str]:
+    c, grads, want = _bits_case(keras_bits, case)
+    dtype = str(grads[0].dtype)
+    if not backend.has_dtype(dtype):
+        pytest.skip(f"{backend.name} has no {dtype}")
+    return c, grads, want, dtype
 
 
 def _bits_budget(backend: Backend, case: str, dtype: str) -> float:
@@ -312,8 +322,7 @@ def test_keras_bits_cases_tell_keras_from_tf(keras_bits):
 def test_torch_keras_global_clipnorm_is_keras_bit_for_bit(backend, keras_bits, check, case):
     torch = backend.module
     at = pytest.importorskip("anyclip.torch")
-    c, grads, want = _bits_case(keras_bits, case)
-    dtype = str(grads[0].dtype)
+    c, grads, want, dtype = _backend_bits(backend, keras_bits, case)
     params = [torch.nn.Parameter(backend.asarray(np.zeros_like(g), dtype)) for g in grads]
     opt = torch.optim.SGD(params, lr=1.0)
     handle = at.keras_clipping(opt, global_clipnorm=c)
@@ -331,8 +340,7 @@ def test_torch_keras_global_clipnorm_is_keras_bit_for_bit(backend, keras_bits, c
 def test_optax_keras_global_clipnorm_is_keras_bit_for_bit(backend, keras_bits, check, case, jit):
     jax = backend.module
     ao = pytest.importorskip("anyclip.optax")
-    c, grads, want = _bits_case(keras_bits, case)
-    dtype = str(grads[0].dtype)
+    c, grads, want, dtype = _backend_bits(backend, keras_bits, case)
     tx = ao.keras_clipping(global_clipnorm=c)
     updates = [backend.asarray(g, dtype) for g in grads]
     update = jax.jit(tx.update) if jit else tx.update
@@ -346,17 +354,24 @@ def test_optax_keras_global_clipnorm_is_keras_bit_for_bit(backend, keras_bits, c
 #: Keras's ``sum(square(v))`` leaves out the subnormal squares and keeps the others. Inside
 #: ``flush_subnormals()`` anyclip left out the squares whose half TF's ``l2_loss`` flushes
 #: (four float32 1.3e-19: Keras's norm 2.6e-19, clipped to 5e-31; anyclip's 0, unclipped).
+#: And those whose sums of squares have subnormal halves, which anyclip formed (0 on JAX).
 FLUSH_CASES = pytest.mark.parametrize(
-    "case", ["float32-clipped-halves-flushed", *bits.flush_cases()]
+    "case", ["float32-clipped-halves-flushed", *HALF_SUBNORMAL, *bits.flush_cases()]
 )
 
 
-def _flush_bits(backend: Backend, keras_bits: dict, case: str) -> tuple[float, list, list, str]:
-    c, grads, want = _bits_case(keras_bits, case)
-    dtype = str(grads[0].dtype)
-    if not backend.has_dtype(dtype):
-        pytest.skip(f"{backend.name} has no {dtype}")
-    return c, grads, want, dtype
+@pytest.mark.parametrize("case", ["float32-clipped-halves-flushed", *HALF_SUBNORMAL])
+def test_keras_global_clipnorm_keeps_keras_normal_squares(backend, keras_bits, check, case):
+    # the adapters' function (anyclip._clip), on every backend, IEEE arithmetic: the squares
+    # are normal, their sums too, and Keras sums them whole (anyclip took half of each
+    # array's sum, then doubled the total: 2 ULP off where the half was subnormal, and 0 on
+    # JAX, whose XLA:CPU flushed it)
+    from anyclip import _clip
+
+    c, grads, want, dtype = _backend_bits(backend, keras_bits, case)
+    out = _clip.keras_clip_by_global_norm([backend.asarray(g, dtype) for g in grads], c)
+    for i, (o, w) in enumerate(zip(out, want, strict=True)):
+        check(o, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
 
 
 @FLUSH_CASES
@@ -364,7 +379,7 @@ def test_keras_global_clipnorm_flushes_keras_squares(backend, keras_bits, check,
     # the adapters' function (anyclip._clip), on every backend: Keras's norm and factor
     from anyclip import _clip
 
-    c, grads, want, dtype = _flush_bits(backend, keras_bits, case)
+    c, grads, want, dtype = _backend_bits(backend, keras_bits, case)
     with anyclip.flush_subnormals():
         out = _clip.keras_clip_by_global_norm([backend.asarray(g, dtype) for g in grads], c)
     for i, (o, w) in enumerate(zip(out, want, strict=True)):
@@ -376,7 +391,7 @@ def test_keras_global_clipnorm_flushes_keras_squares(backend, keras_bits, check,
 def test_torch_keras_global_clipnorm_inside_flush_subnormals(backend, keras_bits, check, case):
     torch = backend.module
     at = pytest.importorskip("anyclip.torch")
-    c, grads, want, dtype = _flush_bits(backend, keras_bits, case)
+    c, grads, want, dtype = _backend_bits(backend, keras_bits, case)
     params = [torch.nn.Parameter(backend.asarray(np.zeros_like(g), dtype)) for g in grads]
     opt = torch.optim.SGD(params, lr=1.0)
     handle = at.keras_clipping(opt, global_clipnorm=c)
@@ -427,7 +442,7 @@ def test_optax_keras_global_clipnorm_inside_flush_subnormals(
     ao = pytest.importorskip("anyclip.optax")
     from anyclip import _kernels, _subnormals
 
-    c, grads, want, dtype = _flush_bits(backend, keras_bits, case)
+    c, grads, want, dtype = _backend_bits(backend, keras_bits, case)
     if route == "off-the-cpu":
         monkeypatch.setattr(_kernels, "xla_flushes", lambda a: False)
         monkeypatch.setattr(_subnormals, "xla_flushes", lambda a: False)

@@ -227,9 +227,9 @@ def test_torch_without_numpy(backend, make, check, monkeypatch):
 
     calls = []
 
-    def spy(xp, arrays, *, half):
+    def spy(xp, arrays, *, half, halve=True):
         calls.append(half)
-        return _tforder_xp.tf_order_squares(xp, arrays, half=half)
+        return _tforder_xp.tf_order_squares(xp, arrays, half=half, halve=halve)
 
     monkeypatch.setattr(_torch_sums, "_numpy", lambda: None)
     monkeypatch.setattr(_torch_sums, "tf_order_squares", spy)

@@ -7,11 +7,17 @@ spectral norm (SVD: TF and LAPACK differ by 2 ULP, §6.4). ord 1 / inf on exact 
 from __future__ import annotations
 
 import math
+import runpy
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import anyclip
+from anyclip_conformance.budgets import gpu_budget
+
+from .conftest import assert_live_reference
 
 ULP = 2
 ULP_POW = 5
@@ -313,3 +319,38 @@ def test_random_vector_float64(backend, make, check, ord):
     else:
         expected = np.sum(np.abs(a) ** ord, axis=-1) ** (1 / ord)
     check(out, expected, "float64", ULP_POW)
+
+
+# ------------------- sums of squares TF does not halve, below twice the smallest normal number
+#: TF 2.21's ``norm``, ``clip_by_norm`` and ``l2_normalize`` of bfloat16 arrays accumulated in
+#: float32 (``tests/data/make_unhalved_sums.py``; re-checked live with ``--live-tf``): one
+#: element whose square is normal and whose half is not. anyclip took the sum as half a sum,
+#: then doubled it: 0 on XLA:CPU (which flushes the half: the norm 0, ``clip_by_norm``
+#: unclipped, ``l2_normalize`` 1.095 where TF gives 1). And float16 subnormal squares, which
+#: anyclip halved one by one (``l2_loss``'s rounding: 0.0026 where TF's norm is 0.00305).
+UNHALVED_SCRIPT = Path(__file__).with_name("data") / "make_unhalved_sums.py"
+UNHALVED = dict(np.load(UNHALVED_SCRIPT.with_name("unhalved_sums.npz")))
+unhalved = SimpleNamespace(**runpy.run_path(str(UNHALVED_SCRIPT)))
+
+
+@pytest.mark.parametrize("case", list(unhalved.CASES))
+def test_accumulated_sum_of_squares_is_not_halved(backend, make, check, case):
+    fn, _, _, dtype, acc = unhalved.CASES[case]
+    backend.dtype(acc)  # skips where the library has no such dtype
+    x = make(UNHALVED[f"{case}/x"], dtype)
+    arg = float(UNHALVED[f"{case}/arg"])
+    if fn == "norm":
+        out = anyclip.norm(x, accumulate_dtype=acc)
+    elif fn == "clip_by_norm":
+        out = anyclip.clip_by_norm(x, arg, accumulate_dtype=acc)
+    else:
+        out = anyclip.l2_normalize(x, epsilon=arg, accumulate_dtype=acc)
+    ulp = gpu_budget("device-sum-order", backend.name, 0, acc) + gpu_budget(
+        "xla-gpu-float32", backend.name, 0, acc
+    )
+    check(out, UNHALVED[f"{case}/out"], dtype, ulp, case)
+
+
+@pytest.mark.live_tf
+def test_unhalved_sums_file_is_tfs(tmp_path):
+    assert_live_reference(UNHALVED_SCRIPT, UNHALVED, tmp_path)

@@ -196,7 +196,7 @@ def _global_norm_of(
         if groups:  # every process of the group must join the all-reduce
             grouped = GroupKernels(k0, library(xp), groups)
             total = grouped.reduce(xp, zero_partial(xp, dtype, groups))
-            return _core.norm_from_half_squares(xp, total), grouped
+            return _core.norm_from_total(xp, grouped, total), grouped
         norm = _core.global_norm(xp, GENERIC, [], dtype, None)
         return norm, k0
     k = kernels_for(xp, arrays) if kernels is None else kernels

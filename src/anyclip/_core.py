@@ -57,6 +57,7 @@ __all__ = [
     "nonnegative",
     "norm",
     "norm_from_half_squares",
+    "norm_from_total",
     "normalize",
     "upcast_clip_by_norm",
     "upcast_global_norm",
@@ -209,14 +210,26 @@ def norm_from_half_squares(xp: Namespace, total: Any) -> Any:
     return rounded_here(xp, sqrt(xp, doubled))
 
 
+def norm_from_total(xp: Namespace, kernels: Kernels, total: Any) -> Any:
+    """The norm from ``kernels``' :meth:`~Kernels.total_half_squares` ``total``.
+
+    ``sqrt(total * 2)`` where the kernels halve (:attr:`~Kernels.halving`: TF's
+    ``l2_loss``), ``sqrt(total)`` where their sums are whole (:meth:`~Kernels.unhalved`).
+    """
+    return norm_from_half_squares(xp, total) if kernels.halving else sqrt(xp, total)
+
+
 @_entry
 def global_norm(
     xp: Namespace, kernels: Kernels, arrays: Sequence[Any], dtype: Any, like: Any
 ) -> Any:
-    """``sqrt(sum(l2_loss(t) for t) * 2)`` with ``l2_loss(t) = sum(t * t) / 2``."""
+    """``sqrt(sum(l2_loss(t) for t) * 2)`` with ``l2_loss(t) = sum(t * t) / 2``.
+
+    Kernels of :meth:`~Kernels.unhalved`: ``sqrt(sum(sum(t * t) for t))``, the same order.
+    """
     if not arrays:
         return constant(xp, 0.0, dtype, like)
-    return norm_from_half_squares(xp, kernels.total_half_squares(xp, arrays))
+    return norm_from_total(xp, kernels, kernels.total_half_squares(xp, arrays))
 
 
 def _scale_step(xp: Namespace, b: Any, clip_norm: Any, divisor: Any) -> Any:
@@ -234,11 +247,11 @@ def upcast_clip_by_norm(xp: Namespace, kernels: Kernels, t: Any, clip_norm: Any,
     """:func:`clip_by_norm` over all axes, in ``acc``, of a 0-d ``clip_norm`` (of ``acc``).
 
     The same formula; ``kernels`` cast ``t`` to ``acc`` one block at a time for the sum of
-    squares (:meth:`Kernels.total_half_squares` of :meth:`Kernels.unhalved`: TF's
-    ``reduce_sum(t * t)`` halves nothing) and again for the scaling
-    (:meth:`Kernels.cast_map`), so no cast of all of ``t`` exists.
+    squares (:meth:`Kernels.total_squares`: TF's ``reduce_sum(t * t)`` halves nothing, and
+    neither do they) and again for the scaling (:meth:`Kernels.cast_map`), so no cast of
+    all of ``t`` exists.
     """
-    l2sum = kernels.unhalved().total_half_squares(xp, [t], acc) * _scalar(xp, 2.0, clip_norm)
+    l2sum = kernels.total_squares(xp, [t], acc)
     pred = l2sum > 0
     l2norm = xp.where(pred, sqrt(xp, xp.where(pred, l2sum, xp.ones_like(l2sum))), l2sum)
     divisor = g.maximum(xp, l2norm, clip_norm)
@@ -249,9 +262,9 @@ def upcast_clip_by_norm(xp: Namespace, kernels: Kernels, t: Any, clip_norm: Any,
 def upcast_l2_normalize(xp: Namespace, kernels: Kernels, x: Any, epsilon: Any, acc: Any) -> Any:
     """:func:`l2_normalize` over all axes, in ``acc``, of a 0-d ``epsilon``, block by block.
 
-    The sum of squares is :meth:`Kernels.unhalved`'s (TF's ``reduce_sum(square(x))``).
+    The sum of squares is :meth:`Kernels.total_squares` (TF's ``reduce_sum(square(x))``).
     """
-    square_sum = kernels.unhalved().total_half_squares(xp, [x], acc) * _scalar(xp, 2.0, epsilon)
+    square_sum = kernels.total_squares(xp, [x], acc)
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
     return kernels.cast_map(xp, x, acc, _inv_norm_step, (x_inv_norm,))
 
@@ -260,9 +273,9 @@ def upcast_l2_normalize(xp: Namespace, kernels: Kernels, x: Any, epsilon: Any, a
 def upcast_global_norm(xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any) -> Any:
     """:func:`global_norm` of ``arrays`` accumulated in ``acc``, cast block by block.
 
-    ``kernels.unhalved()`` for ``tf.norm``'s sum of squares (no ``l2_loss`` half flushed).
+    ``kernels.unhalved()`` for ``tf.norm``'s sum of squares (nothing halved).
     """
-    return norm_from_half_squares(xp, kernels.total_half_squares(xp, arrays, acc))
+    return norm_from_total(xp, kernels, kernels.total_half_squares(xp, arrays, acc))
 
 
 def global_scale(
@@ -688,7 +701,8 @@ def group_global_norms(
     ``l2_loss`` is its kernels' :meth:`~Kernels.total_half_squares`, the same call the
     single-group norm makes, so each norm is that group's :func:`global_norm` bit for bit.
     ``reduce`` (with ``group=``) sums the partial sums over the processes, all of them
-    together (one all-reduce of a vector); then each norm is ``sqrt(total * 2)``.
+    together (one all-reduce of a vector); then each norm is ``sqrt(total * 2)``
+    (:func:`norm_from_total`).
     """
     totals = [
         zero if not arrays else k.total_half_squares(xp, arrays, acc)
@@ -696,7 +710,8 @@ def group_global_norms(
     ]
     if reduce is None:
         return [
-            zero if not arrays else norm_from_half_squares(xp, t)
-            for (_, arrays, _, zero), t in zip(parts, totals, strict=True)
+            zero if not arrays else norm_from_total(xp, k, t)
+            for (k, arrays, _, zero), t in zip(parts, totals, strict=True)
         ]
-    return [norm_from_half_squares(xp, t) for t in reduce(totals)]
+    reduced = reduce(totals)
+    return [norm_from_total(xp, k, t) for (k, _, _, _), t in zip(parts, reduced, strict=True)]

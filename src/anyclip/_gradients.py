@@ -207,10 +207,11 @@ def square_gradient(xp: Namespace, flushed: Any) -> Any:
 
     ``g`` is the gradient reaching the zero. Added to a sum of halved squares that left the
     values of ``flushed`` out (their halves flushed to zero, as TF's), it gives them TF's
-    gradient of ``l2_loss``, ``t * g`` (one product, as TF's); added to half a sum of squares
-    that is then doubled (``g`` twice the sum's gradient), TF's gradient of ``square``,
-    ``g * (2 t)`` (the doubling is exact). ``flushed`` holds finite values (0 elsewhere), so
-    the value is ``sum((f - f') * f')`` with ``f'`` the values without gradient: exactly 0.
+    gradient of ``l2_loss``, ``t * g`` (one product, as TF's); added twice to a whole sum of
+    squares (:meth:`~anyclip._kernels.Kernels.unhalved`), TF's gradient of ``square``,
+    ``g * (2 t)`` (the sum of the two products is exact). ``flushed`` holds finite values (0
+    elsewhere), so the value is ``sum((f - f') * f')`` with ``f'`` the values without
+    gradient: exactly 0.
     A DTensor's local shard (the sum it is added to is a plain tensor on each rank). Only on
     the libraries of :func:`records_gradient`.
     """

@@ -65,6 +65,19 @@ def cases() -> dict[str, tuple[float, list[np.ndarray]]]:
     # float64 variables: the number is converted to float64 (0.1 is not float32's 0.1)
     for c in (0.1, 2.3):
         out[f"float64-clipped-{c}"] = (c, [rng.standard_normal(5), rng.standard_normal((2, 2))])
+    # an array's sum of squares in [2**-126, 2**-125) (float32; float64 [2**-1022, 2**-1021)):
+    # normal, its half not; Keras sums it whole (anyclip took half of it, then doubled it: 2
+    # ULP off with IEEE subnormals, 0 where XLA:CPU flushed the half)
+    out["float32-clipped-sum-half-subnormal"] = (1e-30, [np.array([1.2e-19], "float32")])
+    out["float32-clipped-second-sum-half-subnormal"] = (
+        1e-30,
+        [np.array([3e-19, -2e-19], "float32"), np.array([[1.2e-19]], "float32")],
+    )
+    out["float32-clipped-sums-half-subnormal"] = (
+        1e-30,
+        [np.array([1.1e-19], "float32"), np.array([-1.4e-19], "float32")],
+    )
+    out["float64-clipped-sum-half-subnormal"] = (1e-300, [np.array([-1.8e-154])])
     return out
 
 

@@ -14,6 +14,7 @@ JAX axis name.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -114,16 +115,49 @@ class Kernels:
         """
         return x
 
+    #: Whether :meth:`half_squares` halves each array's sum (TF's ``l2_loss``): False in the
+    #: kernels of :meth:`unhalved`. Read through :attr:`halving`.
+    _halves = True
+
+    @property
+    def halving(self) -> bool:
+        """Whether the sums of :meth:`total_half_squares` are halved (TF's ``l2_loss``).
+
+        True, but in the kernels of :meth:`unhalved`, whose sums are whole: the core doubles
+        only a halved sum (:func:`anyclip._core.norm_from_total`).
+        """
+        return self._halves
+
     def unhalved(self) -> Kernels:
         """These kernels for a sum of squares that TF does not halve: ``reduce_sum(t * t)``.
 
-        Their :meth:`total_half_squares` is half the sum of the squares, with no square left
-        out because TF's ``l2_loss`` would flush its half: the sums of ``tf.norm``,
-        ``clip_by_norm`` and ``l2_normalize`` taken in an accumulation dtype, and Keras's
-        global norm (``sum(square(v))``). Here ``self``: only the JAX kernels leave out
-        squares for ``l2_loss`` by default (XLA:CPU flushes as TF's CPU kernels do).
+        Their :meth:`total_half_squares` is the whole sum of the squares, added in the same
+        order as the halves here (the same bits, doubled, wherever the halves are normal
+        numbers: halving and doubling a normal number are exact), never through a halved sum:
+        where a half is subnormal (squares under twice the smallest normal number) it loses
+        bits, or is flushed to zero (TF's ``l2_loss``; XLA:CPU), where the whole sum is
+        TF's. No square is left out because ``l2_loss`` would flush its half. The sums of
+        ``tf.norm``, ``clip_by_norm`` and ``l2_normalize`` taken in an accumulation dtype
+        (:meth:`total_squares`), and Keras's global norm (``sum(square(v))``). A copy of
+        these kernels with :attr:`halving` False, made once (``self`` where it is already).
         """
-        return self
+        if not self._halves:
+            return self
+        twin: Kernels | None = self.__dict__.get("_twin")
+        if twin is None:
+            twin = copy.copy(self)
+            twin._halves = False
+            twin.name = f"{self.name}-unhalved"
+            self._twin = twin
+        return twin
+
+    def total_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any = None) -> Any:
+        """The sum of the squares of every array, unhalved (0-d): TF's ``reduce_sum(t * t)``.
+
+        :meth:`total_half_squares` of :meth:`unhalved` (``acc`` as there): the sum is never
+        formed as half a sum, then doubled.
+        """
+        return self.unhalved().total_half_squares(xp, arrays, acc)
 
     def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
         """``sqrt(sum(x * x, axes, keepdims=True))``: the Euclidean norm of ``tf.norm``."""
@@ -174,11 +208,12 @@ class Kernels:
         their ``l2_loss``) for float64 arrays of the libraries in :data:`_TF_ORDER`, and
         float32 ones with ``half`` (``tf.linalg.global_norm``) (array-API operations:
         ``take``, ``where``, slices, additions); None for the others (their sums keep the
-        library's own order).
+        library's own order). With ``half``, each array's sum is halved where :attr:`halving`
+        (else the whole sums are added, in the same order).
         """
         if library(xp) not in _TF_ORDER or not tf_order_dtype(arrays[0].dtype, half=half):
             return None
-        return tf_order_squares(xp, arrays, half=half)
+        return tf_order_squares(xp, arrays, half=half, halve=self.halving)
 
     def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
         """The L2 norm of ``tf.clip_by_norm``: TF's double ``where`` keeps its gradient finite at 0.
@@ -231,12 +266,13 @@ class Kernels:
         """``sum(l2_loss(t) for t in arrays)`` with ``l2_loss(t) = sum(t * t) * 0.5``.
 
         The arrays (at least one) share one dtype and one device; the sum is over ``stack``,
-        in list order, as TF's.
+        in list order, as TF's. Where :attr:`halving` is False, ``sum(sum(t * t) for t in
+        arrays)`` in the same order (:meth:`unhalved`).
         """
         total = self.tf_order_squares(xp, arrays, half=True)
         if total is not None:
             return total
-        half = [_half_square_sum(xp, v) for v in arrays]
+        half = [_half_square_sum(xp, v, halve=self.halving) for v in arrays]
         stacked = xp.stack(half)
         if dtype_name(stacked.dtype) in _ROUNDED_LOSSES:  # each l2_loss rounded to its dtype
             stacked = rounded_apart(xp, stacked)
@@ -410,6 +446,23 @@ class Wrapping(Kernels):
 
     base: Kernels
 
+    @property
+    def halving(self) -> bool:
+        """As the wrapped kernels'."""
+        return self.base.halving
+
+    def unhalved(self) -> Kernels:
+        """These kernels around the wrapped kernels' :meth:`~Kernels.unhalved` (made once)."""
+        if not self.base.halving:
+            return self
+        twin: Kernels | None = self.__dict__.get("_twin")
+        if twin is None:
+            twin = copy.copy(self)
+            twin.base = self.base.unhalved()
+            twin.name = f"{self.name}-unhalved"
+            self._twin = twin
+        return twin
+
     def blocks(self, xp: Namespace, v: Any) -> list[Any] | None:
         """As the wrapped kernels'."""
         return self.base.blocks(xp, v)
@@ -478,8 +531,11 @@ class Wrapping(Kernels):
 _ROUNDED_LOSSES = ("float16", "bfloat16")
 
 
-def _half_square_sum(xp: Namespace, v: Any) -> Any:
+def _half_square_sum(xp: Namespace, v: Any, *, halve: bool = True) -> Any:
     """TF's ``l2_loss(v)``: ``sum(v * v * 0.5)``, squares and halves rounded to ``v``'s dtype.
+
+    ``halve=False``: ``sum(v * v)``, TF's ``reduce_sum(square(v))`` (the same squares and
+    sums, nothing halved: :meth:`Kernels.unhalved`).
 
     float16 halves each square first, as TF: a float16 square below twice the smallest
     subnormal (``|v|`` under about 3.5e-4) halves to 0, so TF's ``global_norm`` of small
@@ -510,9 +566,16 @@ def _half_square_sum(xp: Namespace, v: Any) -> Any:
     array's other gradients (``clip_by_global_norm``'s gradients bit-equal to live TF's in 1
     of 40 random float32 lists, now 9).
     """
-    half = constant(xp, 0.5, v.dtype, v)
     name = dtype_name(v.dtype)
     torch = library(xp) == "torch"
+    if not halve:
+        if name == "bfloat16" and torch:
+            return xp.astype(bfloat16_square_sum(xp, xp.square(v)), v.dtype)
+        squares = xp.square(v)
+        if name in _ROUNDED_LOSSES:
+            squares = rounded_apart(xp, squares)
+        return reduce_sum(xp, squares, None, keepdims=False)
+    half = constant(xp, 0.5, v.dtype, v)
     if name == "float16" or (name == "bfloat16" and not torch):
         halves = rounded_apart(xp, rounded_apart(xp, xp.square(v)) * half)
         return reduce_sum(xp, halves, None, keepdims=False)

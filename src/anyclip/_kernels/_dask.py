@@ -82,11 +82,12 @@ class DaskKernels(Kernels):
         the nodes' sums as TF's tree does, then the arrays' sums (halved, with ``half``) as
         ``tf.linalg.global_norm`` does (:func:`~anyclip._kernels._tforder.tf_order_total`):
         bit-equal to the NumPy kernels where every shape is known. float32 arrays too with
-        ``half`` (``tf.linalg.global_norm``), in float32. None for other dtypes.
+        ``half`` (``tf.linalg.global_norm``), in float32. None for other dtypes. Where
+        :attr:`~Kernels.halving` is False, the arrays' whole sums (nothing halved).
         """
         if not tf_order_dtype(arrays[0].dtype, half=half):
             return None
-        return _tf_order_squares(xp, arrays, half=half)
+        return _tf_order_squares(xp, arrays, half=half, halve=self.halving)
 
     def tf_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any | None:
         """As :meth:`Kernels.tf_sum`, lazily: the reduced axes in one chunk, a task per chunk.
@@ -245,7 +246,9 @@ def _known_shape(a: Any) -> bool:
     return all(d == d for d in a.shape)
 
 
-def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
+def _tf_order_squares(
+    xp: Namespace, arrays: Sequence[Any], *, half: bool, halve: bool = True
+) -> Any:
     """:meth:`DaskKernels.tf_order_squares` of float64 dask arrays: a 0-d dask array, lazy."""
     import dask.array as da
     import numpy as np
@@ -297,7 +300,9 @@ def _tf_order_squares(xp: Namespace, arrays: Sequence[Any], *, half: bool) -> An
         inputs += [stack(owns), "j"]
     if not inputs:  # only empty arrays
         return da.zeros((), dtype=dtype)
-    total = functools.partial(_tf_order_total, trees=trees, half=half, nodes=bool(parts))
+    total = functools.partial(
+        _tf_order_total, trees=trees, half=half, halve=halve, nodes=bool(parts)
+    )
     return blockwise(
         total,
         "",
@@ -362,7 +367,9 @@ def _node_sum(block: Any) -> Any:
     return np.asarray(sums, dtype=block.dtype)
 
 
-def _tf_order_total(*sums: Any, trees: list[tuple[str, Any]], half: bool, nodes: bool) -> Any:
+def _tf_order_total(
+    *sums: Any, trees: list[tuple[str, Any]], half: bool, halve: bool, nodes: bool
+) -> Any:
     """The arrays' total from their nodes' sums and their own sums (NumPy, in order).
 
     ``sums``: the nodes' sums (where ``nodes``), then the sums of the arrays of unknown
@@ -378,7 +385,7 @@ def _tf_order_total(*sums: Any, trees: list[tuple[str, Any]], half: bool, nodes:
         tf_order_walk(at, values) if kind == "tree" else owns[at] if kind == "own" else 0.0
         for kind, at in trees
     ]
-    total = tf_order_total(np, per_array, half=half, dtype=dtype)
+    total = tf_order_total(np, per_array, half=half, dtype=dtype, halve=halve)
     return np.asarray(total, dtype=dtype)
 
 

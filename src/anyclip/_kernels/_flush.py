@@ -40,17 +40,17 @@ class FlushKernels(Wrapping):
         The kernels wrapped.
     halved : bool, optional
         Whether the sums of squares are TF's ``l2_loss`` (True, the default), whose halves TF
-        flushes, or sums it does not halve (False: :meth:`unhalved`'s), whose squares it
-        flushes.
+        flushes, or sums it does not halve (False: :meth:`unhalved`'s, around ``base``'s
+        :meth:`~Kernels.unhalved`, whose sums are whole), whose squares it flushes.
     """
 
     ftz = True
 
     def __init__(self, base: Kernels, *, halved: bool = True) -> None:
-        self.base = base
+        self.base = base if halved else base.unhalved()
         self.halved = halved
         self.name = f"{base.name}+ftz" if halved else f"{base.name}+ftz-unhalved"
-        self._unhalved = FlushKernels(base.unhalved(), halved=False) if halved else self
+        self._unhalved = FlushKernels(base, halved=False) if halved else self
 
     def unhalved(self) -> Kernels:
         """As :meth:`Kernels.unhalved`: kernels whose sums leave out the squares TF flushes.
@@ -100,10 +100,16 @@ class FlushKernels(Wrapping):
         return kept, flushed
 
     def _summed(self, xp: Namespace, total: Any, flushed: list[Any]) -> Any:
-        """``total`` plus a zero per array of ``flushed`` that carries TF's gradient there."""
+        """``total`` plus a zero per array of ``flushed`` that carries TF's gradient there.
+
+        ``l2_loss``'s ``t * g`` (:attr:`halved`), else ``square``'s ``g * (2 t)``: the zero
+        twice (the sum is whole, not doubled later).
+        """
         torch = library(xp) == "torch"
         for f in flushed:
             zero = square_gradient(xp, f)
+            if not self.halved:
+                zero = zero + zero
             total = total + (torch_to(zero, total.device) if torch else zero)
         return total
 

@@ -33,8 +33,8 @@ zero-padded copy of the short arrays (:func:`_squares_by_array`).
 TF's ``l2_loss`` halves each square, and its CPU kernels flush the subnormal halves; these
 kernels halve the sum of the squares, so on the CPU (where XLA flushes as TF) their sums of
 ``l2_loss`` leave out the squares whose half TF flushes (:func:`_halves_kept`), with TF's
-gradient ``t * g`` kept there. :meth:`JaxKernels.unhalved` gives kernels that keep them,
-for the sums TF does not halve.
+gradient ``t * g`` kept there. :meth:`JaxKernels.unhalved` gives kernels that halve
+nothing, for the sums TF does not halve (XLA:CPU would flush a subnormal half of them).
 """
 
 from __future__ import annotations
@@ -427,7 +427,12 @@ def _padded_leaves(xp: Namespace, block: Any, rows: int, packet: int) -> Any:
 
 
 def _squares_by_array(
-    xp: Namespace, arrays: Sequence[Any], *, half: bool, flush_halves: bool = False
+    xp: Namespace,
+    arrays: Sequence[Any],
+    *,
+    half: bool,
+    flush_halves: bool = False,
+    halve: bool = True,
 ) -> Any:
     """:func:`~anyclip._kernels._tforder_xp.tf_order_squares` read from each array in place.
 
@@ -452,7 +457,8 @@ def _squares_by_array(
     array's sum is halved and the halves summed in TF's order, as
     :func:`~anyclip._kernels._tforder_xp.tf_order_sum_of`; with ``flush_halves`` too (TF's
     ``l2_loss``, where XLA flushes as TF), the squares whose half TF flushes count as 0
-    (:func:`_halves_kept`), so each half is TF's. The squares and halves are
+    (:func:`_halves_kept`), so each half is TF's; with ``halve=False`` the arrays' whole sums
+    are added in that order (:meth:`JaxKernels.unhalved`). The squares and halves are
     rounded apart from the additions they feed, so the bits do not depend on what XLA
     fuses: the same eagerly and under the caller's ``jit``. The program has one loop per
     multi-leaf array, each adding ``_ROW_STEP`` rows a step (more rows a step ran little
@@ -516,7 +522,10 @@ def _squares_by_array(
     sums = xp.take(values, xp.asarray(roots), axis=0)
     if not half:
         return sums[0]
-    halves = rounded_apart(xp, sums * constant(xp, 0.5, sums.dtype, sums))
+    if halve:
+        halves = rounded_apart(xp, sums * constant(xp, 0.5, sums.dtype, sums))
+    else:
+        halves = sums
     if len(arrays) == 1:
         return halves[0]
     return _segment_sums(xp, halves, [len(arrays)], packet, leaf)[0]
@@ -613,23 +622,23 @@ class JaxKernels(Kernels):
 
     Parameters
     ----------
-    flush_halves : bool, optional
-        Whether the sums of ``l2_loss`` (:meth:`half_squares`) leave out the squares whose
-        half TF's ``l2_loss`` flushes to zero, where XLA flushes as TF (on the CPU): TF's
-        global norm (``True``, the default). ``False``: the kernels of
-        :meth:`~Kernels.unhalved`, for sums of squares that TF does not halve.
+    halving : bool, optional
+        Whether the sums of :meth:`half_squares` are TF's ``l2_loss``, halved (``True``, the
+        default): they then leave out the squares whose half TF's ``l2_loss`` flushes to
+        zero, where XLA flushes as TF (on the CPU). ``False``: the kernels of
+        :meth:`~Kernels.unhalved`, whose sums are whole (no half to flush).
     """
 
     name = "jax"
 
-    def __init__(self, *, flush_halves: bool = True) -> None:
-        self.flush_halves = flush_halves
-        if not flush_halves:
+    def __init__(self, *, halving: bool = True) -> None:
+        self._halves = halving
+        if not halving:
             self.name = "jax-unhalved"
-        self._unhalved = JaxKernels(flush_halves=False) if flush_halves else self
+        self._unhalved = JaxKernels(halving=False) if halving else self
 
     def unhalved(self) -> Kernels:
-        """As :meth:`Kernels.unhalved`: these kernels with ``flush_halves=False``."""
+        """As :meth:`Kernels.unhalved`: these kernels with ``halving=False``."""
         return self._unhalved
 
     def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
@@ -647,15 +656,19 @@ class JaxKernels(Kernels):
         order's operations one at a time took 12 s for the first gradient of a float64 norm
         of 10,000 elements). Sharded arrays keep XLA's own reduction (a gather of their
         leaves would gather them), and so do arrays on another platform (TF's order is its
-        CPU kernels'). With ``half`` and :attr:`flush_halves`, the squares whose half TF's
-        ``l2_loss`` flushes count as 0 (:func:`_halves_kept`).
+        CPU kernels'). With ``half`` and :attr:`~Kernels.halving`, the squares whose half
+        TF's ``l2_loss`` flushes count as 0 (:func:`_halves_kept`); with ``half`` but not
+        :attr:`~Kernels.halving`, the arrays' whole sums are added, nothing halved.
         """
         if not tf_order_dtype(arrays[0].dtype, half=half) or not _tf_order_ok(arrays):
             return None
-        flush = half and self.flush_halves  # on the CPU: XLA flushes as TF
+        halve = self.halving
+        flush = half and halve  # on the CPU: XLA flushes as TF
+        unhalved = half and not halve
+        kind = "by-array-flushed" if flush else "by-array-unhalved" if unhalved else "by-array"
         total = _tf_jit(
-            ("by-array-flushed" if flush else "by-array", half, xp.__name__),
-            lambda *a: _squares_by_array(xp, a, half=half, flush_halves=flush),
+            (kind, half, xp.__name__),
+            lambda *a: _squares_by_array(xp, a, half=half, flush_halves=flush, halve=halve),
         )
         return total(*arrays)
 
@@ -686,14 +699,15 @@ class JaxKernels(Kernels):
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """As :meth:`Kernels.half_squares`, one reduction per group of arrays under 65,536.
 
-        With :attr:`flush_halves` on the CPU (sharded arrays, or arrays too large for
+        With :attr:`~Kernels.halving` on the CPU (sharded arrays, or arrays too large for
         :meth:`tf_order_squares`), the squares whose half TF's ``l2_loss`` flushes count
-        as 0 (:func:`_halves_kept`), as in TF's order.
+        as 0 (:func:`_halves_kept`), as in TF's order; without, the sums are whole.
         """
         total = self.tf_order_squares(xp, arrays, half=True)
         if total is not None:
             return total
-        flush = self.flush_halves and xla_flushes(arrays[0])  # XLA:GPU keeps subnormals
+        halve = self.halving
+        flush = halve and xla_flushes(arrays[0])  # XLA:GPU keeps subnormals
 
         def squares(a: Any) -> Any:
             return _halves_kept(xp, a * a) if flush else a * a
@@ -701,18 +715,22 @@ class JaxKernels(Kernels):
         joinable = [a for a in arrays if not may_be_sharded(a)]
         grouped = groups(joinable, lambda a: int(a.size))
         half = constant(xp, 0.5, arrays[0].dtype, arrays[0])
+
+        def halved(s: Any) -> Any:
+            return s * half if halve else s
+
         if len(grouped) == len(joinable):  # nothing to join: the generic sums, in list order
             if not flush:
                 return super().half_squares(xp, arrays)
-            sums = [reduce_sum(xp, squares(v), None, keepdims=False) * half for v in arrays]
+            sums = [halved(reduce_sum(xp, squares(v), None, keepdims=False)) for v in arrays]
             return reduce_sum(xp, xp.stack(sums), None, keepdims=False)
-        sums = [xp.sum(squares(a)) * half for a in arrays if may_be_sharded(a)]
+        sums = [halved(xp.sum(squares(a))) for a in arrays if may_be_sharded(a)]
         for group in grouped:
             if len(group) == 1:  # summed in its own shape: no reshape
-                sums.append(xp.sum(squares(group[0])) * half)
+                sums.append(halved(xp.sum(squares(group[0]))))
                 continue
             flat = xp.concat([xp.reshape(a, (-1,)) for a in group])
-            sums.append(xp.sum(squares(flat)) * half)
+            sums.append(halved(xp.sum(squares(flat))))
         return xp.sum(xp.stack(sums))
 
     def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
@@ -754,7 +772,7 @@ class JaxKernels(Kernels):
 
                 return run
 
-            step = "half_squares" if self.flush_halves else "half_squares-unhalved"
+            step = "half_squares" if self.halving else "half_squares-unhalved"
             parts.append(_compiled(step, None, xp, acc, build)(v))
         return xp.sum(xp.stack(parts))
 

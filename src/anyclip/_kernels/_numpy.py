@@ -76,15 +76,20 @@ class NumpyKernels(Kernels):
         """As :meth:`Kernels.half_squares`, by row sums (small arrays joined first)."""
         import numpy as np
 
-        return np.asarray(squared_sum(np, arrays, arrays[0].dtype, half=True))
+        total = squared_sum(np, arrays, arrays[0].dtype, half=True, halve=self.halving)
+        return np.asarray(total)
 
 
-def squared_sum(np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool) -> Any:
+def squared_sum(
+    np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool, halve: bool = True
+) -> Any:
     """The sum of squares of every element: rows of ``ROW`` elements, then their pairwise sum.
 
     ``einsum`` squares and sums each row in one pass without a temporary array; the row sums
     (1/``ROW`` of the data) are then summed pairwise. With ``half``, each row sum is halved
-    first (TF's ``l2_loss``). Small arrays are joined first (:func:`groups`).
+    first (TF's ``l2_loss``), but with ``halve=False`` (the same sums, whole:
+    :meth:`~anyclip._kernels.Kernels.unhalved`). Small arrays are joined first
+    (:func:`groups`).
     """
     grouped = groups(arrays, lambda a: int(a.size))
     flats = [
@@ -98,7 +103,7 @@ def squared_sum(np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool) -> An
         for flat, group in zip(flats, grouped, strict=True):
             sizes = [int(a.size) for a in group]
             per_array += tf_order_sums(np, flat, sizes, square=True)
-        return dtype.type(tf_order_total(np, per_array, half=half, dtype=dtype))
+        return dtype.type(tf_order_total(np, per_array, half=half, dtype=dtype, halve=halve))
     sums = []
     for flat in flats:
         rows = flat.size // ROW
@@ -111,4 +116,4 @@ def squared_sum(np: Any, arrays: Sequence[Any], dtype: Any, *, half: bool) -> An
     if not sums:  # only empty arrays
         return dtype.type(0)
     total = np.concatenate(sums) if len(sums) > 1 else sums[0]
-    return (total * dtype.type(0.5) if half else total).sum()
+    return (total * dtype.type(0.5) if half and halve else total).sum()

@@ -403,20 +403,25 @@ def _walk(node: Any, values: Sequence[Any]) -> Any:
     return total + _walk(node[1], values) if len(node) > 1 else total
 
 
-def tf_order_total(np: Any, per_array: list[float], *, half: bool, dtype: Any = None) -> float:
+def tf_order_total(
+    np: Any, per_array: list[float], *, half: bool, dtype: Any = None, halve: bool = True
+) -> float:
     """The total of the arrays' sums of squares ``per_array``, added as TF adds them.
 
     Without ``half`` (one array: ``tf.norm``), its sum; with ``half``
     (``tf.linalg.global_norm``), each array's ``l2_loss`` (its sum halved: exact in float64
-    away from subnormals) summed in TF's order, as ``reduce_sum`` of their stack. ``np`` is
-    NumPy. ``dtype``: the sums' dtype, float64 (None) or float32 (the halves then summed in
-    float32, as TF's float32 ``reduce_sum``).
+    away from subnormals) summed in TF's order, as ``reduce_sum`` of their stack; with
+    ``halve=False`` too, the whole sums in that order (Keras's ``sum(square(v))`` per
+    array: no half rounded to a subnormal). ``np`` is NumPy. ``dtype``: the sums' dtype,
+    float64 (None) or float32 (the halves then summed in float32, as TF's float32
+    ``reduce_sum``).
     """
     if not half:
         return per_array[0] if len(per_array) == 1 else math.fsum(per_array)
+    halves = [v * 0.5 for v in per_array] if halve else per_array
     if len(per_array) == 1:
-        return per_array[0] * 0.5
-    halves = np.asarray([v * 0.5 for v in per_array], dtype=np.float64 if dtype is None else dtype)
+        return halves[0]
+    halves = np.asarray(halves, dtype=np.float64 if dtype is None else dtype)
     return tf_order_sums(np, halves, [len(per_array)], square=False)[0]
 
 

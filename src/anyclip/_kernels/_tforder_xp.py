@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-def tf_order_squares(xp: Any, arrays: Sequence[Any], *, half: bool) -> Any:
+def tf_order_squares(xp: Any, arrays: Sequence[Any], *, half: bool, halve: bool = True) -> Any:
     """The float64 sum of squares of ``arrays`` in TF's order, in array-API operations only.
 
     The order of :func:`tf_order_sums` and :func:`tf_order_total` (bit for bit) without a
@@ -46,7 +46,10 @@ def tf_order_squares(xp: Any, arrays: Sequence[Any], *, half: bool) -> Any:
     that it runs on any namespace and traces under ``jax.jit``: XLA keeps the order of
     elementwise additions (it reassociates a ``sum``, never a chain of ``+``). Without
     ``half`` (one array: ``tf.norm``) the sum of squares; with ``half``, the sum of every
-    array's ``l2_loss`` (``tf.linalg.global_norm``). A 0-d array.
+    array's ``l2_loss`` (``tf.linalg.global_norm``); with ``half`` and ``halve=False``, the
+    arrays' whole sums of squares added in that order (``sum(square(v))`` per array, as
+    Keras's global norm: twice the sum of the halves, bit for bit, where the halves are
+    normal numbers). A 0-d array.
 
     Every leaf of TF's tree is gathered into a fixed layout, padded with exact zeros where
     it is shorter (adding 0 changes no sum): its rows of 16 elements, then its at most 3
@@ -62,7 +65,8 @@ def tf_order_squares(xp: Any, arrays: Sequence[Any], *, half: bool) -> Any:
     >>> float(tf_order_squares(xp, [xp.full(1000, 1.7, dtype=xp.float64)], half=False))
     2889.9999999999964
     """
-    return tf_order_sum_of(xp, square_list(xp, arrays), [_size(a) for a in arrays], half=half)
+    sizes = [_size(a) for a in arrays]
+    return tf_order_sum_of(xp, square_list(xp, arrays), sizes, half=half, halve=halve)
 
 
 def _size(a: Any) -> int:
@@ -76,7 +80,9 @@ def square_list(xp: Any, arrays: Sequence[Any]) -> Any:
     return flat * flat
 
 
-def tf_order_sum_of(xp: Any, squares: Any, sizes: Sequence[int], *, half: bool) -> Any:
+def tf_order_sum_of(
+    xp: Any, squares: Any, sizes: Sequence[int], *, half: bool, halve: bool = True
+) -> Any:
     """:func:`tf_order_squares` of the arrays whose :func:`square_list` is ``squares``.
 
     Apart so that the JAX kernels can compute the squares in a compiled program of their
@@ -87,7 +93,7 @@ def tf_order_sum_of(xp: Any, squares: Any, sizes: Sequence[int], *, half: bool) 
     sums = _segment_sums(xp, squares, sizes, packet, leaf)
     if not half:
         return sums[0]
-    halves = sums * constant(xp, 0.5, sums.dtype, sums)
+    halves = sums * constant(xp, 0.5, sums.dtype, sums) if halve else sums
     if len(sizes) == 1:
         return halves[0]
     return _segment_sums(xp, halves, [len(sizes)], packet, leaf)[0]

@@ -208,21 +208,23 @@ class TorchKernels(Kernels):
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """As :meth:`Kernels.half_squares`; by :func:`_partial_norms` when :func:`_fast_ok`.
 
-        bfloat16 and float16: :func:`_half_precision_half_squares` (multi-tensor ops).
+        bfloat16 and float16: :func:`_half_precision_half_squares` (multi-tensor ops), but
+        unhalved (:meth:`~Kernels.unhalved`: the generic sums, whole).
         """
         import torch
 
+        halve = self.halving
         if not _fast_ok(arrays, one_dtype=True):  # one dtype: the method's contract
-            half = _half_precision_half_squares(xp, torch, arrays)
+            half = _half_precision_half_squares(xp, torch, arrays) if halve else None
             return super().half_squares(xp, arrays) if half is None else half
 
         if arrays[0].is_cuda:  # one multi-tensor norm, not a launch per large array
-            return cuda_half_squares(torch, arrays)
-        total = _tf_order(xp, torch, arrays, half=True)
+            return cuda_half_squares(torch, arrays, halve=halve)
+        total = _tf_order(xp, torch, arrays, half=True, halve=halve)
         if total is not None:
             return total
         norms = _partial_norms(torch, arrays)
-        return torch.sum(norms * norms * 0.5)
+        return torch.sum(norms * norms * 0.5) if halve else torch.sum(norms * norms)
 
     def total_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any = None) -> Any:
         """One :meth:`cast_half_squares` per device; the partial sums meet on ``arrays[0]``'s.

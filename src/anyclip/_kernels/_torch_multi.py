@@ -47,7 +47,7 @@ __all__ = ["cpu_half_square_sums", "cuda_half_squares", "cuda_norm"]
 GRAIN = 1 << 15
 
 
-def cuda_half_squares(torch: Any, arrays: Sequence[Any]) -> Any:
+def cuda_half_squares(torch: Any, arrays: Sequence[Any], *, halve: bool = True) -> Any:
     """``sum(l2_loss(t) for t in arrays)`` of float32 or float64 ``arrays`` (one device), 0-d.
 
     ``torch._foreach_norm(arrays, 2, dtype=float64)`` (squares accumulated in float64), the
@@ -55,10 +55,12 @@ def cuda_half_squares(torch: Any, arrays: Sequence[Any]) -> Any:
     operations whatever the number and sizes of the arrays (``_foreach_norm`` launches once
     per chunk list and once per few hundred arrays for the chunks' sums). Runs on any device
     (the tests run it on the CPU, where torch adds each array in float64 in sequence).
+    ``halve=False``: the squares' sum, not halved (:meth:`~anyclip._kernels.Kernels.unhalved`).
     """
     dtype = arrays[0].dtype
     norms = torch.stack(torch._foreach_norm(arrays, 2, dtype=torch.float64))
-    return torch.sum(norms * norms * 0.5).to(dtype)
+    squares = norms * norms
+    return torch.sum(squares * 0.5 if halve else squares).to(dtype)
 
 
 def cuda_norm(torch: Any, x: Any, axes: tuple[int, ...] | None) -> Any:

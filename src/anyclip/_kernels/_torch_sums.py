@@ -341,7 +341,9 @@ def _half_groups(arrays: Sequence[Any]) -> list[list[Any]]:
     return out
 
 
-def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -> Any | None:
+def _tf_order(
+    xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool, halve: bool = True
+) -> Any | None:
     """The sum of squares of float64 CPU ``arrays`` in TF's order, as a 0-d tensor, or None.
 
     float32 ``arrays`` too with ``half`` (``tf.linalg.global_norm``: each ``l2_loss`` and
@@ -354,6 +356,7 @@ def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -
     ``tf.linalg.global_norm`` does. Without NumPy, the same order in torch operations
     (:func:`~anyclip._kernels._tforder_xp.tf_order_squares`, slower). None for other dtypes,
     other devices (the sums are read on the host), and while ``torch.compile`` traces.
+    ``halve=False`` (with ``half``): the arrays' whole sums, in that order.
     """
     if torch.compiler.is_compiling():
         return None
@@ -364,7 +367,7 @@ def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -
         return None
     np = _numpy()
     if np is None:
-        return tf_order_squares(xp, arrays, half=half)
+        return tf_order_squares(xp, arrays, half=half, halve=halve)
     from torch._utils import _flatten_dense_tensors
 
     flatten: Callable[[Sequence[Any]], Any] = _flatten_dense_tensors  # untyped in torch
@@ -378,7 +381,8 @@ def _tf_order(xp: Namespace, torch: Any, arrays: Sequence[Any], *, half: bool) -
             sizes = [int(a.numel()) for a in group]
             per_array += tf_order_sums(np, flat.numpy(force=True), sizes, square=True)
         dtype = arrays[0].dtype
-        total = tf_order_total(np, per_array, half=half, dtype=np.float32 if half32 else None)
+        wide = np.float32 if half32 else None
+        total = tf_order_total(np, per_array, half=half, dtype=wide, halve=halve)
     return torch.tensor(total, dtype=dtype)
 
 

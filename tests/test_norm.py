@@ -351,6 +351,45 @@ def test_accumulated_sum_of_squares_is_not_halved(backend, make, check, case):
     check(out, UNHALVED[f"{case}/out"], dtype, ulp, case)
 
 
+@pytest.mark.parametrize("backend", ["torch", "torch-cuda"], indirect=True)
+@pytest.mark.parametrize("case", list(unhalved.CASES))
+def test_accumulated_sum_of_squares_is_not_halved_while_recording_a_gradient(
+    backend, make, check, case
+):
+    # torch adds float32/float64 sums in TF's order in autograd-recorded operations while a
+    # gradient is recorded (TorchKernels.tf_order_squares); those sums must not be halved
+    # either: a merge left them halved, and norm([300, 0]) in float32 was 212.125 with
+    # requires_grad=True (300 without)
+    fn, _, _, dtype, acc = unhalved.CASES[case]
+    backend.dtype(acc)
+    x = make(UNHALVED[f"{case}/x"], dtype).requires_grad_(True)
+    arg = float(UNHALVED[f"{case}/arg"])
+    if fn == "norm":
+        out = anyclip.norm(x, accumulate_dtype=acc)
+    elif fn == "clip_by_norm":
+        out = anyclip.clip_by_norm(x, arg, accumulate_dtype=acc)
+    else:
+        out = anyclip.l2_normalize(x, epsilon=arg, accumulate_dtype=acc)
+    ulp = gpu_budget("device-sum-order", backend.name, 0, acc)
+    check(out.detach(), UNHALVED[f"{case}/out"], dtype, ulp, case)
+
+
+@pytest.mark.parametrize("backend", ["torch", "torch-cuda"], indirect=True)
+@pytest.mark.parametrize("fn", ["norm", "clip_by_norm", "l2_normalize"])
+def test_accumulated_norm_of_normal_values_while_recording_a_gradient(backend, make, fn):
+    # the same with values far from the subnormal range: float16 [300, 0] accumulated in
+    # float32, whose norm is 300 exactly (TF: tf.norm(cast([300, 0], float32)) = 300)
+    x = make([300.0, 0.0], "float16").requires_grad_(True)
+    want = {"norm": 300.0, "clip_by_norm": [1.0, 0.0], "l2_normalize": [1.0, 0.0]}[fn]
+    if fn == "norm":
+        out = anyclip.norm(x, accumulate_dtype="float32")
+    elif fn == "clip_by_norm":
+        out = anyclip.clip_by_norm(x, 1.0, accumulate_dtype="float32")
+    else:
+        out = anyclip.l2_normalize(x, accumulate_dtype="float32")
+    np.testing.assert_array_equal(backend.to_numpy(out.detach()), np.asarray(want, "float16"))
+
+
 @pytest.mark.live_tf
 def test_unhalved_sums_file_is_tfs(tmp_path):
     assert_live_reference(UNHALVED_SCRIPT, UNHALVED, tmp_path)

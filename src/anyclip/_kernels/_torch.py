@@ -203,7 +203,7 @@ class TorchKernels(Kernels):
             return None
         if any_dtensor(arrays) or not all([a.is_cpu for a in arrays]):
             return None
-        return tf_order_squares(xp, arrays, half=half)
+        return tf_order_squares(xp, arrays, half=half, halve=self.halving)
 
     def half_squares(self, xp: Namespace, arrays: Sequence[Any]) -> Any:
         """As :meth:`Kernels.half_squares`; by :func:`_partial_norms` when :func:`_fast_ok`.

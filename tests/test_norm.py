@@ -10,6 +10,7 @@ import math
 import runpy
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -333,18 +334,22 @@ UNHALVED = dict(np.load(UNHALVED_SCRIPT.with_name("unhalved_sums.npz")))
 unhalved = SimpleNamespace(**runpy.run_path(str(UNHALVED_SCRIPT)))
 
 
+def _accumulated(fn: str, x: Any, arg: float, acc: str) -> Any:
+    """``fn`` of ``x`` with ``accumulate_dtype=acc`` (``arg``: clip_norm or epsilon)."""
+    if fn == "norm":
+        return anyclip.norm(x, accumulate_dtype=acc)
+    if fn == "clip_by_norm":
+        return anyclip.clip_by_norm(x, arg, accumulate_dtype=acc)
+    return anyclip.l2_normalize(x, epsilon=arg, accumulate_dtype=acc)
+
+
 @pytest.mark.parametrize("case", list(unhalved.CASES))
 def test_accumulated_sum_of_squares_is_not_halved(backend, make, check, case):
     fn, _, _, dtype, acc = unhalved.CASES[case]
     backend.dtype(acc)  # skips where the library has no such dtype
     x = make(UNHALVED[f"{case}/x"], dtype)
     arg = float(UNHALVED[f"{case}/arg"])
-    if fn == "norm":
-        out = anyclip.norm(x, accumulate_dtype=acc)
-    elif fn == "clip_by_norm":
-        out = anyclip.clip_by_norm(x, arg, accumulate_dtype=acc)
-    else:
-        out = anyclip.l2_normalize(x, epsilon=arg, accumulate_dtype=acc)
+    out = _accumulated(fn, x, arg, acc)
     ulp = gpu_budget("device-sum-order", backend.name, 0, acc) + gpu_budget(
         "xla-gpu-float32", backend.name, 0, acc
     )
@@ -364,12 +369,7 @@ def test_accumulated_sum_of_squares_is_not_halved_while_recording_a_gradient(
     backend.dtype(acc)
     x = make(UNHALVED[f"{case}/x"], dtype).requires_grad_(True)
     arg = float(UNHALVED[f"{case}/arg"])
-    if fn == "norm":
-        out = anyclip.norm(x, accumulate_dtype=acc)
-    elif fn == "clip_by_norm":
-        out = anyclip.clip_by_norm(x, arg, accumulate_dtype=acc)
-    else:
-        out = anyclip.l2_normalize(x, epsilon=arg, accumulate_dtype=acc)
+    out = _accumulated(fn, x, arg, acc)
     ulp = gpu_budget("device-sum-order", backend.name, 0, acc)
     check(out.detach(), UNHALVED[f"{case}/out"], dtype, ulp, case)
 
@@ -381,12 +381,7 @@ def test_accumulated_norm_of_normal_values_while_recording_a_gradient(backend, m
     # float32, whose norm is 300 exactly (TF: tf.norm(cast([300, 0], float32)) = 300)
     x = make([300.0, 0.0], "float16").requires_grad_(True)
     want = {"norm": 300.0, "clip_by_norm": [1.0, 0.0], "l2_normalize": [1.0, 0.0]}[fn]
-    if fn == "norm":
-        out = anyclip.norm(x, accumulate_dtype="float32")
-    elif fn == "clip_by_norm":
-        out = anyclip.clip_by_norm(x, 1.0, accumulate_dtype="float32")
-    else:
-        out = anyclip.l2_normalize(x, accumulate_dtype="float32")
+    out = _accumulated(fn, x, 1.0 if fn == "clip_by_norm" else 1e-12, "float32")
     np.testing.assert_array_equal(backend.to_numpy(out.detach()), np.asarray(want, "float16"))
 
 

@@ -411,6 +411,9 @@ _SQRT64_SCALE = (2.0**-500, 2.0**500, 2.0**600, 2.0**300)
 #: Veltkamp's splitter for float64: ``2**27 + 1``.
 _SPLIT64 = 134217729.0
 
+#: Veltkamp's splitter for float32: ``2**12 + 1``.
+_SPLIT32 = 4097.0
+
 
 def _torch_sqrt64(torch: Any, x: Any) -> Any:
     """The correctly rounded square root of a float64 CPU tensor, on the device.
@@ -438,8 +441,8 @@ def _torch_sqrt64(torch: Any, x: Any) -> Any:
         ys = torch.where(small, yd * root, torch.where(large, yd * (1 / root), yd))
         up = torch.nextafter(ys, torch.full_like(ys, math.inf))
         down = torch.nextafter(ys, torch.zeros_like(ys))
-        p_up, e_up = _two_product(ys, up)
-        p_down, e_down = _two_product(ys, down)
+        p_up, e_up = _split_product(ys, up)
+        p_down, e_down = _split_product(ys, down)
         fixed = torch.where(xs - p_up > e_up, up, ys)
         fixed = torch.where(xs - p_down <= e_down, down, fixed)
         fixed = torch.where(small, fixed * (1 / root), torch.where(large, fixed * root, fixed))
@@ -459,23 +462,6 @@ def _with_tf_root_gradient(torch: Any, x: Any, root: Any, plain: Any) -> Any:
         regular = (xd > 0) & (xd < math.inf)
         twice = torch.where(regular, root * 2, torch.ones_like(root))
     return torch.where(regular, root + (x - xd) / twice, plain)
-
-
-def _two_product(a: Any, b: Any) -> tuple[Any, Any]:
-    """Dekker's exact product of float64 ``a`` and ``b``: ``(p, e)`` with ``p + e == a * b``."""
-    p = a * b
-    c = a * _SPLIT64
-    ah = c - (c - a)
-    al = a - ah
-    d = b * _SPLIT64
-    bh = d - (d - b)
-    bl = b - bh
-    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
-    return p, e
-
-
-#: Veltkamp's splitter for float32: ``2**12 + 1``.
-_SPLIT32 = 4097.0
 
 
 def lerp(xp: Namespace, start: Any, end: Any, weight: Any) -> Any:
@@ -506,7 +492,7 @@ def lerp(xp: Namespace, start: Any, end: Any, weight: Any) -> Any:
     # small weight: w * d + a; else (w - 1) * d + b (w - 1 is exact for w in [0.5, 1])
     coeff = xp.where(small, w, w - one)
     base = xp.where(small, a, b)
-    p, e = _split_product(xp, coeff, d, split)
+    p, e = _split_product(coeff, d, split)
     s = p + base
     bb = s - p
     t = (p - (s - bb)) + (base - bb)  # Knuth's two-sum: s + t == p + base exactly
@@ -515,14 +501,18 @@ def lerp(xp: Namespace, start: Any, end: Any, weight: Any) -> Any:
     return out if out.dtype == dt else xp.astype(out, dt)
 
 
-def _split_product(xp: Namespace, a: Any, b: Any, split: float) -> tuple[Any, Any]:
-    """Dekker's exact product in ``a``'s dtype (``split``: its Veltkamp splitter)."""
-    sp = constant(xp, split, a.dtype, a)
+def _split_product(a: Any, b: Any, split: float = _SPLIT64) -> tuple[Any, Any]:
+    """Dekker's exact product of ``a`` and ``b``: ``(p, e)`` with ``p + e == a * b``.
+
+    In ``a``'s dtype (float32 or float64); ``split``: its Veltkamp splitter (``2**12 + 1``
+    for float32, ``2**27 + 1`` for float64), a Python number, which every library multiplies
+    in the array's dtype.
+    """
     p = a * b
-    c = a * sp
+    c = a * split
     ah = c - (c - a)
     al = a - ah
-    d = b * sp
+    d = b * split
     bh = d - (d - b)
     bl = b - bh
     e = ((ah * bh - p) + ah * bl + al * bh) + al * bl

@@ -15,11 +15,13 @@ unclipped steps are not always the identity.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import runpy
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -317,21 +319,30 @@ def test_keras_bits_cases_tell_keras_from_tf(keras_bits):
     assert sum(c.startswith("float16-random") for c in differ) >= 4, differ
 
 
+def _torch_keras_grads(
+    backend: Backend, grads: list, dtype: str, global_clipnorm: Any, *, flush: bool = False
+) -> list:
+    """The gradients after one SGD step under ``anyclip.torch.keras_clipping``."""
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    params = [torch.nn.Parameter(backend.asarray(np.zeros_like(g), dtype)) for g in grads]
+    opt = torch.optim.SGD(params, lr=1.0)
+    handle = at.keras_clipping(opt, global_clipnorm=global_clipnorm)
+    for p, g in zip(params, grads, strict=True):
+        p.grad = backend.asarray(g, dtype)
+    with anyclip.flush_subnormals() if flush else contextlib.nullcontext():
+        opt.step()
+    handle.remove()
+    return [p.grad for p in params]
+
+
 @torch_backends
 @BIT_CASES
 def test_torch_keras_global_clipnorm_is_keras_bit_for_bit(backend, keras_bits, check, case):
-    torch = backend.module
-    at = pytest.importorskip("anyclip.torch")
     c, grads, want, dtype = _backend_bits(backend, keras_bits, case)
-    params = [torch.nn.Parameter(backend.asarray(np.zeros_like(g), dtype)) for g in grads]
-    opt = torch.optim.SGD(params, lr=1.0)
-    handle = at.keras_clipping(opt, global_clipnorm=c)
-    for p, g in zip(params, grads, strict=True):
-        p.grad = backend.asarray(g, dtype)
-    opt.step()
-    handle.remove()
-    for i, (p, w) in enumerate(zip(params, want, strict=True)):
-        check(p.grad, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
+    got = _torch_keras_grads(backend, grads, dtype, c)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        check(g, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
 
 
 @jax_backends
@@ -389,19 +400,10 @@ def test_keras_global_clipnorm_flushes_keras_squares(backend, keras_bits, check,
 @torch_backends
 @FLUSH_CASES
 def test_torch_keras_global_clipnorm_inside_flush_subnormals(backend, keras_bits, check, case):
-    torch = backend.module
-    at = pytest.importorskip("anyclip.torch")
     c, grads, want, dtype = _backend_bits(backend, keras_bits, case)
-    params = [torch.nn.Parameter(backend.asarray(np.zeros_like(g), dtype)) for g in grads]
-    opt = torch.optim.SGD(params, lr=1.0)
-    handle = at.keras_clipping(opt, global_clipnorm=c)
-    for p, g in zip(params, grads, strict=True):
-        p.grad = backend.asarray(g, dtype)
-    with anyclip.flush_subnormals():
-        opt.step()
-    handle.remove()
-    for i, (p, w) in enumerate(zip(params, want, strict=True)):
-        check(p.grad, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
+    got = _torch_keras_grads(backend, grads, dtype, c, flush=True)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        check(g, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
 
 
 @torch_backends
@@ -414,19 +416,11 @@ def test_torch_keras_scheduled_number_is_keras_bit_for_bit(backend, keras_bits, 
     unclipped 2.3 then gave the factor 1, where Keras's is 0.99999994), and a float16 70000
     (inf) gave NaN where Keras gives inf.
     """
-    torch = backend.module
-    at = pytest.importorskip("anyclip.torch")
     c, grads, want = _bits_case(keras_bits, case)
     dtype = str(grads[0].dtype)
-    params = [torch.nn.Parameter(backend.asarray(np.zeros_like(g), dtype)) for g in grads]
-    opt = torch.optim.SGD(params, lr=1.0)
-    handle = at.keras_clipping(opt, global_clipnorm=lambda step: c)
-    for p, g in zip(params, grads, strict=True):
-        p.grad = backend.asarray(g, dtype)
-    opt.step()
-    handle.remove()
-    for i, (p, w) in enumerate(zip(params, want, strict=True)):
-        check(p.grad, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
+    got = _torch_keras_grads(backend, grads, dtype, lambda step: c)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        check(g, w, dtype, _bits_budget(backend, case, dtype), f"{case} grad {i}")
 
 
 @pytest.mark.parametrize("backend", ["jax"], indirect=True)

@@ -1486,6 +1486,34 @@ OPTAX_MIXED_DTYPES = [
 ]
 
 
+def _optax_mixed_steps(
+    backend: Backend,
+    tx: Any,
+    theirs: list,
+    dtypes: tuple[str, ...],
+    rows: Any,
+    ref_step: Any,
+    compiled: bool,
+) -> None:
+    """Each row of gradients through the reference (``ref_step`` on ``theirs``) and ``tx``."""
+    jax = backend.module
+    state = tx.init(
+        [backend.asarray(np.zeros(tuple(p.shape)), d) for p, d in zip(theirs, dtypes, strict=True)]
+    )
+    update = jax.jit(tx.update) if compiled else tx.update
+    for i, row in enumerate(rows):
+        for p, g in zip(theirs, row, strict=True):
+            p.grad = g.clone()
+        ref_step()
+        g = [
+            backend.asarray(x.float().numpy(), "float32").astype(d)
+            for x, d in zip(row, dtypes, strict=True)
+        ]
+        out, state = update(g, state)
+        for k, (o, p) in enumerate(zip(out, theirs, strict=True)):
+            _optax_mixed_equal(o, p.grad, f"step {i}, leaf {k}")
+
+
 def _optax_mixed_equal(ours: Any, ref: Any, what: str) -> None:
     """A float16 or bfloat16 leaf bit for bit; a float32 one within float32's :data:`RTOL`
     (XLA's float32 sums against torch's CPU ones)."""
@@ -1508,7 +1536,6 @@ def test_optax_zclip_mixed_dtypes_warmup_is_zclips(backend, dtypes, compiled):
     anyclip's global norm in the widest dtype, not torch's norm of each leaf's norm (rounded
     to its dtype): 45 of 60 random mixed trees off zclip, by up to 1e-3 (relative).
     """
-    jax = backend.module
     torch = pytest.importorskip("torch")
     ao = pytest.importorskip("anyclip.optax")
     zclip = pytest.importorskip("zclip")
@@ -1519,21 +1546,8 @@ def test_optax_zclip_mixed_dtypes_warmup_is_zclips(backend, dtypes, compiled):
         model.register_parameter(f"p{i}", p)
     ref = zclip.ZClip(**kwargs)
     tx = ao.zclip(**kwargs)
-    state = tx.init(
-        [backend.asarray(np.zeros(tuple(p.shape)), d) for p, d in zip(theirs, dtypes, strict=True)]
-    )
-    update = jax.jit(tx.update) if compiled else tx.update
-    for i, row in enumerate(_mixed_grads(torch, dtypes, 12, seed=3)):
-        for p, g in zip(theirs, row, strict=True):
-            p.grad = g.clone()
-        ref.step(model)
-        g = [
-            backend.asarray(x.float().numpy(), "float32").astype(d)
-            for x, d in zip(row, dtypes, strict=True)
-        ]
-        out, state = update(g, state)
-        for k, (o, p) in enumerate(zip(out, theirs, strict=True)):
-            _optax_mixed_equal(o, p.grad, f"step {i}, leaf {k}")
+    rows = _mixed_grads(torch, dtypes, 12, seed=3)
+    _optax_mixed_steps(backend, tx, theirs, dtypes, rows, lambda: ref.step(model), compiled)
 
 
 @jax_backends
@@ -1550,7 +1564,6 @@ def test_optax_quantile_clip_mixed_dtypes_are_autoclips(
     the factor was rounded to each half-precision leaf's dtype before the product (torch's
     is in float32): 37 of 100 random mixed trees off autoclip.
     """
-    jax = backend.module
     torch = pytest.importorskip("torch")
     ao = pytest.importorskip("anyclip.optax")
     ref_cls = pytest.importorskip("autoclip.torch.quantile").QuantileClip
@@ -1558,21 +1571,8 @@ def test_optax_quantile_clip_mixed_dtypes_are_autoclips(
     theirs = _mixed_params(torch, dtypes)
     ref = ref_cls(theirs, **kwargs)
     tx = ao.quantile_clip(**kwargs)
-    state = tx.init(
-        [backend.asarray(np.zeros(tuple(p.shape)), d) for p, d in zip(theirs, dtypes, strict=True)]
-    )
-    update = jax.jit(tx.update) if compiled else tx.update
-    for i, row in enumerate(_mixed_grads(torch, dtypes, 24, seed=4)):
-        for p, g in zip(theirs, row, strict=True):
-            p.grad = g.clone()
-        ref.step()
-        g = [
-            backend.asarray(x.float().numpy(), "float32").astype(d)
-            for x, d in zip(row, dtypes, strict=True)
-        ]
-        out, state = update(g, state)
-        for k, (o, p) in enumerate(zip(out, theirs, strict=True)):
-            _optax_mixed_equal(o, p.grad, f"step {i}, leaf {k}")
+    rows = _mixed_grads(torch, dtypes, 24, seed=4)
+    _optax_mixed_steps(backend, tx, theirs, dtypes, rows, ref.step, compiled)
 
 
 #: Variances whose float64 root torch's CPU ``pow(x, 0.5)`` rounds 1 ULP off Python's

@@ -1091,6 +1091,30 @@ def test_torch_compile_half_precision_rounds_each_step_as_tf(backend, compile_fu
             assert_array(got, want, backend=backend, dtype=dtype, ulp=ulp, what=f"{name} {i}")
 
 
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+# Inductor's C++ code generator warns on any kernel that mixes the two half types (here the
+# bfloat16 input cast to float16), not about anyclip
+@pytest.mark.filterwarnings("ignore:bf16 and fp16 are mixed in the scheduler node:UserWarning")
+def test_torch_compile_unhalved_norm_rounds_its_root_as_tf(backend, compile_fullgraph):
+    """The sums TF does not halve (``tf.norm`` in ``accumulate_dtype``) round their root too.
+
+    ``norm`` of bfloat16 ``[8, 2, 1.25]`` accumulated in float16 is TF's norm of the float16
+    cast, cast back: the squares and their sum 69.5625 are exact, its root 8.3404... rounds
+    to float16 8.34375, a tie between bfloat16 8.3125 and 8.375 that goes to even, 8.375
+    (live TF 2.21: 8.375). Compiled, the root was rounded once, from float32, to 8.3125.
+    """
+    root = np.float16(np.sqrt(np.float32(69.5625)))
+    assert root == np.float16(8.34375)  # midway: bfloat16 has 7 bits after the point
+    x = backend.asarray([8.0, 2.0, 1.25], "bfloat16")
+
+    def fn(x: Any) -> Any:
+        return anyclip.norm(x, accumulate_dtype=backend.module.float16)
+
+    fn(x)  # eager first: anyclip's type cache is warm when Dynamo traces
+    got = compile_fullgraph(fn)(x)
+    assert_array(got, np.float32(8.375), backend=backend, dtype="bfloat16", what="norm")
+
+
 @pytest.mark.live_tf
 def test_tf_compile_half_reference_is_tfs(tmp_path):
     # the committed file is still what TF 2.21 gives (run with --live-tf). Imported here:

@@ -215,8 +215,13 @@ def norm_from_total(xp: Namespace, kernels: Kernels, total: Any) -> Any:
 
     ``sqrt(total * 2)`` where the kernels halve (:attr:`~Kernels.halving`: TF's
     ``l2_loss``), ``sqrt(total)`` where their sums are whole (:meth:`~Kernels.unhalved`).
+    Each step rounded to the dtype under ``torch.compile`` too (:func:`rounded_here`), as in
+    :func:`norm_from_half_squares`: a float16 root cast to bfloat16 was otherwise rounded
+    once, from float32.
     """
-    return norm_from_half_squares(xp, total) if kernels.halving else sqrt(xp, total)
+    if kernels.halving:
+        return norm_from_half_squares(xp, total)
+    return rounded_here(xp, sqrt(xp, rounded_here(xp, total)))
 
 
 @_entry

@@ -1203,6 +1203,28 @@ def test_compiled_unhalved_bfloat16_squares_round_as_tf(backend):
     assert_array(_compiled(backend, fn)(x), want, backend=backend, dtype="float32", what="norm")
 
 
+@pytest.mark.parametrize("backend", ["torch", "jax"], indirect=True)
+def test_compiled_keras_global_norm_rounds_its_total_as_keras(backend):
+    """Keras's bfloat16 global norm (``global_clipnorm``) rounds its total before the root:
+    ``[1]`` and ``[0.09375]`` sum to 1.0087890625, bfloat16 1.0078125, whose root 1.0039
+    rounds to 1 (live Keras 3 on TF 2.21: 1.0); Inductor took the root of the float32 total,
+    1.0044, to 1.0078125."""
+    from anyclip import _clip
+
+    a = backend.asarray([1.0], "bfloat16")
+    b = backend.asarray([0.09375], "bfloat16")
+
+    def fn(a: Any, b: Any) -> Any:
+        return _clip.keras_global_norm([a, b])
+
+    fn(a, b)  # eager first: anyclip's type cache is warm when the compiler traces
+    total = _bfloat16(np.float32(1.0) + np.float32(0.09375) ** 2)
+    want = _bfloat16(np.sqrt(total))
+    assert want == np.float32(1.0)
+    got = _compiled(backend, fn)(a, b)
+    assert_array(got, want, backend=backend, dtype="bfloat16", what="keras global norm")
+
+
 @pytest.mark.live_tf
 def test_tf_compile_half_reference_is_tfs(tmp_path):
     # the committed file is still what TF 2.21 gives (run with --live-tf). Imported here:

@@ -361,8 +361,10 @@ def keras_global_norm(xp: Namespace, kernels: Kernels, arrays: Sequence[Any]) ->
         squares = rounded_apart(xp, xp.square(kernels.flush_squares(xp, v)))
         s = xp.reshape(kernels.nonnegative_sum(xp, squares, None), ())
         sums.append(s if home is None or s.device == home else s.to(home))
-    total = reduce_sum(xp, rounded_apart(xp, xp.stack(sums)), None, keepdims=False)
-    return sqrt(xp, kernels.flush(xp, total))
+    total = rounded_here(
+        xp, reduce_sum(xp, rounded_apart(xp, xp.stack(sums)), None, keepdims=False)
+    )
+    return rounded_here(xp, sqrt(xp, kernels.flush(xp, total)))
 
 
 @_entry

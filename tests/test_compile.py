@@ -1091,6 +1091,140 @@ def test_torch_compile_half_precision_rounds_each_step_as_tf(backend, compile_fu
             assert_array(got, want, backend=backend, dtype=dtype, ulp=ulp, what=f"{name} {i}")
 
 
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+# Inductor's C++ code generator warns on any kernel that mixes the two half types (here the
+# bfloat16 input cast to float16), not about anyclip
+@pytest.mark.filterwarnings("ignore:bf16 and fp16 are mixed in the scheduler node:UserWarning")
+def test_torch_compile_unhalved_norm_rounds_its_root_as_tf(backend, compile_fullgraph):
+    """The sums TF does not halve (``tf.norm`` in ``accumulate_dtype``) round their root too.
+
+    ``norm`` of bfloat16 ``[8, 2, 1.25]`` accumulated in float16 is TF's norm of the float16
+    cast, cast back: the squares and their sum 69.5625 are exact, its root 8.3404... rounds
+    to float16 8.34375, a tie between bfloat16 8.3125 and 8.375 that goes to even, 8.375
+    (live TF 2.21: 8.375). Compiled, the root was rounded once, from float32, to 8.3125.
+    """
+    root = np.float16(np.sqrt(np.float32(69.5625)))
+    assert root == np.float16(8.34375)  # midway: bfloat16 has 7 bits after the point
+    x = backend.asarray([8.0, 2.0, 1.25], "bfloat16")
+
+    def fn(x: Any) -> Any:
+        return anyclip.norm(x, accumulate_dtype=backend.module.float16)
+
+    fn(x)  # eager first: anyclip's type cache is warm when Dynamo traces
+    got = compile_fullgraph(fn)(x)
+    assert_array(got, np.float32(8.375), backend=backend, dtype="bfloat16", what="norm")
+
+
+def _bfloat16(values: Any) -> np.ndarray:
+    """``values`` rounded to bfloat16, as float32 (TF rounds each bfloat16 op so, once)."""
+    from .conftest import rounded
+
+    return rounded(np.asarray(values, dtype=np.float32), "bfloat16").astype(np.float32)
+
+
+#: float32 inputs of :func:`test_compiled_accumulate_dtype_narrower_rounds_as_tf`
+NARROWED_X = np.array([[0.1, -0.2], [0.3, 0.05]], dtype=np.float32)
+
+
+def _narrowed_expected() -> dict[str, np.ndarray]:
+    """TF's functions on ``NARROWED_X`` cast to bfloat16, cast back (live TF 2.21: the same).
+
+    Each bfloat16 step computed in float32 and rounded once; each column's two squares add
+    exactly in float32, and so do all four. ``clip_by_norm`` at 1 of a norm below 1 is the
+    rounded input.
+    """
+    xb = _bfloat16(NARROWED_X)
+    sums = _bfloat16(_bfloat16(xb * xb).sum(axis=0, dtype=np.float32))
+    inv = _bfloat16(np.float32(1) / np.sqrt(sums))
+    total = _bfloat16(_bfloat16(xb * xb).sum(dtype=np.float32))
+    return {
+        "norm": _bfloat16(np.sqrt(total)),
+        "clip_by_norm": xb,
+        "clip_by_norm-axes0": xb,
+        "norm-axis0": _bfloat16(np.sqrt(sums)),
+        "l2_normalize-axis0": _bfloat16(xb * inv),
+    }
+
+
+def _narrowed_call(name: str, x: Any, acc: Any) -> Any:
+    if name == "norm":
+        return anyclip.norm(x, accumulate_dtype=acc)
+    if name == "clip_by_norm":
+        return anyclip.clip_by_norm(x, 1.0, accumulate_dtype=acc)
+    if name == "clip_by_norm-axes0":
+        return anyclip.clip_by_norm(x, 1.0, axes=0, accumulate_dtype=acc)
+    if name == "norm-axis0":
+        return anyclip.norm(x, axis=0, accumulate_dtype=acc)
+    return anyclip.l2_normalize(x, axis=0, accumulate_dtype=acc)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"], indirect=True)
+@pytest.mark.parametrize("name", list(_narrowed_expected()))
+def test_compiled_accumulate_dtype_narrower_rounds_as_tf(backend, name):
+    """float32 input, ``accumulate_dtype=bfloat16``, under ``torch.compile`` and ``jax.jit``:
+    the casts to bfloat16 and back round as eagerly (Inductor dropped the cast: the clipped
+    input came back unrounded, ``0.1`` for TF's ``0.10009766``; XLA's ``l2_normalize`` and
+    Inductor's ``norm`` were 1 to 3 bfloat16 ULP off)."""
+    x = backend.asarray(NARROWED_X, "float32")
+
+    def fn(x: Any) -> Any:
+        return _narrowed_call(name, x, "bfloat16")
+
+    fn(x)  # eager first: anyclip's type cache is warm when the compiler traces
+    got = _compiled(backend, fn)(x)
+    want = _narrowed_expected()[name]
+    assert_array(got, want, backend=backend, dtype="float32", what=name)
+
+
+def _compiled(backend: Backend, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` under ``torch.compile(fullgraph=True)`` (a fresh Dynamo cache) or ``jax.jit``."""
+    if backend.library == "torch":
+        backend.module._dynamo.reset()
+        return backend.module.compile(fn, fullgraph=True, backend=TORCH_COMPILER)
+    import jax
+
+    return jax.jit(fn)
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"], indirect=True)
+def test_compiled_unhalved_bfloat16_squares_round_as_tf(backend):
+    """The whole sum of bfloat16 squares (``tf.norm``'s, in ``accumulate_dtype``) rounds each
+    square compiled too: ``[1.0078125, 2, 1.5, 0.875]``'s squares round to ``1.015625 + 4 +
+    2.25 + 0.765625 = 8.03125``, a bfloat16 tie that goes to 8 (root 2.828125, live TF
+    2.21's); Inductor kept the first square unrounded (8.0313...: 8.0625, root 2.84375)."""
+    x = backend.asarray([1.0078125, 2.0, 1.5, 0.875], "float32")
+
+    def fn(x: Any) -> Any:
+        return anyclip.norm(x, accumulate_dtype="bfloat16")
+
+    fn(x)  # eager first: anyclip's type cache is warm when the compiler traces
+    want = _bfloat16(np.sqrt(np.float32(8.0)))
+    assert want == np.float32(2.828125)
+    assert_array(_compiled(backend, fn)(x), want, backend=backend, dtype="float32", what="norm")
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"], indirect=True)
+def test_compiled_keras_global_norm_rounds_its_total_as_keras(backend):
+    """Keras's bfloat16 global norm (``global_clipnorm``) rounds its total before the root:
+    ``[1]`` and ``[0.09375]`` sum to 1.0087890625, bfloat16 1.0078125, whose root 1.0039
+    rounds to 1 (live Keras 3 on TF 2.21: 1.0); Inductor took the root of the float32 total,
+    1.0044, to 1.0078125."""
+    from anyclip import _clip
+
+    a = backend.asarray([1.0], "bfloat16")
+    b = backend.asarray([0.09375], "bfloat16")
+
+    def fn(a: Any, b: Any) -> Any:
+        return _clip.keras_global_norm([a, b])
+
+    fn(a, b)  # eager first: anyclip's type cache is warm when the compiler traces
+    total = _bfloat16(np.float32(1.0) + np.float32(0.09375) ** 2)
+    want = _bfloat16(np.sqrt(total))
+    assert want == np.float32(1.0)
+    got = _compiled(backend, fn)(a, b)
+    assert_array(got, want, backend=backend, dtype="bfloat16", what="keras global norm")
+
+
 @pytest.mark.live_tf
 def test_tf_compile_half_reference_is_tfs(tmp_path):
     # the committed file is still what TF 2.21 gives (run with --live-tf). Imported here:

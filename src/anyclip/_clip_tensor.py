@@ -28,6 +28,7 @@ from anyclip._kernels import (
     plain_clip_by_value,
 )
 from anyclip._kernels._dask import joined_call, unknown_broadcast
+from anyclip._kernels._tforder_xp import rounded_cast
 from anyclip._keywords import hints_keywords
 from anyclip._policy import as_input, as_operand, check_broadcastable
 from anyclip._policy_axes import normalize_axes
@@ -353,12 +354,12 @@ def _clip_by_norm(
         if c.ndim == 0:
             k = kernels_for(xp, [t], acc) if kernels is None else kernels
             return _core.upcast_clip_by_norm(xp, k, t, c, acc)
-    work = t if acc is None or acc == t.dtype else xp.astype(t, acc)
+    work = t if acc is None or acc == t.dtype else rounded_cast(xp, t, acc)
     c = _clip_norm_operand(xp, clip_norm, work)
     check_broadcastable(tuple(c.shape), tuple(t.shape), "clip_norm", "t")
     k = kernels_for(xp, (work,)) if kernels is None else kernels
     out = _core.clip_by_norm(xp, k, work, c, ax)
-    return out if out.dtype == t.dtype else xp.astype(out, t.dtype)
+    return out if out.dtype == t.dtype else rounded_cast(xp, out, t.dtype)
 
 
 _BOUNDS = ("t", "clip_value_min", "clip_value_max")

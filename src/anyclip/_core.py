@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from anyclip import _gradients as g
 from anyclip._compat import device, dtype_name, is_array, library
 from anyclip._kernels import Kernels
-from anyclip._kernels._tforder_xp import rounded_apart
+from anyclip._kernels._tforder_xp import rounded_apart, rounded_cast
 from anyclip._numerics import (
     as_array,
     complex_from_parts,
@@ -215,8 +215,13 @@ def norm_from_total(xp: Namespace, kernels: Kernels, total: Any) -> Any:
 
     ``sqrt(total * 2)`` where the kernels halve (:attr:`~Kernels.halving`: TF's
     ``l2_loss``), ``sqrt(total)`` where their sums are whole (:meth:`~Kernels.unhalved`).
+    Each step rounded to the dtype under ``torch.compile`` too (:func:`rounded_here`), as in
+    :func:`norm_from_half_squares`: a float16 root cast to bfloat16 was otherwise rounded
+    once, from float32.
     """
-    return norm_from_half_squares(xp, total) if kernels.halving else sqrt(xp, total)
+    if kernels.halving:
+        return norm_from_half_squares(xp, total)
+    return rounded_here(xp, sqrt(xp, rounded_here(xp, total)))
 
 
 @_entry
@@ -234,7 +239,7 @@ def global_norm(
 
 def _scale_step(xp: Namespace, b: Any, clip_norm: Any, divisor: Any) -> Any:
     """``(b * clip_norm) / divisor``: :func:`clip_by_norm`'s elementwise step."""
-    return quotient(xp, b * clip_norm, divisor)
+    return quotient(xp, rounded_here(xp, b * clip_norm), divisor)
 
 
 def _inv_norm_step(xp: Namespace, b: Any, x_inv_norm: Any) -> Any:
@@ -251,9 +256,10 @@ def upcast_clip_by_norm(xp: Namespace, kernels: Kernels, t: Any, clip_norm: Any,
     neither do they) and again for the scaling (:meth:`Kernels.cast_map`), so no cast of
     all of ``t`` exists.
     """
-    l2sum = kernels.total_squares(xp, [t], acc)
+    l2sum = rounded_here(xp, kernels.total_squares(xp, [t], acc))
     pred = l2sum > 0
-    l2norm = xp.where(pred, sqrt(xp, xp.where(pred, l2sum, xp.ones_like(l2sum))), l2sum)
+    root = rounded_here(xp, sqrt(xp, xp.where(pred, l2sum, xp.ones_like(l2sum))))
+    l2norm = xp.where(pred, root, l2sum)
     divisor = g.maximum(xp, l2norm, clip_norm)
     return kernels.cast_map(xp, t, acc, _scale_step, (clip_norm, divisor))
 
@@ -264,8 +270,8 @@ def upcast_l2_normalize(xp: Namespace, kernels: Kernels, x: Any, epsilon: Any, a
 
     The sum of squares is :meth:`Kernels.total_squares` (TF's ``reduce_sum(square(x))``).
     """
-    square_sum = kernels.total_squares(xp, [x], acc)
-    x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
+    square_sum = rounded_here(xp, kernels.total_squares(xp, [x], acc))
+    x_inv_norm = rounded_here(xp, g.rsqrt(xp, g.maximum(xp, square_sum, epsilon)))
     return kernels.cast_map(xp, x, acc, _inv_norm_step, (x_inv_norm,))
 
 
@@ -355,8 +361,10 @@ def keras_global_norm(xp: Namespace, kernels: Kernels, arrays: Sequence[Any]) ->
         squares = rounded_apart(xp, xp.square(kernels.flush_squares(xp, v)))
         s = xp.reshape(kernels.nonnegative_sum(xp, squares, None), ())
         sums.append(s if home is None or s.device == home else s.to(home))
-    total = reduce_sum(xp, rounded_apart(xp, xp.stack(sums)), None, keepdims=False)
-    return sqrt(xp, kernels.flush(xp, total))
+    total = rounded_here(
+        xp, reduce_sum(xp, rounded_apart(xp, xp.stack(sums)), None, keepdims=False)
+    )
+    return rounded_here(xp, sqrt(xp, kernels.flush(xp, total)))
 
 
 @_entry
@@ -472,7 +480,7 @@ def norm(
     if axis is None and ord not in ("fro", "euclidean", 2) and (_known_size(x.shape) or 0) > 0:
         r = _vector_p_norm(xp, kernels, x, ord, x.dtype if acc is None else acc)
     if r is None and acc is not None and acc != x.dtype:
-        x = xp.astype(x, acc)
+        x = rounded_cast(xp, x, acc)
     if r is not None:
         pass
     elif ord in ("fro", "euclidean", 2) and not (isinstance(axis, tuple) and ord == 2):

@@ -16,6 +16,7 @@ from anyclip import _core
 from anyclip._compat import dtype_name, is_numpy_scalar, library, namespace
 from anyclip._kernels import Kernels, kernels_for, plain_norm
 from anyclip._kernels._dask import joined_call, unknown_broadcast
+from anyclip._kernels._tforder_xp import rounded_cast
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import quiet
 from anyclip._policy import as_input, as_operand, check_compatible
@@ -385,7 +386,7 @@ def _cast_back(xp: Namespace, r: Any, dtype: Any) -> Any:
     if r.dtype == dtype:
         return r
     with quiet(xp):
-        return xp.astype(r, dtype)
+        return rounded_cast(xp, r, dtype)
 
 
 def _accumulating(xp: Namespace, x: Any, accumulate_dtype: Any, name: str, single: str) -> Any:
@@ -394,7 +395,7 @@ def _accumulating(xp: Namespace, x: Any, accumulate_dtype: Any, name: str, singl
         return x
     require_kind(xp, x, name, ("real",), "a real floating dtype when `accumulate_dtype` is set")
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [x.dtype], single=single)
-    return x if acc == x.dtype else xp.astype(x, acc)
+    return x if acc == x.dtype else rounded_cast(xp, x, acc)
 
 
 @hints_keywords
@@ -523,7 +524,7 @@ def _l2_normalize(
         check_compatible(tuple(eps.shape), tuple(x.shape), "epsilon", "x", tf=words)
     k = kernels_for(xp, (work,)) if kernels is None else kernels
     out = _core.l2_normalize(xp, work, ax, eps, k)
-    return out if work is x else xp.astype(out, x.dtype)
+    return out if work is x else rounded_cast(xp, out, x.dtype)
 
 
 def _numpy_l2_normalize(x: Any, epsilon: Any, *, axis: Any, accumulate_dtype: Any) -> Any:

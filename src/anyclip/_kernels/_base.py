@@ -23,7 +23,7 @@ from typing import Any
 from anyclip._compat import device, dtype_name, is_dtensor, is_functorch_wrapped, library
 from anyclip._kernels._tfaxes import tf_sum_or_none
 from anyclip._kernels._tforder import tf_order_dtype
-from anyclip._kernels._tforder_xp import rounded_apart, tf_order_squares
+from anyclip._kernels._tforder_xp import rounded_apart, rounded_cast, tf_order_squares
 from anyclip._numerics import constant, quotient, reduce_sum, rounded_here, sqrt, tf_cast
 from anyclip._typing import Namespace
 
@@ -333,7 +333,7 @@ class Kernels:
         return reduce_sum(xp, partials(xp, steps, acc, arrays), None, keepdims=False)
 
     def _cast_half_step(self, xp: Namespace, b: Any, acc: Any) -> Callable[[], Any]:
-        return lambda: self.half_squares(xp, [xp.astype(b, acc)])
+        return lambda: self.half_squares(xp, [rounded_cast(xp, b, acc)])
 
     def cast_reduce(
         self,
@@ -357,10 +357,7 @@ class Kernels:
         pieces = self.blocks(xp, x)
         if pieces is None or len(pieces) <= 1:
             return None
-        steps = [
-            lambda b=b: fn(xp, b if b.dtype == acc else xp.astype(b, acc), *operands)
-            for b in pieces
-        ]
+        steps = [lambda b=b: fn(xp, rounded_cast(xp, b, acc), *operands) for b in pieces]
         stacked = partials(xp, steps, acc, [x])
         if combine == "max":
             return xp.max(stacked)
@@ -377,8 +374,10 @@ class Kernels:
         """
         pieces = self.blocks(xp, t)
         if pieces is None or len(pieces) <= 1:
-            return xp.astype(fn(xp, xp.astype(t, acc), *operands), t.dtype)
-        outs = (xp.astype(fn(xp, xp.astype(p, acc), *operands), t.dtype) for p in pieces)
+            return rounded_cast(xp, fn(xp, rounded_cast(xp, t, acc), *operands), t.dtype)
+        outs = (
+            rounded_cast(xp, fn(xp, rounded_cast(xp, p, acc), *operands), t.dtype) for p in pieces
+        )
         if _writes_in_place(xp, [t]):
             out = xp.empty((math.prod(t.shape),), dtype=t.dtype, device=device(t))
             start = 0
@@ -569,11 +568,11 @@ def _half_square_sum(xp: Namespace, v: Any, *, halve: bool = True) -> Any:
     name = dtype_name(v.dtype)
     torch = library(xp) == "torch"
     if not halve:
-        if name == "bfloat16" and torch:
-            return xp.astype(bfloat16_square_sum(xp, xp.square(v)), v.dtype)
         squares = xp.square(v)
-        if name in _ROUNDED_LOSSES:
+        if name in _ROUNDED_LOSSES:  # (rounded under torch.compile, as eagerly)
             squares = rounded_apart(xp, squares)
+        if name == "bfloat16" and torch:
+            return rounded_apart(xp, xp.astype(bfloat16_square_sum(xp, squares), v.dtype))
         return reduce_sum(xp, squares, None, keepdims=False)
     half = constant(xp, 0.5, v.dtype, v)
     if name == "float16" or (name == "bfloat16" and not torch):

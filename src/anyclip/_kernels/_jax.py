@@ -54,6 +54,7 @@ from anyclip._kernels._tforder_xp import (
     _segment_sums,
     _tree_ids,
     rounded_apart,
+    rounded_cast,
     tf_order_row_sums,
     tf_order_vector_sum,
 )
@@ -760,14 +761,18 @@ class JaxKernels(Kernels):
             if v.dtype == acc:
                 continue
             if int(v.size) <= _base.UPCAST_BLOCK:
-                parts.append(self.half_squares(xp, [xp.astype(v, acc)]))
+                parts.append(self.half_squares(xp, [rounded_cast(xp, v, acc)]))
                 continue
 
             def build(block: int) -> Callable[..., Any]:
                 def run(u: Any) -> Any:
                     flat = xp.reshape(u, (-1,))  # not sharded: a bitcast under jit
                     return _loop_reduce(
-                        xp, flat, block, lambda b: self.half_squares(xp, [xp.astype(b, acc)]), "sum"
+                        xp,
+                        flat,
+                        block,
+                        lambda b: self.half_squares(xp, [rounded_cast(xp, b, acc)]),
+                        "sum",
                     )
 
                 return run
@@ -792,7 +797,7 @@ class JaxKernels(Kernels):
         def build(block: int) -> Callable[..., Any]:
             def run(u: Any, *ops: Any) -> Any:
                 def part(b: Any) -> Any:
-                    return fn(xp, b if b.dtype == acc else xp.astype(b, acc), *ops)
+                    return fn(xp, rounded_cast(xp, b, acc), *ops)
 
                 return _loop_reduce(xp, xp.reshape(u, (-1,)), block, part, combine)
 
@@ -820,7 +825,7 @@ class JaxKernels(Kernels):
                 m = n // block
 
                 def one(b: Any) -> Any:
-                    return xp.astype(fn(xp, xp.astype(b, acc), *ops), u.dtype)
+                    return rounded_cast(xp, fn(xp, rounded_cast(xp, b, acc), *ops), u.dtype)
 
                 def body(i: Any, out: Any) -> Any:
                     b = lax.dynamic_slice(flat, (i * block,), (block,))

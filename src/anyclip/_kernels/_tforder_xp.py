@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from anyclip._compat import device, library
+from anyclip._compat import device, dtype_name, library
 from anyclip._kernels._tforder import (
     _LEAF,
     _PACKET,
@@ -30,6 +30,7 @@ from anyclip._numerics import constant, torch_rounded
 __all__ = [
     "numpy_tf_row_sums",
     "rounded_apart",
+    "rounded_cast",
     "square_list",
     "tf_order_row_sums",
     "tf_order_squares",
@@ -339,6 +340,26 @@ def numpy_tf_row_sums(xp: Any, rows: Any, **kwargs: Any) -> Any:
 
     in_order = functools.partial(numpy_rows_in_order, np)
     return tf_order_row_sums(xp, rows, in_order=in_order, **kwargs)
+
+
+#: The dtypes whose casts :func:`rounded_cast` rounds apart.
+_HALF_TYPES = ("float16", "bfloat16")
+
+
+def rounded_cast(xp: Any, x: Any, dtype: Any) -> Any:
+    """``astype(x, dtype)`` with a float16 or bfloat16 side rounded (:func:`rounded_apart`).
+
+    A cast to a half type is a rounding that eager torch, TF and NumPy make; compiled, it is
+    dropped where the half-precision value feeds float32 arithmetic (Inductor and XLA compute
+    half types in float32, and remove a cast down then up): ``clip_by_norm(x,
+    accumulate_dtype=bfloat16)`` of float32 ``x`` came back as ``x`` itself under
+    ``torch.compile``. So the cast's result is rounded apart, and so is a half-precision
+    ``x`` before it is cast up.
+    """
+    if dtype_name(x.dtype) in _HALF_TYPES:
+        x = rounded_apart(xp, x)
+    y = x if x.dtype == dtype else xp.astype(x, dtype)
+    return rounded_apart(xp, y) if dtype_name(y.dtype) in _HALF_TYPES else y
 
 
 def rounded_apart(xp: Any, x: Any) -> Any:

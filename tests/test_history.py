@@ -1424,10 +1424,7 @@ def test_torch_zclip_mixed_dtypes_warmup_is_zclips(backend, dtypes, state):
     at = pytest.importorskip("anyclip.torch")
     zclip = pytest.importorskip("zclip")
     kwargs = {"warmup_steps": 12, "max_grad_norm": 0.5}
-    model = torch.nn.Module()
-    theirs = _mixed_params(torch, dtypes)
-    for i, p in enumerate(theirs):
-        model.register_parameter(f"p{i}", p)
+    model, theirs = _zclip_model(torch, dtypes)
     ours = _mixed_params(torch, dtypes)
     ref = zclip.ZClip(**kwargs)
     mine = at.ZClip(**kwargs, dtype=torch.float64 if state == "float64" else None)
@@ -1486,6 +1483,15 @@ OPTAX_MIXED_DTYPES = [
 ]
 
 
+def _zclip_model(torch: Any, dtypes: tuple[str, ...]) -> tuple[Any, list]:
+    """A module holding :func:`_mixed_params` of ``dtypes`` (zclip's ``step`` takes a model)."""
+    model = torch.nn.Module()
+    theirs = _mixed_params(torch, dtypes)
+    for i, p in enumerate(theirs):
+        model.register_parameter(f"p{i}", p)
+    return model, theirs
+
+
 def _optax_mixed_steps(
     backend: Backend,
     tx: Any,
@@ -1540,10 +1546,7 @@ def test_optax_zclip_mixed_dtypes_warmup_is_zclips(backend, dtypes, compiled):
     ao = pytest.importorskip("anyclip.optax")
     zclip = pytest.importorskip("zclip")
     kwargs = {"warmup_steps": 12, "max_grad_norm": 0.5}
-    model = torch.nn.Module()
-    theirs = _mixed_params(torch, dtypes)
-    for i, p in enumerate(theirs):
-        model.register_parameter(f"p{i}", p)
+    model, theirs = _zclip_model(torch, dtypes)
     ref = zclip.ZClip(**kwargs)
     tx = ao.zclip(**kwargs)
     rows = _mixed_grads(torch, dtypes, 12, seed=3)

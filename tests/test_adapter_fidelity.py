@@ -153,6 +153,61 @@ def test_norm_type_nan_is_torchs(backend, at):
     )
 
 
+@torch_backends
+@pytest.mark.parametrize(
+    ("dtype", "grads", "max_norm"),
+    [
+        ("float32", [[0.0, 0.0], [[0.0]]], 0.0),  # TF: 0 * (1 / 0) = NaN; torch: zeros
+        ("float16", [[300.0, 0.0], [[4.0]]], 1.0),  # TF: the float16 norm is inf
+        ("float16", [[300.0, 0.0], [[4.0]]], math.inf),  # the same with torch's idiom
+    ],
+)
+def test_documented_value_differences_are_tfs(backend, at, dtype, grads, max_norm):
+    """The rows of docs/porting.md's drop-in table where torch's and TF's values part.
+
+    Found by fuzzing, documented (not changed): all-zero gradients at ``max_norm=0``, and
+    float16 gradients alone whose squares overflow float16 (torch sums them in float32: norm
+    300, clipped; TF's float16 norm is inf and every gradient NaN, ``max_norm=inf``
+    included). torch live for its side, TF live for anyclip's; ``accumulate_dtype=float32``
+    gives a finite norm (torch's once rounded to float16) and, at ``max_norm=inf``, torch's
+    gradients.
+    """
+    tf = pytest.importorskip("tensorflow")
+    torch = backend.module
+
+    def params() -> list:
+        out = []
+        for g in grads:
+            p = torch.nn.Parameter(backend.asarray(np.zeros(np.shape(g)), dtype))
+            p.grad = backend.asarray(g, dtype)
+            out.append(p)
+        return out
+
+    ours, theirs, wide = params(), params(), params()
+    n_ours = at.clip_grad_norm_(ours, max_norm)
+    n_theirs = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+    tf_grads, tf_norm = tf.clip_by_global_norm(
+        [tf.constant(np.asarray(g, np.float32), dtype=dtype) for g in grads],
+        0.0 if max_norm == 0 else 1.0,  # inf is TF's NaN too, which the drop-in follows
+    )
+    assert bool(torch.isfinite(n_theirs)) and not any(
+        bool(torch.isnan(t.grad).any()) for t in theirs
+    )
+    if max_norm == 0:  # a zero norm: anyclip's is TF's
+        assert_array(n_ours, float(tf_norm.numpy()), backend=backend, dtype=dtype)
+    else:  # TF's float16 norm overflows
+        assert not np.isfinite(tf_norm.numpy()) and not bool(torch.isfinite(n_ours))
+    for o, t in zip(ours, tf_grads, strict=True):
+        assert np.isnan(t.numpy()).all()
+        assert bool(torch.isnan(o.grad).all())
+    if dtype == "float16":
+        n_wide = at.clip_grad_norm_(wide, max_norm, accumulate_dtype=torch.float32)
+        assert float(n_wide.to(n_theirs.dtype)) == float(n_theirs)  # float32, then rounded
+        if max_norm == math.inf:
+            for w, t in zip(wide, theirs, strict=True):
+                assert_same_bits(backend, w.grad, t.grad, "accumulate_dtype=float32")
+
+
 # ============================================================ D4: optax, max_norm = inf
 UPDATES = {"a": [3.0, -4.0, 0.5], "b": [[1e-3, 12.0]]}
 

@@ -487,7 +487,7 @@ def _clip_grad_norm(
     each = _foreach(foreach)
     p = _norm_type(norm_type)
     policy = _policy(error_if_nonfinite, nonfinite)
-    params = _tensors(parameters, "parameters")
+    params = _tensors(parameters, "parameters", warn_empty=True)  # torch's warning
     c = _max_norm(max_norm)
     resolve_accumulate_dtype(namespace(torch.zeros(())), accumulate_dtype, [])  # no grad too
     grads = [q.grad for q in params if q.grad is not None]

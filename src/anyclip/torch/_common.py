@@ -8,12 +8,15 @@ with torch's rule for ``foreach``.
 
 from __future__ import annotations
 
+import os
+import sys
 import types
 import warnings
 from collections.abc import Iterable
 from typing import Any, cast
 
 import torch
+import torch.utils._contextlib
 
 from anyclip._compat import imported, torch_compiling_off_the_cpu
 from anyclip._kernels._dist import is_dtensor
@@ -43,8 +46,13 @@ __all__ = [
 Parameters = torch.Tensor | Iterable[torch.Tensor]
 
 
-def _tensors(value: Any, name: str) -> list[torch.Tensor]:
-    """``value`` (a tensor or an iterable of tensors) as a list, as torch accepts it."""
+def _tensors(value: Any, name: str, *, warn_empty: bool = False) -> list[torch.Tensor]:
+    """``value`` (a tensor or an iterable of tensors) as a list, as torch accepts it.
+
+    ``warn_empty``: warn of an empty generator, as torch's ``clip_grad_norm_`` does (its
+    ``get_total_norm``, ``clip_grads_with_norm_`` and ``clip_grad_value_`` do not), at the
+    caller's line.
+    """
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, dict):
@@ -62,9 +70,10 @@ def _tensors(value: Any, name: str) -> list[torch.Tensor]:
             f"got {type(value).__module__}.{type(value).__qualname__}"
         )
         raise TypeError(msg) from None
-    if is_generator and not out:  # torch's own warning, word for word
+    if warn_empty and is_generator and not out:  # torch's own warning, word for word
         warnings.warn(
-            f"`{name}` is an empty generator, no gradient clipping will occur.", stacklevel=3
+            f"`{name}` is an empty generator, no gradient clipping will occur.",
+            stacklevel=_caller_level(),
         )
     for i, t in enumerate(out):
         if not isinstance(t, torch.Tensor):
@@ -73,8 +82,28 @@ def _tensors(value: Any, name: str) -> list[torch.Tensor]:
     return out
 
 
-def _grads(parameters: Any) -> list[torch.Tensor]:
-    return [p.grad for p in _tensors(parameters, "parameters") if p.grad is not None]
+def _grads(parameters: Any, *, warn_empty: bool = False) -> list[torch.Tensor]:
+    params = _tensors(parameters, "parameters", warn_empty=warn_empty)
+    return [p.grad for p in params if p.grad is not None]
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside anyclip, for the caller's ``warn``.
+
+    Frames of anyclip's own modules (the public function, its decorators) and of torch's
+    ``no_grad`` decorator are skipped, so the warning names the user's line, as torch's.
+    """
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the anyclip package
+    wrapper = os.path.abspath(torch.utils._contextlib.__file__)
+    frame: Any = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
+    level = 1
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not (path.startswith(here + os.sep) or path == wrapper):
+            break
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _local(x: Any) -> Any:

@@ -711,6 +711,7 @@ def test_torch_quantile_clip_takes_a_tensor_quantile(backend, autoclip_ref):
         ({"history_length": 0}, ValueError, "`history_length`"),
         ({"history_length": 2.0}, TypeError, "`history_length`"),
         ({"quantile": 1}, TypeError, "`quantile`"),
+        ({"quantile": float("nan")}, ValueError, "`quantile`"),  # autoclip: at step 2
     ],
 )
 def test_quantile_clip_refuses_bad_arguments(kwargs, exc, match):
@@ -1318,6 +1319,8 @@ def test_torch_skip_on_spike_step_refuses_bad_loss_and_grad_norm_by_name():
         ({"warmup_steps": 2.5}, TypeError, "warmup_steps"),
         ({"warmup_steps": -1}, ValueError, "warmup_steps"),
         ({"clip_factor": "x"}, TypeError, "clip_factor"),
+        ({"alpha": float("nan")}, ValueError, "alpha"),
+        ({"max_grad_norm": False}, TypeError, "max_grad_norm"),
     ],
 )
 @pytest.mark.parametrize("adapter", ["torch", "optax"])

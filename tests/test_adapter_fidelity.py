@@ -352,6 +352,7 @@ BAD: dict[str, Callable[[Any, Any], Any]] = {
     "complex": lambda torch, dev: 1 + 2j,
     "complex_tensor": lambda torch, dev: torch.tensor(1 + 2j, device=dev),
     "int_tensor": lambda torch, dev: torch.tensor(2, device=dev),
+    "meta_tensor": lambda torch, dev: torch.ones((), device="meta"),
 }
 
 #: Each function's arguments, and its call with good values.
@@ -380,11 +381,19 @@ DEVIATIONS: dict[tuple[str, str, str], tuple[type[Exception] | None, str]] = {
     ("get_total_norm", "tensors", "int_tensor"): (TypeError, "dtype problem; torch: RuntimeError"),
     **{  # a lone tensor without .grad: nothing to clip
         ("clip_grad_value_", "parameters", v): (None, "torch 2.13 trips an internal check")
-        for v in ["tensor0d", "tensor2", "complex_tensor", "int_tensor"]
+        for v in ["tensor0d", "tensor2", "complex_tensor", "int_tensor", "meta_tensor"]
     },
     **{
         ("clip_grad_value_", "foreach", v): _SECOND_BOUND
-        for v in ["nan", "negative", "tensor0d", "tensor2", "complex_tensor", "int_tensor"]
+        for v in [
+            "nan",
+            "negative",
+            "tensor0d",
+            "tensor2",
+            "complex_tensor",
+            "int_tensor",
+            "meta_tensor",
+        ]
     },
 }
 

@@ -36,9 +36,11 @@ __all__ = [
     "_local",
     "_max_norm",
     "_norm_type",
+    "_no_meta",
     "_plain",
     "_policy",
     "_tensors",
+    "_truth",
     "_use_foreach",
 ]
 
@@ -117,7 +119,26 @@ def _foreach(foreach: Any) -> bool | None:
     torch tests it with ``if``, so ``"x"`` or ``1`` mean True, and a tensor of several values
     raises torch's own ``RuntimeError``.
     """
-    return None if foreach is None else bool(foreach)
+    return None if foreach is None else _truth(foreach, "foreach")
+
+
+def _truth(value: Any, name: str) -> bool:
+    """``bool(value)``, as torch's ``if``; a meta tensor is torch's ``RuntimeError``, named."""
+    _no_meta(value, name, "a truth value")
+    return bool(value)
+
+
+def _no_meta(value: Any, name: str, what: str = "a number") -> None:
+    """A ``RuntimeError`` (torch's) for a meta tensor that torch reads on the host, named.
+
+    torch's own (``Tensor.item() cannot be called on meta tensors``) names no argument.
+    """
+    if isinstance(value, torch.Tensor) and _local(value).is_meta:
+        msg = (
+            f"`{name}` is a tensor on the meta device (a shape without values), which torch "
+            f"reads as {what}: it has none to read; pass a Python value or a tensor with values"
+        )
+        raise RuntimeError(msg)
 
 
 def _describe(value: Any) -> str:
@@ -134,6 +155,7 @@ def _as_float(value: Any, name: str, example: str) -> float:
     ``ValueError`` (a string that is no number, a tensor of several values), ``RuntimeError``
     (a complex tensor).
     """
+    _no_meta(value, name)
     try:
         return float(value)
     except (TypeError, ValueError, RuntimeError) as exc:
@@ -272,6 +294,7 @@ def _norm_type(norm_type: Any) -> float:
 
 
 def _policy(error_if_nonfinite: bool, nonfinite: Any) -> Nonfinite:
+    error_if_nonfinite = _truth(error_if_nonfinite, "error_if_nonfinite")
     policy = check_nonfinite(nonfinite)
     if error_if_nonfinite and policy not in ("tf", "raise"):
         msg = (

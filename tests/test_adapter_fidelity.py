@@ -158,6 +158,7 @@ def test_norm_type_nan_is_torchs(backend, at):
     ("dtype", "grads", "max_norm"),
     [
         ("float32", [[0.0, 0.0], [[0.0]]], 0.0),  # TF: 0 * (1 / 0) = NaN; torch: zeros
+        ("float32", [[3.0, -4.0], [[1.0]]], -0.0),  # TF: -0 * (1 / -0) = NaN; torch: zeros
         ("float16", [[300.0, 0.0], [[4.0]]], 1.0),  # TF: the float16 norm is inf
         ("float16", [[300.0, 0.0], [[4.0]]], math.inf),  # the same with torch's idiom
     ],
@@ -165,12 +166,12 @@ def test_norm_type_nan_is_torchs(backend, at):
 def test_documented_value_differences_are_tfs(backend, at, dtype, grads, max_norm):
     """The rows of docs/porting.md's drop-in table where torch's and TF's values part.
 
-    Found by fuzzing, documented (not changed): all-zero gradients at ``max_norm=0``, and
-    float16 gradients alone whose squares overflow float16 (torch sums them in float32: norm
-    300, clipped; TF's float16 norm is inf and every gradient NaN, ``max_norm=inf``
-    included). torch live for its side, TF live for anyclip's; ``accumulate_dtype=float32``
-    gives a finite norm (torch's once rounded to float16) and, at ``max_norm=inf``, torch's
-    gradients.
+    Found by fuzzing, documented (not changed): all-zero gradients at ``max_norm=0`` (any
+    gradients at ``-0.0``), and float16 gradients alone whose squares overflow float16
+    (torch sums them in float32: norm 300, clipped; TF's float16 norm is inf and every
+    gradient NaN, ``max_norm=inf`` included). torch live for its side, TF live for
+    anyclip's; ``accumulate_dtype=float32`` gives a finite norm (torch's once rounded to
+    float16) and, at ``max_norm=inf``, torch's gradients.
     """
     tf = pytest.importorskip("tensorflow")
     torch = backend.module
@@ -188,7 +189,9 @@ def test_documented_value_differences_are_tfs(backend, at, dtype, grads, max_nor
     n_theirs = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
     tf_grads, tf_norm = tf.clip_by_global_norm(
         [tf.constant(np.asarray(g, np.float32), dtype=dtype) for g in grads],
-        0.0 if max_norm == 0 else 1.0,  # inf is TF's NaN too, which the drop-in follows
+        # a NumPy value: TF's cache of Python floats takes -0.0 for 0.0 once it saw 0.0
+        # (docs/tf-behaviour.md); inf is TF's NaN, not the drop-in's
+        np.float32(max_norm if math.isfinite(max_norm) else 1.0),
     )
     assert bool(torch.isfinite(n_theirs)) and not any(
         bool(torch.isnan(t.grad).any()) for t in theirs

@@ -18,7 +18,7 @@ import torch
 from anyclip import _history
 from anyclip._compat import namespace
 from anyclip._history import History, check_choice, check_mapping
-from anyclip.torch._common import _local, _tensors
+from anyclip.torch._common import _PLAIN_TYPES, _local, _tensors
 from anyclip.torch._history import (
     _assign,
     _grads,
@@ -52,14 +52,17 @@ def _aliased(values: list[torch.Tensor]) -> bool:
     Read from the tensors' storages and strides on the host (no device access): tensors on
     distinct storages never alias; on one storage, those whose byte ranges meet may (strided
     views that interleave count too, where clipping them one at a time changes nothing).
-    Never while ``torch.compile`` traces (no storage there): the batched step.
+    Never while ``torch.compile`` traces (no storage there): the batched step; tensors of a
+    subclass (torch's ``FakeTensor``) and meta tensors are not compared.
     """
     if len(values) < 2 or torch.compiler.is_compiling():
         return False
     spans: dict[Any, list[tuple[int, int]]] = {}
     for v in values:
         local = _local(v)
-        if local.layout != torch.strided or local.numel() == 0 or local.is_meta:
+        if type(local) not in _PLAIN_TYPES or local.is_meta or local.layout != torch.strided:
+            continue  # a fake or meta tensor has no storage to compare
+        if not local.numel():
             continue
         size = local.element_size()
         start = local.storage_offset() * size

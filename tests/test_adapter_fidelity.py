@@ -153,6 +153,101 @@ def test_norm_type_nan_is_torchs(backend, at):
     )
 
 
+@torch_backends
+@pytest.mark.parametrize(
+    ("dtype", "grads", "max_norm"),
+    [
+        ("float32", [[0.0, 0.0], [[0.0]]], 0.0),  # TF: 0 * (1 / 0) = NaN; torch: zeros
+        ("float32", [[3.0, -4.0], [[1.0]]], -0.0),  # TF: -0 * (1 / -0) = NaN; torch: zeros
+        ("float16", [[300.0, 0.0], [[4.0]]], 1.0),  # TF: the float16 norm is inf
+        ("float16", [[300.0, 0.0], [[4.0]]], math.inf),  # the same with torch's idiom
+    ],
+)
+def test_documented_value_differences_are_tfs(backend, at, dtype, grads, max_norm):
+    """The rows of docs/porting.md's drop-in table where torch's and TF's values part.
+
+    Found by fuzzing, documented (not changed): all-zero gradients at ``max_norm=0`` (any
+    gradients at ``-0.0``), and float16 gradients alone whose squares overflow float16
+    (torch sums them in float32: norm 300, clipped; TF's float16 norm is inf and every
+    gradient NaN, ``max_norm=inf`` included). torch live for its side, TF live for
+    anyclip's; ``accumulate_dtype=float32`` gives a finite norm (torch's once rounded to
+    float16) and, at ``max_norm=inf``, torch's gradients.
+    """
+    tf = pytest.importorskip("tensorflow")
+    torch = backend.module
+
+    def params() -> list:
+        out = []
+        for g in grads:
+            p = torch.nn.Parameter(backend.asarray(np.zeros(np.shape(g)), dtype))
+            p.grad = backend.asarray(g, dtype)
+            out.append(p)
+        return out
+
+    ours, theirs, wide = params(), params(), params()
+    n_ours = at.clip_grad_norm_(ours, max_norm)
+    n_theirs = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+    tf_grads, tf_norm = tf.clip_by_global_norm(
+        [tf.constant(np.asarray(g, np.float32), dtype=dtype) for g in grads],
+        # a NumPy value: TF's cache of Python floats takes -0.0 for 0.0 once it saw 0.0
+        # (docs/tf-behaviour.md); inf is TF's NaN, not the drop-in's
+        np.float32(max_norm if math.isfinite(max_norm) else 1.0),
+    )
+    assert bool(torch.isfinite(n_theirs)) and not any(
+        bool(torch.isnan(t.grad).any()) for t in theirs
+    )
+    if max_norm == 0:  # a zero norm: anyclip's is TF's
+        assert_array(n_ours, float(tf_norm.numpy()), backend=backend, dtype=dtype)
+    else:  # TF's float16 norm overflows
+        assert not np.isfinite(tf_norm.numpy()) and not bool(torch.isfinite(n_ours))
+    for o, t in zip(ours, tf_grads, strict=True):
+        assert np.isnan(t.numpy()).all()
+        assert bool(torch.isnan(o.grad).all())
+    if dtype == "float16":
+        n_wide = at.clip_grad_norm_(wide, max_norm, accumulate_dtype=torch.float32)
+        assert float(n_wide.to(n_theirs.dtype)) == float(n_theirs)  # float32, then rounded
+        if max_norm == math.inf:
+            for w, t in zip(wide, theirs, strict=True):
+                assert_same_bits(backend, w.grad, t.grad, "accumulate_dtype=float32")
+
+
+def _empty_generator_warnings(fn: Callable[[Any], Any]) -> list[tuple[type, str, str]]:
+    """The warnings ``fn`` emits on an empty generator: class, message, file; errors aside."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn(p for p in [])
+        except RuntimeError:  # torch's clip_grad_value_ (a deviation in docs/porting.md)
+            pass
+    return [(w.category, str(w.message), w.filename) for w in caught]
+
+
+@torch_backends
+@pytest.mark.parametrize(
+    "fn", ["clip_grad_norm_", "get_total_norm", "clip_grads_with_norm_", "clip_grad_value_"]
+)
+def test_empty_generator_warns_as_torch(backend, at, fn):
+    """An empty generator warns where torch's function warns, at the caller's line.
+
+    Found by fuzzing: ``get_total_norm``, ``clip_grads_with_norm_`` and ``clip_grad_value_``
+    warned where torch's do not (an error under ``-W error``), and every warning named a
+    file of anyclip's or torch's ``no_grad`` wrapper instead of the caller's.
+    """
+    torch = backend.module
+    args = {
+        "clip_grad_norm_": (1.0,),
+        "get_total_norm": (),
+        "clip_grads_with_norm_": (1.0, torch.tensor(1.0)),
+        "clip_grad_value_": (1.0,),
+    }[fn]
+    theirs = _empty_generator_warnings(lambda g: getattr(torch.nn.utils, fn)(g, *args))
+    ours = _empty_generator_warnings(lambda g: getattr(at, fn)(g, *args))
+    assert ours == theirs
+    assert all(filename == __file__ for _, _, filename in ours)
+
+
 # ============================================================ D4: optax, max_norm = inf
 UPDATES = {"a": [3.0, -4.0, 0.5], "b": [[1e-3, 12.0]]}
 
@@ -260,6 +355,7 @@ BAD: dict[str, Callable[[Any, Any], Any]] = {
     "complex": lambda torch, dev: 1 + 2j,
     "complex_tensor": lambda torch, dev: torch.tensor(1 + 2j, device=dev),
     "int_tensor": lambda torch, dev: torch.tensor(2, device=dev),
+    "meta_tensor": lambda torch, dev: torch.ones((), device="meta"),
 }
 
 #: Each function's arguments, and its call with good values.
@@ -288,11 +384,19 @@ DEVIATIONS: dict[tuple[str, str, str], tuple[type[Exception] | None, str]] = {
     ("get_total_norm", "tensors", "int_tensor"): (TypeError, "dtype problem; torch: RuntimeError"),
     **{  # a lone tensor without .grad: nothing to clip
         ("clip_grad_value_", "parameters", v): (None, "torch 2.13 trips an internal check")
-        for v in ["tensor0d", "tensor2", "complex_tensor", "int_tensor"]
+        for v in ["tensor0d", "tensor2", "complex_tensor", "int_tensor", "meta_tensor"]
     },
     **{
         ("clip_grad_value_", "foreach", v): _SECOND_BOUND
-        for v in ["nan", "negative", "tensor0d", "tensor2", "complex_tensor", "int_tensor"]
+        for v in [
+            "nan",
+            "negative",
+            "tensor0d",
+            "tensor2",
+            "complex_tensor",
+            "int_tensor",
+            "meta_tensor",
+        ]
     },
 }
 

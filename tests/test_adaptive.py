@@ -708,6 +708,39 @@ def test_adaptive_clip_grad_under_torch_compile_fullgraph(backend):
     assert_array(p.grad, TIMM[f"{case}/out"], backend=backend, dtype="float32", ulp=ULP)
 
 
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"clip_factor": 0.0}, "clip_factor"),
+        ({"clip_factor": -0.1}, "clip_factor"),
+        ({"clip_factor": math.nan}, "clip_factor"),
+        ({"eps": -1.0}, "eps"),
+        ({"norm_type": 0.0}, "norm_type"),
+        ({"norm_type": -1.0}, "norm_type"),
+        ({"norm_type": -math.inf}, "norm_type"),
+    ],
+)
+def test_adaptive_clip_grad_refuses_what_timm_runs(backend, kwargs, name):
+    """The refusals docs/porting.md lists: timm's arithmetic runs them, anyclip names them."""
+    torch = backend.module
+    from anyclip.torch import adaptive_clip_grad_
+
+    args = {"clip_factor": 0.01, "eps": TIMM_EPS, "norm_type": 2.0, **kwargs}
+    p = torch.nn.Parameter(torch.tensor([[3.0, 4.0], [0.0, 1.0]]))
+    g = torch.tensor([[0.3, 0.4], [0.0, 0.5]])
+    dim = (1,)  # timm's unitwise_norm of a rank-2 tensor, its eps floor as given
+    max_norm = p.detach().norm(args["norm_type"], dim=dim, keepdim=True)
+    max_norm = max_norm.clamp_(min=args["eps"]).mul_(args["clip_factor"])
+    grad_norm = g.norm(args["norm_type"], dim=dim, keepdim=True)
+    want = torch.where(grad_norm < max_norm, g, g * (max_norm / grad_norm.clamp(min=1e-6)))
+    assert want.shape == g.shape  # timm runs
+    p.grad = g.clone()
+    with pytest.raises(ValueError, match=rf"`{name}` must be"):
+        adaptive_clip_grad_([p], **args)
+    assert torch.equal(p.grad, g)  # refused before any gradient changed
+
+
 # ---------------------------------------------------------------------- errors
 def test_adaptive_clip_errors_name_the_argument():
     p, g = [np.ones((2, 3))], [np.ones((2, 3))]

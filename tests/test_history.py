@@ -711,6 +711,7 @@ def test_torch_quantile_clip_takes_a_tensor_quantile(backend, autoclip_ref):
         ({"history_length": 0}, ValueError, "`history_length`"),
         ({"history_length": 2.0}, TypeError, "`history_length`"),
         ({"quantile": 1}, TypeError, "`quantile`"),
+        ({"quantile": float("nan")}, ValueError, "`quantile`"),  # autoclip: at step 2
     ],
 )
 def test_quantile_clip_refuses_bad_arguments(kwargs, exc, match):
@@ -1318,6 +1319,8 @@ def test_torch_skip_on_spike_step_refuses_bad_loss_and_grad_norm_by_name():
         ({"warmup_steps": 2.5}, TypeError, "warmup_steps"),
         ({"warmup_steps": -1}, ValueError, "warmup_steps"),
         ({"clip_factor": "x"}, TypeError, "clip_factor"),
+        ({"alpha": float("nan")}, ValueError, "alpha"),
+        ({"max_grad_norm": False}, TypeError, "max_grad_norm"),
     ],
 )
 @pytest.mark.parametrize("adapter", ["torch", "optax"])
@@ -1473,6 +1476,91 @@ def test_torch_quantile_clip_mixed_dtypes_are_autoclips(backend, dtypes, global_
             if p.grad is not None:
                 assert q.grad.dtype == p.grad.dtype
                 torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0, msg=f"step {i}")
+
+
+def _aliased_grads(torch: Any, kind: str, row: list[Any]) -> list[Any]:
+    """Two gradients of 6 elements that share memory, from ``row`` (two float32 vectors of 6).
+
+    ``"shared"``: one tensor for both parameters; ``"overlap"``: two views of one buffer that
+    share two elements; ``"interleaved"``: two strided views of one buffer, disjoint.
+    """
+    base = torch.cat([row[0], row[1]])
+    if kind == "shared":
+        return [base[:6], base[:6]]
+    if kind == "overlap":
+        return [base[:6], base[4:10]]
+    return [base[::2], base[1::2]]
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("kind", ["shared", "overlap", "interleaved"])
+def test_torch_quantile_clip_aliased_gradients_are_autoclips(backend, kind):
+    """Parameters whose gradients share memory: autoclip's bits, live, at every step.
+
+    Found by fuzzing: autoclip clips one parameter after the other, so a gradient shared with
+    an earlier parameter (or overlapping its view) is measured, and recorded in its history,
+    after that one's clip; anyclip took every norm first (one tensor for two parameters:
+    0.46 off at the third step, relative 1.9, and every later step off).
+    """
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    ref_cls = pytest.importorskip("autoclip.torch.quantile").QuantileClip
+    kwargs = {"quantile": 0.5, "history_length": 5}
+
+    def params() -> list[Any]:
+        return [torch.nn.Parameter(torch.zeros(6)), torch.nn.Parameter(torch.zeros(6))]
+
+    theirs, ours = params(), params()
+    ref, mine = ref_cls(theirs, **kwargs), at.QuantileClip(ours, **kwargs)
+    rng = np.random.default_rng(12)
+    for i in range(12):
+        scale = 40.0 if i % 5 == 2 else 1.0
+        row = [torch.from_numpy(rng.standard_normal(6) * scale).float() for _ in range(2)]
+        for ps in (theirs, ours):
+            for p, g in zip(ps, _aliased_grads(torch, kind, [r.clone() for r in row]), strict=True):
+                p.grad = g
+        ref.step()
+        mine.step()
+        for p, q in zip(theirs, ours, strict=True):
+            torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0, msg=f"step {i}")
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+def test_torch_quantile_clip_global_history_dtype_follows_the_norms(backend):
+    """``global_threshold=True`` beside a float64 parameter without a gradient: autoclip's bits.
+
+    Found by fuzzing: the global history was made float64 for every floating parameter
+    (those without a gradient too), where autoclip's stays float32 until a float64 norm is
+    recorded (``torch.hstack`` promotes it then): its quantile in float64, the clipped
+    float32 gradients 1 ULP off (1.2e-7) at the first clipped step. A float64 gradient later
+    widens the history, as autoclip's.
+    """
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    ref_cls = pytest.importorskip("autoclip.torch.quantile").QuantileClip
+    kwargs = {"quantile": 0.9, "history_length": 3, "global_threshold": True}
+
+    def params() -> list[Any]:
+        return [
+            torch.nn.Parameter(torch.zeros(3, dtype=torch.float64)),
+            torch.nn.Parameter(torch.zeros(4)),
+        ]
+
+    theirs, ours = params(), params()
+    ref, mine = ref_cls(theirs, **kwargs), at.QuantileClip(ours, **kwargs)
+    rng = np.random.default_rng(11)
+    for i in range(10):
+        g = torch.from_numpy(rng.standard_normal(4) * (50.0 if i in (2, 8) else 1.0)).float()
+        g64 = torch.from_numpy(rng.standard_normal(3)) if i >= 6 else None  # widens at 6
+        for ps in (theirs, ours):
+            ps[0].grad = None if g64 is None else g64.clone()
+            ps[1].grad = g.clone()
+        ref.step()
+        mine.step()
+        for p, q in zip(theirs, ours, strict=True):
+            if p.grad is not None:
+                torch.testing.assert_close(q.grad, p.grad, rtol=0, atol=0, msg=f"step {i}")
+        assert mine.global_history.window.dtype == ref.state["global_history"].dtype
 
 
 #: Trees of several dtypes for the optax rules (JAX without x64: no float64).

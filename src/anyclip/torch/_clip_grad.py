@@ -30,6 +30,7 @@ from anyclip.torch._common import (
     _plain,
     _policy,
     _tensors,
+    _truth,
 )
 from anyclip.torch._groups import Groups, clip_grad_norm_groups, total_norms
 from anyclip.torch._scale import _scale_
@@ -169,7 +170,7 @@ def get_total_norm(
     if not values:
         return torch.tensor(0.0)
     norm = _total_norm(values, p, each, accumulate_dtype, group, name="tensors", plain=plain)
-    if error_if_nonfinite:
+    if _truth(error_if_nonfinite, "error_if_nonfinite"):
         _raise_nonfinite(norm, p)
     return norm
 
@@ -238,6 +239,13 @@ def clip_grads_with_norm_(
     norm = _total_norm_arg(total_norm)
     if not values:
         return
+    if _local(norm).is_meta and not all(_local(v).is_meta for v in values):
+        msg = (  # torch's class (its copy of the factor to the gradients' device), named
+            "`total_norm` is a tensor on the meta device (a shape without values) while the "
+            "gradients hold values: no factor can come from it; pass the norm itself (from "
+            "anyclip.torch.get_total_norm on these gradients)"
+        )
+        raise NotImplementedError(msg)
     if policy == "raise":
         _raise_nonfinite(norm, 2.0)
     _scale_(values, c, norm, each, policy, plain=plain)
@@ -487,7 +495,7 @@ def _clip_grad_norm(
     each = _foreach(foreach)
     p = _norm_type(norm_type)
     policy = _policy(error_if_nonfinite, nonfinite)
-    params = _tensors(parameters, "parameters")
+    params = _tensors(parameters, "parameters", warn_empty=True)  # torch's warning
     c = _max_norm(max_norm)
     resolve_accumulate_dtype(namespace(torch.zeros(())), accumulate_dtype, [])  # no grad too
     grads = [q.grad for q in params if q.grad is not None]

@@ -141,7 +141,7 @@ def clip_grad_by_value_(
     """
     check_operand(clip_value_min, "clip_value_min")  # with no gradient too
     check_operand(clip_value_max, "clip_value_max")
-    for g in _grads(parameters):
+    for g in _grads(parameters, warn_empty=True):
         v = values_of(g)
         v.copy_(_clip_tensor.clip_by_value(v, clip_value_min, clip_value_max))
 
@@ -186,6 +186,6 @@ def clip_grad_by_norm_(
         normalize_axes(axes, 1 << 30, "axes")  # any rank: types only
     xp = namespace(torch.zeros(()))
     resolve_accumulate_dtype(xp, accumulate_dtype, [], single="clip_by_norm")
-    for g in _grads(parameters):
+    for g in _grads(parameters, warn_empty=True):
         v = values_of(g)
         v.copy_(_clip_tensor.clip_by_norm(v, clip_norm, axes, accumulate_dtype=accumulate_dtype))

@@ -8,12 +8,15 @@ with torch's rule for ``foreach``.
 
 from __future__ import annotations
 
+import os
+import sys
 import types
 import warnings
 from collections.abc import Iterable
 from typing import Any, cast
 
 import torch
+import torch.utils._contextlib
 
 from anyclip._compat import imported, torch_compiling_off_the_cpu
 from anyclip._kernels._dist import is_dtensor
@@ -33,9 +36,11 @@ __all__ = [
     "_local",
     "_max_norm",
     "_norm_type",
+    "_no_meta",
     "_plain",
     "_policy",
     "_tensors",
+    "_truth",
     "_use_foreach",
 ]
 
@@ -43,8 +48,13 @@ __all__ = [
 Parameters = torch.Tensor | Iterable[torch.Tensor]
 
 
-def _tensors(value: Any, name: str) -> list[torch.Tensor]:
-    """``value`` (a tensor or an iterable of tensors) as a list, as torch accepts it."""
+def _tensors(value: Any, name: str, *, warn_empty: bool = False) -> list[torch.Tensor]:
+    """``value`` (a tensor or an iterable of tensors) as a list, as torch accepts it.
+
+    ``warn_empty``: warn of an empty generator, as torch's ``clip_grad_norm_`` does (its
+    ``get_total_norm``, ``clip_grads_with_norm_`` and ``clip_grad_value_`` do not), at the
+    caller's line.
+    """
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, dict):
@@ -62,9 +72,10 @@ def _tensors(value: Any, name: str) -> list[torch.Tensor]:
             f"got {type(value).__module__}.{type(value).__qualname__}"
         )
         raise TypeError(msg) from None
-    if is_generator and not out:  # torch's own warning, word for word
+    if warn_empty and is_generator and not out:  # torch's own warning, word for word
         warnings.warn(
-            f"`{name}` is an empty generator, no gradient clipping will occur.", stacklevel=3
+            f"`{name}` is an empty generator, no gradient clipping will occur.",
+            stacklevel=_caller_level(),
         )
     for i, t in enumerate(out):
         if not isinstance(t, torch.Tensor):
@@ -73,8 +84,28 @@ def _tensors(value: Any, name: str) -> list[torch.Tensor]:
     return out
 
 
-def _grads(parameters: Any) -> list[torch.Tensor]:
-    return [p.grad for p in _tensors(parameters, "parameters") if p.grad is not None]
+def _grads(parameters: Any, *, warn_empty: bool = False) -> list[torch.Tensor]:
+    params = _tensors(parameters, "parameters", warn_empty=warn_empty)
+    return [p.grad for p in params if p.grad is not None]
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside anyclip, for the caller's ``warn``.
+
+    Frames of anyclip's own modules (the public function, its decorators) and of torch's
+    ``no_grad`` decorator are skipped, so the warning names the user's line, as torch's.
+    """
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the anyclip package
+    wrapper = os.path.abspath(torch.utils._contextlib.__file__)
+    frame: Any = sys._getframe(1)  # the function that calls warnings.warn: stacklevel 1
+    level = 1
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not (path.startswith(here + os.sep) or path == wrapper):
+            break
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _local(x: Any) -> Any:
@@ -88,7 +119,26 @@ def _foreach(foreach: Any) -> bool | None:
     torch tests it with ``if``, so ``"x"`` or ``1`` mean True, and a tensor of several values
     raises torch's own ``RuntimeError``.
     """
-    return None if foreach is None else bool(foreach)
+    return None if foreach is None else _truth(foreach, "foreach")
+
+
+def _truth(value: Any, name: str) -> bool:
+    """``bool(value)``, as torch's ``if``; a meta tensor is torch's ``RuntimeError``, named."""
+    _no_meta(value, name, "a truth value")
+    return bool(value)
+
+
+def _no_meta(value: Any, name: str, what: str = "a number") -> None:
+    """A ``RuntimeError`` (torch's) for a meta tensor that torch reads on the host, named.
+
+    torch's own (``Tensor.item() cannot be called on meta tensors``) names no argument.
+    """
+    if isinstance(value, torch.Tensor) and _local(value).is_meta:
+        msg = (
+            f"`{name}` is a tensor on the meta device (a shape without values), which torch "
+            f"reads as {what}: it has none to read; pass a Python value or a tensor with values"
+        )
+        raise RuntimeError(msg)
 
 
 def _describe(value: Any) -> str:
@@ -105,6 +155,7 @@ def _as_float(value: Any, name: str, example: str) -> float:
     ``ValueError`` (a string that is no number, a tensor of several values), ``RuntimeError``
     (a complex tensor).
     """
+    _no_meta(value, name)
     try:
         return float(value)
     except (TypeError, ValueError, RuntimeError) as exc:
@@ -243,6 +294,7 @@ def _norm_type(norm_type: Any) -> float:
 
 
 def _policy(error_if_nonfinite: bool, nonfinite: Any) -> Nonfinite:
+    error_if_nonfinite = _truth(error_if_nonfinite, "error_if_nonfinite")
     policy = check_nonfinite(nonfinite)
     if error_if_nonfinite and policy not in ("tf", "raise"):
         msg = (

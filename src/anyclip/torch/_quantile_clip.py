@@ -10,6 +10,7 @@ each step. Nothing is read back to the host in a step.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ import torch
 from anyclip import _history
 from anyclip._compat import namespace
 from anyclip._history import History, check_choice, check_mapping
-from anyclip.torch._common import _tensors
+from anyclip.torch._common import _PLAIN_TYPES, _local, _tensors
 from anyclip.torch._history import (
     _assign,
     _grads,
@@ -45,6 +46,45 @@ def _on_device(flags: list[bool], device: torch.device) -> torch.Tensor:
     return torch.stack([yes if f else no for f in flags])
 
 
+def _aliased(values: list[torch.Tensor]) -> bool:
+    """Whether two of ``values`` may share memory (one tensor twice, overlapping views).
+
+    Read from the tensors' storages and strides on the host (no device access): tensors on
+    distinct storages never alias; on one storage, those whose byte ranges meet may (strided
+    views that interleave count too, where clipping them one at a time changes nothing).
+    Never while ``torch.compile`` traces (no storage there): the batched step; tensors of a
+    subclass (torch's ``FakeTensor``) and meta tensors are not compared.
+    """
+    if len(values) < 2 or torch.compiler.is_compiling():
+        return False
+    spans: dict[Any, list[tuple[int, int]]] = {}
+    for v in values:
+        local = _local(v)
+        if type(local) not in _PLAIN_TYPES or local.is_meta or local.layout != torch.strided:
+            continue  # a fake or meta tensor has no storage to compare
+        if not local.numel():
+            continue
+        size = local.element_size()
+        start = local.storage_offset() * size
+        extent = sum((n - 1) * abs(st) for n, st in zip(local.shape, local.stride(), strict=True))
+        spans.setdefault((local.device, local.untyped_storage().data_ptr()), []).append(
+            (start, start + (extent + 1) * size)
+        )
+    for ranges in spans.values():
+        ranges.sort()
+        if any(b[0] < a[1] for a, b in pairwise(ranges)):
+            return True
+    return False
+
+
+def _widened(stored: History, dtype: torch.dtype) -> History:
+    """The stored history ``stored`` with its floating tensors cast to the wider ``dtype``.
+
+    New tensors (their values exact): the caller stores them in place of ``stored``.
+    """
+    return History(*(t.to(dtype) if t.is_floating_point() else t for t in stored))
+
+
 def _quantile_value(quantile: Any) -> float | torch.Tensor:
     """A checked ``quantile`` as the rule takes it: a float, or a device tensor itself.
 
@@ -69,7 +109,10 @@ class QuantileClip:
     linear interpolation; no clipping at the first step); with ``global_threshold=True`` the
     global norm of all gradients is clipped to the quantile of its history instead. The history
     is a fixed-size device buffer per parameter (a ring, not a growing ``hstack``), and no value
-    is read on the host.
+    is read on the host. As autoclip, which clips one parameter after the other, gradients
+    that share memory (one tensor for two parameters, overlapping views) are each measured
+    after the earlier ones' clips (eagerly; under ``torch.compile``, all at once). The global
+    history is float32 until a float64 norm is recorded, then float64, as autoclip's.
 
     Parameters
     ----------
@@ -268,17 +311,24 @@ class QuantileClip:
         values = _grads(params)
         norm = _norm(values, params, self.group, torch_half=self.formula == "torch")
         xp = namespace(norm)
+        # autoclip's history (float32 at first) takes the dtype of each norm recorded
+        # (torch.hstack promotes): its quantile is in float32 until a float64 norm has been
+        # recorded (a float64 parameter without a gradient does not widen it), then in float64
+        dt = torch.promote_types(norm.dtype, torch.float32)
         if self.global_history is None:
-            # autoclip's history (float32 at first) takes the dtype of each norm recorded:
-            # wide enough for every parameter's, those without a gradient at this step too
-            dt = torch.promote_types(norm.dtype, torch.float32)
-            for p in params:
-                dt = torch.promote_types(dt, p.dtype) if p.dtype.is_floating_point else dt
             h = _history.init_history(xp, self.history_length, dt, norm.device)
             self.global_history = _store(h)
+        kept = self.global_history.window.dtype
         factor, new = _history.quantile_step(
             xp, _view(self.global_history), norm, quantile=self.quantile, formula=self.formula
         )
+        if torch.promote_types(dt, kept) != kept:  # the recorded norms kept exactly
+            self.global_history = _widened(self.global_history, dt)
+            wide, new = _history.quantile_step(
+                xp, _view(self.global_history), norm, quantile=self.quantile, formula=self.formula
+            )
+            if self.formula != "torch":  # TF's factor: in the history's (new) dtype
+                factor = wide
         _assign(self.global_history, new)
         # torch's clip_grads_with_norm_ multiplies float16 and bfloat16 gradients by its
         # factor in float32 (a factor of a wider norm, for mixed dtypes, is not rounded first)
@@ -289,7 +339,20 @@ class QuantileClip:
         present = [p.grad is not None for p in params]
         if not any(present):
             return
-        values = _grads(params)
+        if _aliased(_grads(params)):
+            # autoclip clips one parameter after the other: a gradient that shares memory
+            # with an earlier one (one tensor for two parameters, overlapping views) is
+            # measured, and recorded, after that one's clip
+            for j, has in enumerate(present):
+                if has:
+                    self._clip_rows(i, g, [k == j for k in range(len(params))])
+            return
+        self._clip_rows(i, g, present)
+
+    def _clip_rows(self, i: int, g: dict[str, Any], present: list[bool]) -> None:
+        """One step of group ``i``'s histories for the parameters flagged in ``present``."""
+        params = g["params"]
+        values = _grads([p for p, has in zip(params, present, strict=True) if has])
         # a DTensor's norm is a Replicate DTensor: its local tensor is the whole norm
         torch_half = self.formula == "torch"
         norms = [_tensor_norm(v, torch_half=torch_half) for v in values]

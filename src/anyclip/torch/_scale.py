@@ -17,7 +17,7 @@ from anyclip._kernels import FLUSH_GENERIC
 from anyclip._numerics import torch_rounded
 from anyclip._policy import as_operand, finite_number
 from anyclip._subnormals import flush, flushing
-from anyclip.torch._common import _by_device_and_dtype, _local, _plain, _use_foreach
+from anyclip.torch._common import _by_device_and_dtype, _local, _no_meta, _plain, _use_foreach
 
 __all__ = ["_flush_", "_mul_", "_scale_"]
 
@@ -38,6 +38,8 @@ def _scale_(
     clamped coefficient, instead of TF's ``inf * 0 = NaN``; ``False`` (Keras) keeps TF's.
     """
     total_norm = _local(total_norm)  # a Replicate DTensor's value
+    if not total_norm.is_meta:  # torch reads max_norm with float(): its RuntimeError, named
+        _no_meta(max_norm, "max_norm")
     xp = namespace(total_norm)
     at_inf = unclipped_at_inf and not finite_number(max_norm, xp, total_norm.dtype)
     c = as_operand(max_norm, xp, total_norm, "max_norm", cast_arrays=True)

@@ -22,6 +22,7 @@ from anyclip._compat import (
     library,
     namespace,
 )
+from anyclip._gradients import uses
 from anyclip._kernels import (
     GENERIC,
     Kernels,
@@ -398,7 +399,12 @@ def _clip_global(
     if use_norm is None:
         mixed_ok = accumulate_dtype is not None
         values = floating_list(xp, items, mixed_ok=mixed_ok, beside=(clip_norm,))
-        use_norm, k = _global_norm_of(kernels, xp, values, accumulate_dtype, groups)
+        # each array's two uses (scaled, squared) in the order eager torch's backward adds
+        # their gradients (under torch.compile each sum rounded as eager's)
+        pairs = [(None, None) if v is None else uses(xp, v, 2) for v in values]
+        values = [scaled for scaled, _ in pairs]
+        squared = [s for _, s in pairs]
+        use_norm, k = _global_norm_of(kernels, xp, squared, accumulate_dtype, groups)
     elif not is_array(use_norm) and not is_numpy_scalar(use_norm):
         kind = type(use_norm).__name__
         msg = (

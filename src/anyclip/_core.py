@@ -193,8 +193,11 @@ def clip_by_norm(
     ``t * c``, the quotient) become 0, as in TF.
     """
     if not kernels.ftz:
-        l2norm = kernels.clip_norm2(xp, t, axes)
-        intermediate = rounded_here(xp, t * clip_norm)
+        # t's uses in the order eager torch's backward adds their gradients (under
+        # torch.compile each addition rounded as eager's: anyclip._gradients.uses)
+        scaled, squared, other = g.uses(xp, t, 3)
+        l2norm = kernels.clip_norm2(xp, squared, axes, other)
+        intermediate = rounded_here(xp, g.product(xp, scaled, clip_norm))
         divisor = g.maximum(xp, l2norm, clip_norm)
         return kernels.divide_into(xp, intermediate, divisor)
     clip_norm = kernels.flush(xp, clip_norm)
@@ -315,10 +318,10 @@ def global_scale(
     one = _scalar(xp, 1.0, use_norm)
     if kernels is None or not kernels.ftz:
         inverses = (
-            rounded_here(xp, quotient(xp, one, use_norm)),
-            rounded_here(xp, quotient(xp, one, clip_norm)),
+            rounded_here(xp, g.divided(xp, one, use_norm)),
+            rounded_here(xp, g.divided(xp, one, clip_norm)),
         )
-        scale_for_finite = rounded_here(xp, clip_norm * g.minimum(xp, *inverses))
+        scale_for_finite = rounded_here(xp, g.product(xp, clip_norm, g.minimum(xp, *inverses)))
     else:
         f = kernels.flush
         clip_norm, use_norm = f(xp, clip_norm), f(xp, use_norm)
@@ -468,13 +471,18 @@ def norm(
     axis: int | tuple[int, int] | None,
     keepdims: bool,
     acc: Any = None,
+    other: Any = None,
 ) -> Any:
     """``tf.norm`` for validated arguments: ``axis`` is ``None``, an int or a 2-tuple of ints.
 
     ``acc`` (with ``axis=None`` and an ``ord`` other than the Euclidean one only): the dtype
     the norm is computed in, ``x`` cast to it a block at a time (:func:`_vector_p_norm`).
+    ``other`` (optional): ``x``'s values through another autograd use, the second factor of
+    each square of a Euclidean norm (:meth:`~anyclip._kernels.Kernels.norm2`).
     """
     r = None
+    if kernels.ftz or (acc is not None and acc != x.dtype):
+        other = None  # (x is replaced below)
     if kernels.ftz and not xp.isdtype(x.dtype, "complex floating"):  # TF's DAZ
         x = kernels.flush_squares(xp, x) if ord in ("fro", "euclidean", 2) else kernels.flush(xp, x)
     if axis is None and ord not in ("fro", "euclidean", 2) and (_known_size(x.shape) or 0) > 0:
@@ -495,7 +503,7 @@ def norm(
             r = complex_from_parts(xp, r, i, x.dtype)
         else:
             axes = axis if axis is None or isinstance(axis, tuple) else (axis,)
-            r = kernels.norm2(xp, x, axes)
+            r = kernels.norm2(xp, x, axes, other)
     elif isinstance(axis, tuple) and ord == 2:
         r = _spectral_norm(xp, kernels, kernels.spectral_input(xp, x, axis), axis)
     else:
@@ -634,9 +642,12 @@ def l2_normalize(
         # TF scales the parts apart: inf + 0j gives nan + 0j, not nan + nan j
         return complex_from_parts(xp, re * x_inv_norm, im * x_inv_norm, x.dtype)
     if kernels is None or not kernels.ftz:
-        square_sum = _sum_kept(xp, kernels, rounded_here(xp, x * x), axis)  # settled
+        # x's uses in the order eager torch's backward adds their gradients (as clip_by_norm)
+        scaled, squared, other = g.uses(xp, x, 3)
+        squares = rounded_here(xp, g.product(xp, squared, other))
+        square_sum = _sum_kept(xp, kernels, squares, axis)  # settled
         floored = g.maximum(xp, rounded_here(xp, square_sum), epsilon)
-        return x * rounded_here(xp, g.rsqrt(xp, floored))
+        return g.product(xp, scaled, rounded_here(xp, g.rsqrt(xp, floored)))
     xs = kernels.flush_squares(xp, x)
     square_sum = _sum_kept(xp, kernels, xs * xs, axis)  # settled
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, kernels.flush(xp, epsilon)))
@@ -682,7 +693,9 @@ def normalize(
     axis: int | tuple[int, int] | None,
 ) -> tuple[Any, Any]:
     """``(x / norm, norm)`` with the norm kept over ``axis`` and cast to ``x``'s dtype."""
-    n = norm(xp, kernels, x, ord, axis, keepdims=True)
+    # x's uses in the order eager torch's backward adds their gradients (as clip_by_norm)
+    divided, squared, other = g.uses(xp, x, 3)
+    n = norm(xp, kernels, squared, ord, axis, keepdims=True, other=other)
     if n.dtype != x.dtype:
         n = xp.astype(n, x.dtype)
     if xp.isdtype(x.dtype, "complex floating"):
@@ -691,7 +704,7 @@ def normalize(
         bits = _TRUEDIV_FLOAT_BITS[xp.iinfo(x.dtype).bits]
         fdt = xp.float32 if bits == 32 else xp.float64
         return kernels.flush(xp, quotient(xp, xp.astype(x, fdt), xp.astype(n, fdt)), owned=True), n
-    return kernels.flush(xp, quotient(xp, x, n), x, owned=True), n
+    return kernels.flush(xp, g.divided(xp, divided, n), x, owned=True), n
 
 
 # ------------------------------------------------------------ group norms

@@ -429,7 +429,11 @@ def _clip_global(
         require_kind(xp, use_norm, "use_norm", ("real",), FLOATS, _tf_use_norm_kind)
         present = [v for v in values if v is not None]
         k = kernels if kernels is not None else kernels_for(xp, present or [use_norm])
-    norm = k.local(xp, use_norm)  # a replicated DTensor's value on this rank
+    # the norm's uses (returned; the two sides of TF's ``norm - norm`` and the reciprocal's),
+    # their gradients added in the order eager torch's backward adds them
+    use_norm, *others = uses(xp, use_norm, 4)
+    norm_uses = (k.local(xp, others[0]), k.local(xp, others[1]), k.local(xp, others[2]))
+    norm = k.local(xp, others[2])  # a replicated DTensor's value on this rank
     c = as_operand(clip_norm, xp, norm, clip_name, tf=tf_same_dtype, cast_arrays=cast_clip)
     if is_array(c):
         c = k.local(xp, c)
@@ -444,7 +448,7 @@ def _clip_global(
     # a Python number that converts to a finite value needs no `where` (checked here, no sync)
     at_inf = unclipped_at_inf and not finite_number(clip_norm, xp, norm.dtype)
     clipped = _core.clip_by_global_norm(
-        xp, k, values, c, norm, policy, unclipped_at_inf=at_inf, bools=bools
+        xp, k, values, c, norm, policy, unclipped_at_inf=at_inf, bools=bools, norm_uses=norm_uses
     )
     return back(clipped), given if is_numpy_scalar(given) else use_norm
 

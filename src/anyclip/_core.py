@@ -295,6 +295,7 @@ def global_scale(
     *,
     unclipped_at_inf: bool = False,
     kernels: Kernels | None = None,
+    norm_uses: tuple[Any, Any, Any] | None = None,
 ) -> Any:
     """The factor ``clip_by_global_norm`` multiplies every array by, in ``use_norm``'s dtype.
 
@@ -314,11 +315,16 @@ def global_scale(
     of ``clip_by_global_norm``, which cancels through the norm, came out 1 to 8 ULP from TF's
     (``sum(clip_by_global_norm([[1, t, -t, 3]], c)[0][0])``, float64 ``t = 1e-10``: 4 ULP, eager
     and under ``jax.jit``).
+
+    ``norm_uses`` (optional): ``use_norm``'s values through three other autograd uses
+    (:func:`anyclip._gradients.uses`), for the two sides of ``use_norm - use_norm`` and the
+    reciprocal, in the order eager torch's backward adds their gradients.
     """
     one = _scalar(xp, 1.0, use_norm)
+    minuend, subtrahend, divisor = (use_norm,) * 3 if norm_uses is None else norm_uses
     if kernels is None or not kernels.ftz:
         inverses = (
-            rounded_here(xp, g.divided(xp, one, use_norm)),
+            rounded_here(xp, g.divided(xp, one, divisor)),
             rounded_here(xp, g.divided(xp, one, clip_norm)),
         )
         scale_for_finite = rounded_here(xp, g.product(xp, clip_norm, g.minimum(xp, *inverses)))
@@ -332,7 +338,7 @@ def global_scale(
     elif nonfinite == "skip":
         scale = xp.where(xp.isfinite(use_norm), scale_for_finite, one)
     else:
-        scale = scale_for_finite + (use_norm - use_norm)
+        scale = scale_for_finite + (minuend - subtrahend)
     if not unclipped_at_inf:
         return scale
     unclipped = one if nonfinite == "skip" else one + (use_norm - use_norm)
@@ -413,14 +419,22 @@ def clip_by_global_norm(
     *,
     unclipped_at_inf: bool = False,
     bools: Sequence[int] = (),
+    norm_uses: tuple[Any, Any, Any] | None = None,
 ) -> list[Any]:
     """Multiply every array by :func:`global_scale`, cast to the array's dtype.
 
     ``bools``: the positions of bool arrays (with a given ``use_norm`` only). TF casts the
     scale to bool (``scale != 0``, so NaN is True) and its ``*`` on bools is a logical and.
+    ``norm_uses``: as :func:`global_scale`'s.
     """
     scale = global_scale(
-        xp, clip_norm, use_norm, nonfinite, unclipped_at_inf=unclipped_at_inf, kernels=kernels
+        xp,
+        clip_norm,
+        use_norm,
+        nonfinite,
+        unclipped_at_inf=unclipped_at_inf,
+        kernels=kernels,
+        norm_uses=norm_uses,
     )
     if not bools:
         return kernels.scale(xp, t_list, scale)

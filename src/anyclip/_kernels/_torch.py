@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._compat import torch_to
-from anyclip._gradients import divided, product
+from anyclip._gradients import divided, product, uses
 from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels, every_axis
 from anyclip._kernels._dist import (
@@ -397,13 +397,16 @@ def _products(xp: Namespace, group: Sequence[Any], s: Any) -> list[Any]:
     """``[v * s for v in group]`` (one dtype, one device; ``s`` of that dtype).
 
     uint16, uint32 and uint64 through :func:`anyclip._torch_unsigned.multiply`, exact where
-    torch has no ``mul`` kernel for them (CUDA).
+    torch has no ``mul`` kernel for them (CUDA). ``s``'s gradients from the products are
+    added as eager torch's backward adds them, the last array's first
+    (:func:`~anyclip._gradients.uses`: each sum rounded under ``torch.compile`` too).
     """
     from anyclip import _torch_unsigned
 
     if group[0].dtype in _torch_unsigned.BAREBONES:
         return [_torch_unsigned.multiply(v, s) for v in group]
-    return [product(xp, v, s) for v in group]
+    factors = uses(xp, s, len(group))[::-1]
+    return [product(xp, v, f) for v, f in zip(group, factors, strict=True)]
 
 
 def _scale_dtensors(

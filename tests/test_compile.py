@@ -1148,8 +1148,8 @@ def _compiled_half_grads(
 #: rounds only what it stores; anyclip rounds each backward step where eager torch and TF do
 #: (``anyclip._numerics.torch_rounded``, ``anyclip._gradients.product``, ``divided`` and
 #: ``uses``), and the compiled gradients are eager's bit for bit (before: 1 ULP off, or more
-#: where they cancel, on up to 1,085 of 1,200 elements). A distance from TF is eager
-#: anyclip's own (TF's float16 sums add squares partly in float16: docs/tf-behaviour.md).
+#: where they cancel, on up to 1,160 of 1,280 elements: docs/tf-behaviour.md). A distance
+#: from TF is eager anyclip's own (TF's float16 sums add squares partly in float16).
 #: What is left (declared there): the order of Inductor's float32 sums in the backward (a
 #: float16 ``norm``: 7 of 1,200 elements 1 ULP from eager's).
 COMPILED_HALF_GRAD_ULP: dict[str, dict[str, tuple[int, int]]] = {

@@ -38,6 +38,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "anyclip._compat",
             "anyclip._torch_namespace",
             "anyclip._torch_unsigned",
+            "anyclip._torch_rounding",
         ),
     ),
     (

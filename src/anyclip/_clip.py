@@ -22,6 +22,7 @@ from anyclip._compat import (
     library,
     namespace,
 )
+from anyclip._gradients import uses
 from anyclip._kernels import (
     GENERIC,
     Kernels,
@@ -398,7 +399,12 @@ def _clip_global(
     if use_norm is None:
         mixed_ok = accumulate_dtype is not None
         values = floating_list(xp, items, mixed_ok=mixed_ok, beside=(clip_norm,))
-        use_norm, k = _global_norm_of(kernels, xp, values, accumulate_dtype, groups)
+        # each array's two uses (scaled, squared) in the order eager torch's backward adds
+        # their gradients (under torch.compile each sum rounded as eager's)
+        pairs = [(None, None) if v is None else uses(xp, v, 2) for v in values]
+        values = [scaled for scaled, _ in pairs]
+        squared = [s for _, s in pairs]
+        use_norm, k = _global_norm_of(kernels, xp, squared, accumulate_dtype, groups)
     elif not is_array(use_norm) and not is_numpy_scalar(use_norm):
         kind = type(use_norm).__name__
         msg = (
@@ -423,7 +429,11 @@ def _clip_global(
         require_kind(xp, use_norm, "use_norm", ("real",), FLOATS, _tf_use_norm_kind)
         present = [v for v in values if v is not None]
         k = kernels if kernels is not None else kernels_for(xp, present or [use_norm])
-    norm = k.local(xp, use_norm)  # a replicated DTensor's value on this rank
+    # the norm's uses (returned; the two sides of TF's ``norm - norm`` and the reciprocal's),
+    # their gradients added in the order eager torch's backward adds them
+    use_norm, *others = uses(xp, use_norm, 4)
+    norm_uses = (k.local(xp, others[0]), k.local(xp, others[1]), k.local(xp, others[2]))
+    norm = k.local(xp, others[2])  # a replicated DTensor's value on this rank
     c = as_operand(clip_norm, xp, norm, clip_name, tf=tf_same_dtype, cast_arrays=cast_clip)
     if is_array(c):
         c = k.local(xp, c)
@@ -438,7 +448,7 @@ def _clip_global(
     # a Python number that converts to a finite value needs no `where` (checked here, no sync)
     at_inf = unclipped_at_inf and not finite_number(clip_norm, xp, norm.dtype)
     clipped = _core.clip_by_global_norm(
-        xp, k, values, c, norm, policy, unclipped_at_inf=at_inf, bools=bools
+        xp, k, values, c, norm, policy, unclipped_at_inf=at_inf, bools=bools, norm_uses=norm_uses
     )
     return back(clipped), given if is_numpy_scalar(given) else use_norm
 

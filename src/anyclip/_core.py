@@ -193,8 +193,11 @@ def clip_by_norm(
     ``t * c``, the quotient) become 0, as in TF.
     """
     if not kernels.ftz:
-        l2norm = kernels.clip_norm2(xp, t, axes)
-        intermediate = rounded_here(xp, t * clip_norm)
+        # t's uses in the order eager torch's backward adds their gradients (under
+        # torch.compile each addition rounded as eager's: anyclip._gradients.uses)
+        scaled, squared, other = g.uses(xp, t, 3)
+        l2norm = kernels.clip_norm2(xp, squared, axes, other)
+        intermediate = rounded_here(xp, g.product(xp, scaled, clip_norm))
         divisor = g.maximum(xp, l2norm, clip_norm)
         return kernels.divide_into(xp, intermediate, divisor)
     clip_norm = kernels.flush(xp, clip_norm)
@@ -292,6 +295,7 @@ def global_scale(
     *,
     unclipped_at_inf: bool = False,
     kernels: Kernels | None = None,
+    norm_uses: tuple[Any, Any, Any] | None = None,
 ) -> Any:
     """The factor ``clip_by_global_norm`` multiplies every array by, in ``use_norm``'s dtype.
 
@@ -311,14 +315,19 @@ def global_scale(
     of ``clip_by_global_norm``, which cancels through the norm, came out 1 to 8 ULP from TF's
     (``sum(clip_by_global_norm([[1, t, -t, 3]], c)[0][0])``, float64 ``t = 1e-10``: 4 ULP, eager
     and under ``jax.jit``).
+
+    ``norm_uses`` (optional): ``use_norm``'s values through three other autograd uses
+    (:func:`anyclip._gradients.uses`), for the two sides of ``use_norm - use_norm`` and the
+    reciprocal, in the order eager torch's backward adds their gradients.
     """
     one = _scalar(xp, 1.0, use_norm)
+    minuend, subtrahend, divisor = (use_norm,) * 3 if norm_uses is None else norm_uses
     if kernels is None or not kernels.ftz:
         inverses = (
-            rounded_here(xp, quotient(xp, one, use_norm)),
-            rounded_here(xp, quotient(xp, one, clip_norm)),
+            rounded_here(xp, g.divided(xp, one, divisor)),
+            rounded_here(xp, g.divided(xp, one, clip_norm)),
         )
-        scale_for_finite = rounded_here(xp, clip_norm * g.minimum(xp, *inverses))
+        scale_for_finite = rounded_here(xp, g.product(xp, clip_norm, g.minimum(xp, *inverses)))
     else:
         f = kernels.flush
         clip_norm, use_norm = f(xp, clip_norm), f(xp, use_norm)
@@ -329,7 +338,7 @@ def global_scale(
     elif nonfinite == "skip":
         scale = xp.where(xp.isfinite(use_norm), scale_for_finite, one)
     else:
-        scale = scale_for_finite + (use_norm - use_norm)
+        scale = scale_for_finite + (minuend - subtrahend)
     if not unclipped_at_inf:
         return scale
     unclipped = one if nonfinite == "skip" else one + (use_norm - use_norm)
@@ -410,14 +419,22 @@ def clip_by_global_norm(
     *,
     unclipped_at_inf: bool = False,
     bools: Sequence[int] = (),
+    norm_uses: tuple[Any, Any, Any] | None = None,
 ) -> list[Any]:
     """Multiply every array by :func:`global_scale`, cast to the array's dtype.
 
     ``bools``: the positions of bool arrays (with a given ``use_norm`` only). TF casts the
     scale to bool (``scale != 0``, so NaN is True) and its ``*`` on bools is a logical and.
+    ``norm_uses``: as :func:`global_scale`'s.
     """
     scale = global_scale(
-        xp, clip_norm, use_norm, nonfinite, unclipped_at_inf=unclipped_at_inf, kernels=kernels
+        xp,
+        clip_norm,
+        use_norm,
+        nonfinite,
+        unclipped_at_inf=unclipped_at_inf,
+        kernels=kernels,
+        norm_uses=norm_uses,
     )
     if not bools:
         return kernels.scale(xp, t_list, scale)
@@ -468,13 +485,18 @@ def norm(
     axis: int | tuple[int, int] | None,
     keepdims: bool,
     acc: Any = None,
+    other: Any = None,
 ) -> Any:
     """``tf.norm`` for validated arguments: ``axis`` is ``None``, an int or a 2-tuple of ints.
 
     ``acc`` (with ``axis=None`` and an ``ord`` other than the Euclidean one only): the dtype
     the norm is computed in, ``x`` cast to it a block at a time (:func:`_vector_p_norm`).
+    ``other`` (optional): ``x``'s values through another autograd use, the second factor of
+    each square of a Euclidean norm (:meth:`~anyclip._kernels.Kernels.norm2`).
     """
     r = None
+    if kernels.ftz or (acc is not None and acc != x.dtype):
+        other = None  # (x is replaced below)
     if kernels.ftz and not xp.isdtype(x.dtype, "complex floating"):  # TF's DAZ
         x = kernels.flush_squares(xp, x) if ord in ("fro", "euclidean", 2) else kernels.flush(xp, x)
     if axis is None and ord not in ("fro", "euclidean", 2) and (_known_size(x.shape) or 0) > 0:
@@ -495,7 +517,7 @@ def norm(
             r = complex_from_parts(xp, r, i, x.dtype)
         else:
             axes = axis if axis is None or isinstance(axis, tuple) else (axis,)
-            r = kernels.norm2(xp, x, axes)
+            r = kernels.norm2(xp, x, axes, other)
     elif isinstance(axis, tuple) and ord == 2:
         r = _spectral_norm(xp, kernels, kernels.spectral_input(xp, x, axis), axis)
     else:
@@ -634,9 +656,12 @@ def l2_normalize(
         # TF scales the parts apart: inf + 0j gives nan + 0j, not nan + nan j
         return complex_from_parts(xp, re * x_inv_norm, im * x_inv_norm, x.dtype)
     if kernels is None or not kernels.ftz:
-        square_sum = _sum_kept(xp, kernels, rounded_here(xp, x * x), axis)  # settled
+        # x's uses in the order eager torch's backward adds their gradients (as clip_by_norm)
+        scaled, squared, other = g.uses(xp, x, 3)
+        squares = rounded_here(xp, g.product(xp, squared, other))
+        square_sum = _sum_kept(xp, kernels, squares, axis)  # settled
         floored = g.maximum(xp, rounded_here(xp, square_sum), epsilon)
-        return x * rounded_here(xp, g.rsqrt(xp, floored))
+        return g.product(xp, scaled, rounded_here(xp, g.rsqrt(xp, floored)))
     xs = kernels.flush_squares(xp, x)
     square_sum = _sum_kept(xp, kernels, xs * xs, axis)  # settled
     x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, kernels.flush(xp, epsilon)))
@@ -682,7 +707,9 @@ def normalize(
     axis: int | tuple[int, int] | None,
 ) -> tuple[Any, Any]:
     """``(x / norm, norm)`` with the norm kept over ``axis`` and cast to ``x``'s dtype."""
-    n = norm(xp, kernels, x, ord, axis, keepdims=True)
+    # x's uses in the order eager torch's backward adds their gradients (as clip_by_norm)
+    divided, squared, other = g.uses(xp, x, 3)
+    n = norm(xp, kernels, squared, ord, axis, keepdims=True, other=other)
     if n.dtype != x.dtype:
         n = xp.astype(n, x.dtype)
     if xp.isdtype(x.dtype, "complex floating"):
@@ -691,7 +718,7 @@ def normalize(
         bits = _TRUEDIV_FLOAT_BITS[xp.iinfo(x.dtype).bits]
         fdt = xp.float32 if bits == 32 else xp.float64
         return kernels.flush(xp, quotient(xp, xp.astype(x, fdt), xp.astype(n, fdt)), owned=True), n
-    return kernels.flush(xp, quotient(xp, x, n), x, owned=True), n
+    return kernels.flush(xp, g.divided(xp, divided, n), x, owned=True), n
 
 
 # ------------------------------------------------------------ group norms

@@ -37,10 +37,20 @@ from typing import Any
 
 from anyclip._compat import is_dtensor, is_functorch_wrapped, library, torch_compiling
 from anyclip._memo import Memo, remembered
-from anyclip._numerics import constant, rsqrt_rounded_once, tf_rsqrt_grad, torch_rsqrt
+from anyclip._numerics import constant, quotient, rsqrt_rounded_once, tf_rsqrt_grad, torch_rsqrt
 from anyclip._typing import Namespace
 
-__all__ = ["abs", "maximum", "minimum", "records_gradient", "rsqrt", "square_gradient"]
+__all__ = [
+    "abs",
+    "divided",
+    "maximum",
+    "minimum",
+    "product",
+    "records_gradient",
+    "rsqrt",
+    "square_gradient",
+    "uses",
+]
 
 
 def _torch_needs_grad(*tensors: Any) -> bool:
@@ -187,6 +197,58 @@ def abs(xp: Namespace, x: Any) -> Any:
     if lib == "jax":
         return _jax_functions()["abs"](x)
     return xp.abs(x)
+
+
+def _compiled_half_grad(xp: Namespace, x: Any, y: Any) -> bool:
+    """Whether ``torch.compile`` traces a float16 or bfloat16 ``x op y`` recording a gradient."""
+    return (
+        getattr(x.dtype, "itemsize", 0) == 2
+        and library(xp) == "torch"
+        and torch_compiling()
+        and x.dtype == y.dtype
+        and x.dtype.is_floating_point
+        and _torch_needs_grad(x, y)
+    )
+
+
+def product(xp: Namespace, x: Any, y: Any) -> Any:
+    """``x * y``, its gradient rounded where eager torch's is also under ``torch.compile``.
+
+    The plain product, but while ``torch.compile`` traces a float16 or bfloat16 product that
+    records a gradient: there an autograd Function rounds each backward product to the dtype
+    (Inductor computes a fused backward in float32). Eager calls get the one ``x * y``.
+    """
+    if x is not y and _compiled_half_grad(xp, x, y):  # (Dynamo refuses x twice)
+        from anyclip._torch_rounding import FUNCTIONS
+
+        return FUNCTIONS["product"].apply(x, y)
+    return x * y
+
+
+def divided(xp: Namespace, x: Any, y: Any) -> Any:
+    """``x / y`` (:func:`~anyclip._numerics.quotient`), its gradient rounded as :func:`product`."""
+    if _compiled_half_grad(xp, x, y):
+        from anyclip._torch_rounding import FUNCTIONS
+
+        return FUNCTIONS["quotient"].apply(x, y)
+    return quotient(xp, x, y)
+
+
+def uses(xp: Namespace, x: Any, n: int) -> tuple[Any, ...]:
+    """``n`` uses of ``x``, their gradients added in order as eager torch adds them.
+
+    ``(x,) * n``, but while ``torch.compile`` traces a float16 or bfloat16 ``x`` that records
+    a gradient: there ``n`` copies whose gradients an autograd Function adds in the order
+    given, each sum rounded to the dtype. Eager torch adds the gradients from a tensor's uses
+    one at a time, in the order its backward reaches them, each sum rounded (and so does
+    TF's ``AddN`` in half precision); Inductor added them in float32, rounded once (half of
+    ``clip_by_norm``'s bfloat16 gradient 1 ULP from eager's). Eager calls add no operation.
+    """
+    if _compiled_half_grad(xp, x, x):
+        from anyclip._torch_rounding import FUNCTIONS
+
+        return tuple(FUNCTIONS["uses"].apply(x, n))
+    return (x,) * n
 
 
 def records_gradient(xp: Namespace, arrays: Sequence[Any]) -> bool:

@@ -247,23 +247,21 @@ def torch_rounded(x: Any) -> Any:
     skipped (1 ULP on a quarter of ``clip_by_norm``'s bfloat16 results; a float16
     ``global_norm`` whose ``sum * 2`` overflows came back finite). A cast to float32 and back
     is dropped the same way; a bit view through ``int16`` with a no-op ``& -1`` is kept, and
-    to view the bits Inductor rounds the value (both on the CPU and in Triton's code). The
-    gradient passes through unchanged.
+    to view the bits Inductor rounds the value (both on the CPU and in Triton's code). Where a
+    gradient is recorded, the gradient flowing back through here is rounded the same way
+    (:class:`anyclip._torch_rounding.Rounded`), where eager's backward rounds it.
     """
     if getattr(x.dtype, "itemsize", 2) != 2:
         return x
     import torch  # (imported: ``x`` is its tensor)
 
-    if not torch.compiler.is_compiling():
+    if not torch.compiler.is_compiling() or dtype_name(x.dtype) not in _TORCH_HALF_BITS:
         return x
-    bits = _TORCH_HALF_BITS.get(dtype_name(x.dtype))
-    if bits is None:
-        return x
-    int_dtype = getattr(torch, bits)
+    from anyclip import _torch_rounding
+
     if not (torch.is_grad_enabled() and x.requires_grad):
-        return (x.view(int_dtype) & -1).view(x.dtype)
-    held = x.detach()
-    return x + ((held.view(int_dtype) & -1).view(x.dtype) - held)
+        return _torch_rounding.bit_rounded(x)
+    return _torch_rounding.FUNCTIONS["rounded"].apply(x)
 
 
 def complex_from_parts(xp: Namespace, re: Any, im: Any, dtype: Any) -> Any:
@@ -669,11 +667,14 @@ def tf_rsqrt_grad(mod: Any, r: Any, dy: Any) -> Any:
     dy))``: ``r * dy`` and ``r * r`` are rounded apart and then multiplied, each step in
     ``r``'s dtype (float16 and bfloat16 too). The order matters where l2_normalize's gradient
     cancels: ``-0.5 * dy * (r * r * r)`` left ``-6.1e-05`` where TF's gradient of a
-    one-element float32 ``l2_normalize`` is exactly 0.
+    one-element float32 ``l2_normalize`` is exactly 0. Each product is rounded to a half
+    dtype under ``torch.compile`` too (:func:`rounded_here`).
     """
     zero = mod.zeros_like(dy)
-    r_dy = mod.where(dy == 0, zero, r * dy)
-    return mod.where(r_dy == 0, zero, (-0.5 * (r * r)) * r_dy)
+    r_dy = mod.where(dy == 0, zero, rounded_here(mod, r * dy))
+    zeroed = r_dy == 0
+    half_r2 = rounded_here(mod, -0.5 * rounded_here(mod, r * r))
+    return mod.where(zeroed, zero, rounded_here(mod, half_r2 * r_dy))
 
 
 def tf_float16(value: float, *, via_float32: bool) -> float:

@@ -14,6 +14,11 @@ in TF (``40,000 * 2`` is inf in float16: its clipped list is NaN). ``r`` (9,999 
 values) is an array whose float32 sum of squares Inductor adds in another order than eager
 torch, to another bfloat16 value. For each dtype ``d``: ``<d>/<case>/<i>``, every output of
 the case in order, as float32 (exact for both dtypes).
+
+The gradients (:func:`grad_cases` of :func:`grad_inputs`, live ``tf.GradientTape``):
+``<d>/grad/<case>/<i>``, TF's gradient of ``sum(out_j * w_j)`` over the case's outputs in the
+arrays ``i`` it takes, every step in the dtype; ``w_j`` are :func:`weights` (random, rounded to
+the dtype).
 """
 
 from __future__ import annotations
@@ -25,7 +30,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CASE_NAMES", "CLIP", "DTYPES", "cases", "inputs", "main"]
+__all__ = [
+    "CASE_NAMES",
+    "CLIP",
+    "DTYPES",
+    "GRAD_CASE_NAMES",
+    "cases",
+    "grad_cases",
+    "grad_inputs",
+    "inputs",
+    "main",
+    "weights",
+]
 
 DTYPES = ("bfloat16", "float16")
 CLIP = 5.0
@@ -38,6 +54,16 @@ CASE_NAMES = (
     "l2_normalize",
     "l2_normalize-axis0",
     "l2_normalize-random",
+)
+
+#: the names of :func:`grad_cases`, in order
+GRAD_CASE_NAMES = (
+    "clip_by_norm",
+    "clip_by_global_norm",
+    "global_norm",
+    "l2_normalize",
+    "normalize",
+    "norm",
 )
 
 
@@ -75,6 +101,48 @@ def cases(tf: Any, x: dict[str, Any]) -> dict[str, list[Any]]:
     }
 
 
+def grad_inputs() -> dict[str, np.ndarray]:
+    """The float32 arrays differentiated: ``a`` random normal values (24 x 50), ``b`` as
+    :func:`inputs`' (each rounded to the dtype)."""
+    a = np.random.default_rng(5).standard_normal((24, 50)).astype(np.float32)
+    return {"a": a, "b": inputs()["b"]}
+
+
+def grad_cases(tf: Any, a: Any, b: Any) -> dict[str, tuple[list[Any], list[Any]]]:
+    """The TF calls differentiated (``a``, ``b``: the arrays of one dtype): name -> (the
+    arrays differentiated, the outputs)."""
+    clipped, norm = tf.clip_by_global_norm([a, b], CLIP)
+    return {
+        "clip_by_norm": ([a], [tf.clip_by_norm(a, CLIP)]),
+        "clip_by_global_norm": ([a, b], [*clipped, norm]),
+        "global_norm": ([a, b], [tf.linalg.global_norm([a, b])]),
+        "l2_normalize": ([a], [tf.math.l2_normalize(a)]),
+        "normalize": ([a], list(tf.linalg.normalize(a))),
+        "norm": ([a], [tf.norm(a)]),
+    }
+
+
+def weights(name: str, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+    """The float32 weights of case ``name``'s outputs (of ``shapes``): random normal values,
+    each to be rounded to the dtype."""
+    seed = GRAD_CASE_NAMES.index(name)
+    rng = np.random.default_rng(4000 + seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def _grads(tf: Any, dtype: Any, a: Any, b: Any) -> dict[str, list[Any]]:
+    """TF's gradients of :func:`grad_cases` in ``dtype``: name -> one per array differentiated."""
+    out: dict[str, list[Any]] = {}
+    for name in GRAD_CASE_NAMES:
+        with tf.GradientTape() as tape:
+            tape.watch([a, b])
+            xs, outs = grad_cases(tf, a, b)[name]
+            ws = [tf.cast(w, dtype) for w in weights(name, [tuple(o.shape) for o in outs])]
+            loss = tf.add_n([tf.reduce_sum(o * w) for o, w in zip(outs, ws, strict=True)])
+        out[name] = tape.gradient(loss, xs)
+    return out
+
+
 def main(out: Path) -> None:
     """Write the outputs and their provenance to ``out``."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -88,6 +156,10 @@ def main(out: Path) -> None:
         for name, outs in calls.items():
             for i, o in enumerate(outs):
                 arrays[f"{d}/{name}/{i}"] = tf.cast(o, tf.float32).numpy()
+        g = {k: tf.cast(tf.constant(v), getattr(tf, d)) for k, v in grad_inputs().items()}
+        for name, grads in _grads(tf, getattr(tf, d), g["a"], g["b"]).items():
+            for i, gr in enumerate(grads):
+                arrays[f"{d}/grad/{name}/{i}"] = tf.cast(gr, tf.float32).numpy()
     arrays["provenance"] = np.asarray(
         f"tensorflow {tf.__version__}, numpy {np.__version__}; tests/data/make_tf_compile_half.py"
     )

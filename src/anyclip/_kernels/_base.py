@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._compat import device, dtype_name, is_dtensor, is_functorch_wrapped, library
+from anyclip._gradients import product
 from anyclip._kernels._tfaxes import tf_sum_or_none
 from anyclip._kernels._tforder import tf_order_dtype
 from anyclip._kernels._tforder_xp import rounded_apart, rounded_cast, tf_order_squares
@@ -159,17 +160,26 @@ class Kernels:
         """
         return self.unhalved().total_half_squares(xp, arrays, acc)
 
-    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
-        """``sqrt(sum(x * x, axes, keepdims=True))``: the Euclidean norm of ``tf.norm``."""
-        return sqrt(xp, self._square_sum(xp, x, axes))
+    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None, other: Any = None) -> Any:
+        """``sqrt(sum(x * x, axes, keepdims=True))``: the Euclidean norm of ``tf.norm``.
 
-    def _square_sum(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
-        """``sum(x * x, axes, keepdims=True)``, in TF's order where it can."""
+        ``other``: as :meth:`_square_sum`'s.
+        """
+        return sqrt(xp, self._square_sum(xp, x, axes, other))
+
+    def _square_sum(
+        self, xp: Namespace, x: Any, axes: tuple[int, ...] | None, other: Any = None
+    ) -> Any:
+        """``sum(x * x, axes, keepdims=True)``, in TF's order where it can.
+
+        ``other`` (optional): ``x``'s values through another autograd use
+        (:func:`anyclip._gradients.uses`), the second factor of each square.
+        """
         if every_axis(x, axes):
             total = self.tf_order_squares(xp, [x], half=False)
             if total is not None:
                 return xp.reshape(total, (1,) * x.ndim)
-        squares = rounded_here(xp, x * x)
+        squares = rounded_here(xp, product(xp, x, x if other is None else other))
         if reduces_one(x, axes):
             # under jax.jit XLA folds sqrt(x * x) over one element into abs(x), dropping the
             # overflow (and underflow) of the square that TF's norm has: 1e30 for TF's inf
@@ -215,14 +225,16 @@ class Kernels:
             return None
         return tf_order_squares(xp, arrays, half=half, halve=self.halving)
 
-    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
+    def clip_norm2(
+        self, xp: Namespace, t: Any, axes: tuple[int, ...] | None, other: Any = None
+    ) -> Any:
         """The L2 norm of ``tf.clip_by_norm``: TF's double ``where`` keeps its gradient finite at 0.
 
         ``where(l2sum > 0, sqrt(where(l2sum > 0, l2sum, 1)), l2sum)``, with the reduced axes
         kept. An override may drop the ``where``s only where no gradient is recorded (the
-        values are the same).
+        values are the same). ``other``: as :meth:`_square_sum`'s.
         """
-        l2sum = rounded_here(xp, self._square_sum(xp, t, axes))
+        l2sum = rounded_here(xp, self._square_sum(xp, t, axes, other))
         pred = l2sum > 0
         ones = xp.ones_like(l2sum)
         return xp.where(pred, rounded_here(xp, sqrt(xp, xp.where(pred, l2sum, ones))), l2sum)
@@ -504,17 +516,19 @@ class Wrapping(Kernels):
         """As the wrapped kernels'."""
         return self.base.local(xp, x)
 
-    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
+    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None, other: Any = None) -> Any:
         """As the wrapped kernels'."""
-        return self.base.norm2(xp, x, axes)
+        return self.base.norm2(xp, x, axes, other)
 
     def nonnegative_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any:
         """As the wrapped kernels'."""
         return self.base.nonnegative_sum(xp, y, axes)
 
-    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
+    def clip_norm2(
+        self, xp: Namespace, t: Any, axes: tuple[int, ...] | None, other: Any = None
+    ) -> Any:
         """As the wrapped kernels'."""
-        return self.base.clip_norm2(xp, t, axes)
+        return self.base.clip_norm2(xp, t, axes, other)
 
     def divide_into(self, xp: Namespace, owned: Any, divisor: Any) -> Any:
         """As the wrapped kernels'."""

@@ -112,7 +112,9 @@ class DaskKernels(Kernels):
         map_blocks: Callable[..., Any] = whole.map_blocks  # untyped in dask
         return map_blocks(step, chunks=chunks, dtype=whole.dtype)
 
-    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
+    def clip_norm2(
+        self, xp: Namespace, t: Any, axes: tuple[int, ...] | None, other: Any = None
+    ) -> Any:
         """As :meth:`Kernels.clip_norm2`, without TF's double ``where``: dask records no gradient.
 
         The ``where``s only keep a gradient finite at 0; their values are the plain norm's.

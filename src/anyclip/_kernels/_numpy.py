@@ -42,15 +42,17 @@ class NumpyKernels(Kernels):
         total = np.sqrt(squared_sum(np, [x], x.dtype, half=False))
         return np.reshape(total, (1,) * x.ndim)
 
-    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
+    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None, other: Any = None) -> Any:
         """As :meth:`Kernels.norm2`; over every axis by row sums, without ``x * x``."""
         fast = self._norm_over_all(x, axes)
-        return super().norm2(xp, x, axes) if fast is None else fast
+        return super().norm2(xp, x, axes, other) if fast is None else fast
 
-    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
+    def clip_norm2(
+        self, xp: Namespace, t: Any, axes: tuple[int, ...] | None, other: Any = None
+    ) -> Any:
         """As :meth:`Kernels.clip_norm2` (NumPy records no gradient, so no ``where``)."""
         fast = self._norm_over_all(t, axes)
-        return super().clip_norm2(xp, t, axes) if fast is None else fast
+        return super().clip_norm2(xp, t, axes, other) if fast is None else fast
 
     def tf_sum(self, xp: Namespace, y: Any, axes: tuple[int, ...] | int | None) -> Any | None:
         """As :meth:`Kernels.tf_sum`; the rows of the packet accumulators added by NumPy."""

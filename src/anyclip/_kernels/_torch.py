@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from anyclip._compat import torch_to
+from anyclip._gradients import divided, product, uses
 from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels, every_axis
 from anyclip._kernels._dist import (
@@ -134,15 +135,17 @@ class TorchKernels(Kernels):
             return None
         return tf_sum_or_none(xp, y, axes, row_sums=torch_tf_row_sums, in_turn=torch_in_turn)
 
-    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
+    def norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None, other: Any = None) -> Any:
         """As :meth:`Kernels.norm2`; by ``vector_norm`` rows when no gradient is recorded."""
         fast = self._l2norm(xp, x, axes)
-        return super().norm2(xp, x, axes) if fast is None else fast
+        return super().norm2(xp, x, axes, other) if fast is None else fast
 
-    def clip_norm2(self, xp: Namespace, t: Any, axes: tuple[int, ...] | None) -> Any:
+    def clip_norm2(
+        self, xp: Namespace, t: Any, axes: tuple[int, ...] | None, other: Any = None
+    ) -> Any:
         """As :meth:`Kernels.clip_norm2`; no ``where`` needed when no gradient is recorded."""
         fast = self._l2norm(xp, t, axes)
-        return super().clip_norm2(xp, t, axes) if fast is None else fast
+        return super().clip_norm2(xp, t, axes, other) if fast is None else fast
 
     def unit_norm2(self, xp: Namespace, x: Any, axes: tuple[int, ...] | None) -> Any:
         """As :meth:`Kernels.unit_norm2`; by ``vector_norm`` (timm's ``norm``) where it may.
@@ -179,7 +182,7 @@ class TorchKernels(Kernels):
         import torch
 
         if torch.is_grad_enabled() and (owned.requires_grad or divisor.requires_grad):
-            return owned / divisor
+            return divided(xp, owned, divisor)
         return owned.div_(divisor)
 
     def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
@@ -373,7 +376,7 @@ class TorchKernels(Kernels):
             if scale.ndim == 0 and not recorded and _foreach_scale_ok(group):
                 results = torch._foreach_mul(group, s)
             else:
-                results = _products(group, s)
+                results = _products(xp, group, s)
             if len(where) == len(t_list):
                 return list(results)
             for i, r in zip(where, results, strict=True):
@@ -390,17 +393,20 @@ def _foreach_scale_ok(group: Sequence[Any]) -> bool:
     return _fast_ok(group, one_dtype=True, dtypes=_FAST + _HALF)
 
 
-def _products(group: Sequence[Any], s: Any) -> list[Any]:
+def _products(xp: Namespace, group: Sequence[Any], s: Any) -> list[Any]:
     """``[v * s for v in group]`` (one dtype, one device; ``s`` of that dtype).
 
     uint16, uint32 and uint64 through :func:`anyclip._torch_unsigned.multiply`, exact where
-    torch has no ``mul`` kernel for them (CUDA).
+    torch has no ``mul`` kernel for them (CUDA). ``s``'s gradients from the products are
+    added as eager torch's backward adds them, the last array's first
+    (:func:`~anyclip._gradients.uses`: each sum rounded under ``torch.compile`` too).
     """
     from anyclip import _torch_unsigned
 
     if group[0].dtype in _torch_unsigned.BAREBONES:
         return [_torch_unsigned.multiply(v, s) for v in group]
-    return [v * s for v in group]
+    factors = uses(xp, s, len(group))[::-1]
+    return [product(xp, v, f) for v, f in zip(group, factors, strict=True)]
 
 
 def _scale_dtensors(

@@ -629,12 +629,12 @@ def l2_normalize(
 
     if xp.isdtype(x.dtype, "complex floating"):
         re, im = xp.real(x), xp.imag(x)
-        square_sum = settle(reduce_sum(xp, re * re + im * im, axis, keepdims=True))
+        square_sum = settle(reduce_sum(xp, g.square(xp, re) + g.square(xp, im), axis, True))
         x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
         # TF scales the parts apart: inf + 0j gives nan + 0j, not nan + nan j
         return complex_from_parts(xp, re * x_inv_norm, im * x_inv_norm, x.dtype)
     if kernels is None or not kernels.ftz:
-        square_sum = _sum_kept(xp, kernels, rounded_here(xp, x * x), axis)  # settled
+        square_sum = _sum_kept(xp, kernels, rounded_here(xp, g.square(xp, x)), axis)  # settled
         floored = g.maximum(xp, rounded_here(xp, square_sum), epsilon)
         return x * rounded_here(xp, g.rsqrt(xp, floored))
     xs = kernels.flush_squares(xp, x)

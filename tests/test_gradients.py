@@ -549,25 +549,9 @@ def _order_function(case: dict[str, Any]) -> Any:
     return lambda t: anyclip.l2_normalize(t, **kwargs)
 
 
-#: XLA:CPU compiles anyclip's JAX rule for the division by a norm (``quotient``) and, in its
-#: transposed program, folds the products ``g * ((-a / b) / b)`` into their sum over the
-#: broadcast axes as fused multiply-adds (one product left unrounded; measured: the same
-#: steps run one operation at a time give TF's bits). docs/tf-behaviour.md.
-JAX_FUSED_SUM = pytest.mark.xfail_backend(
-    "jax",
-    reason="XLA:CPU fuses the products of the divisor's gradient into its sum (FMA): 2 to 8 "
-    "ULP, 256 where normalize's gradient cancels (docs/tf-behaviour.md)",
-)
-
-
 def _order_params(prefix: str) -> list[Any]:
     return [
-        pytest.param(
-            name,
-            c["dtype"],
-            id=name.split("/", 1)[1],
-            marks=[JAX_FUSED_SUM] if c["function"] in ("clip_by_norm", "normalize") else [],
-        )
+        pytest.param(name, c["dtype"], id=name.split("/", 1)[1])
         for name, c in ORDER_CASES.items()
         if name.startswith(prefix)
     ]
@@ -586,7 +570,8 @@ def test_sqrt_gradient_takes_tfs_packet_rule(grad_backend, make, check, name, dt
     # Fuzzing (2026-11-29): TF's SqrtGrad is g * (0.5 / y) on the norms Eigen takes in packets
     # (8 float32, 4 float64) and (0.5 * g) / y on the tail; anyclip took the scalar rule on
     # every norm: 1 to 16 ULP off in most norm, clip_by_norm and normalize gradients over an
-    # axis that leaves 8 norms or more.
+    # axis that leaves 8 norms or more. On JAX the compiled rule of the division by the norms
+    # also fused the products of the divisor's gradient into their sum (FMA): 2 to 256 ULP.
     _check_order_case(grad_backend, make, check, name, dtype)
 
 

@@ -318,7 +318,10 @@ def quotient(xp: Namespace, a: Any, b: Any) -> Any:
     """
     if library(xp) != "jax" or not xp.isdtype(b.dtype, "real floating"):
         return a / b
-    return remembered(_JAX_RULES, "quotient", _jax_rule, _divided_apart, _divided_apart_jvp)(a, b)
+    rule = _jax_rule_for(a, b)
+    return remembered(_JAX_RULES, ("quotient", rule), rule, _divided_apart, _divided_apart_jvp)(
+        a, b
+    )
 
 
 #: JAX's quotient and square root with TF's gradients, each made at its first call.
@@ -337,6 +340,41 @@ def _jax_rule(value: Callable[..., Any], jvp: Callable[..., Any]) -> Callable[..
     rule = jax.custom_jvp(value)
     rule.defjvp(jvp)
     return jax.jit(rule)
+
+
+def _jax_rule_in_steps(value: Callable[..., Any], jvp: Callable[..., Any]) -> Callable[..., Any]:
+    """``value`` with the JVP ``jvp``, not compiled on its own: for arrays being differentiated.
+
+    A compiled rule's gradient is compiled too, and in it XLA:CPU fused the products of the
+    divisor's gradient into their sum as fused multiply-adds (one product left unrounded:
+    2 to 8 ULP off TF's ``clip_by_norm`` gradient over axes of two elements, 256 where
+    ``normalize``'s cancels). Differentiated eagerly, this one runs its steps one operation
+    at a time, TF's roundings; under ``jax.jit`` it is compiled with the caller's program.
+    """
+    import jax
+
+    rule = jax.custom_jvp(value)
+    rule.defjvp(jvp)
+    return rule
+
+
+def _jax_rule_for(*arrays: Any) -> Callable[..., Any]:
+    """:func:`_jax_rule_in_steps` where JAX differentiates through one of ``arrays``.
+
+    (``jax.grad``, ``jax.vjp``, ``jax.jvp``: a JVP or linearize tracer), else the compiled
+    :func:`_jax_rule`: the calls that record no gradient keep their speed.
+    """
+    import jax
+
+    for a in arrays:
+        if isinstance(a, jax.core.Tracer) and type(a).__name__ in _JAX_DIFFERENTIATING:
+            return _jax_rule_in_steps
+    return _jax_rule
+
+
+#: The tracers of JAX's differentiation (``jax.grad`` and ``jax.vjp`` linearize; forward mode
+#: and ``jax.grad`` of older releases trace JVPs).
+_JAX_DIFFERENTIATING = ("JVPTracer", "LinearizeTracer")
 
 
 def _apart(a: Any, b: Any) -> Any:
@@ -400,7 +438,8 @@ def sqrt(xp: Namespace, x: Any) -> Any:
         if x.dtype == torch.float64 and x.device.type == "cpu":
             return _torch_sqrt64(torch, x)
     if lib == "jax" and xp.isdtype(x.dtype, "real floating"):
-        return remembered(_JAX_RULES, "sqrt", _jax_rule, _jax_sqrt, _sqrt_jvp)(x)
+        rule = _jax_rule_for(x)
+        return remembered(_JAX_RULES, ("sqrt", rule), rule, _jax_sqrt, _sqrt_jvp)(x)
     return xp.sqrt(x)
 
 

@@ -10,6 +10,7 @@ then counted at a value much smaller than the terms: TF's own l2_normalize gradi
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -529,6 +530,64 @@ def test_clip_by_average_norm_one_element_is_tfs(grad_backend, check, clip):
 def test_committed_one_element_gradients_are_tfs(tmp_path):
     # the committed file is still what TF 2.21 gives (run with --live-tf)
     assert_live_reference(ONE_ELEMENT_SCRIPT, ONE_ELEMENT, tmp_path, skip=("provenance",))
+
+
+ORDER_SCRIPT = DATA / "make_tf_gradient_order.py"
+#: TF's gradients where its rounding order shows (the script says how they were chosen)
+ORDER = dict(np.load(DATA / "tf_gradient_order.npz"))
+ORDER_CASES = {c["name"]: c for c in json.loads(str(ORDER["cases"]))}
+
+
+def _order_function(case: dict[str, Any]) -> Any:
+    kwargs = case["kwargs"]
+    if case["function"] == "norm":
+        return lambda t: anyclip.norm(t, **kwargs)
+    if case["function"] == "clip_by_norm":
+        return lambda t: anyclip.clip_by_norm(t, kwargs["clip_norm"], axes=kwargs["axes"])
+    if case["function"] == "normalize":
+        return lambda t: anyclip.normalize(t, **kwargs)[0]
+    return lambda t: anyclip.l2_normalize(t, **kwargs)
+
+
+def _order_params(prefix: str) -> list[Any]:
+    return [
+        pytest.param(name, c["dtype"], id=name.split("/", 1)[1])
+        for name, c in ORDER_CASES.items()
+        if name.startswith(prefix)
+    ]
+
+
+def _check_order_case(backend: Any, make: Any, check: Any, name: str, dtype: str) -> None:
+    backend.dtype(dtype)  # skips a dtype the backend lacks
+    x = make(ORDER[f"{name}/x"], dtype)
+    w = backend.asarray(ORDER[f"{name}/w"], dtype)
+    (gx,) = backend.grad(_order_function(ORDER_CASES[name]), [x], w)
+    check(gx, ORDER[f"{name}/grad"], dtype, 0)
+
+
+@pytest.mark.parametrize(("name", "dtype"), _order_params("sqrt-packets/"))
+def test_sqrt_gradient_takes_tfs_packet_rule(grad_backend, make, check, name, dtype):
+    # Fuzzing (2026-11-29): TF's SqrtGrad is g * (0.5 / y) on the norms Eigen takes in packets
+    # (8 float32, 4 float64) and (0.5 * g) / y on the tail; anyclip took the scalar rule on
+    # every norm: 1 to 16 ULP off in most norm, clip_by_norm and normalize gradients over an
+    # axis that leaves 8 norms or more. On JAX the compiled rule of the division by the norms
+    # also fused the products of the divisor's gradient into their sum (FMA): 2 to 256 ULP.
+    _check_order_case(grad_backend, make, check, name, dtype)
+
+
+@pytest.mark.xfail_backend("jax-gpu", params={"dtype": "float32"}, reason=DEVICE_RSQRT)
+@pytest.mark.parametrize(("name", "dtype"), _order_params("square/"))
+def test_l2_normalize_square_has_one_gradient_term(grad_backend, make, check, name, dtype):
+    # Fuzzing (2026-11-29): TF's l2_normalize squares with square(x), whose gradient is one
+    # term g * (2 x); anyclip's x * x gave torch and JAX two, added to the gradient through
+    # x * rsqrt(...) one at a time: 1 ULP off in most float32 cases.
+    _check_order_case(grad_backend, make, check, name, dtype)
+
+
+@pytest.mark.live_tf
+def test_committed_gradient_order_is_tfs(tmp_path):
+    # the committed file is still what TF 2.21 gives (run with --live-tf)
+    assert_live_reference(ORDER_SCRIPT, ORDER, tmp_path, skip=("provenance",))
 
 
 @pytest.mark.parametrize(

@@ -48,16 +48,42 @@ def test_sqrt_is_correctly_rounded(backend, make, check, dtype):
 @pytest.mark.parametrize("backend", ["torch"], indirect=True)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_torch_root_gradient_is_tfs_rule(backend, make, check, dtype):
-    # TF's SqrtGrad, (g * 0.5) / r, in the dtype, on the correctly rounded root r: torch's
-    # own rule used its uncorrected float64 root, and the float32 root's gradient went through
-    # the float64 one (26% of float32 gradients 1 ULP off); 0 keeps an infinite gradient
+    # TF's SqrtGrad in the dtype, on the correctly rounded root r: torch's own rule used its
+    # uncorrected float64 root, and the float32 root's gradient went through the float64 one
+    # (26% of float32 gradients 1 ULP off); 0 keeps an infinite gradient. TF's rule is
+    # g * (0.5 / r) in Eigen's packets and (g * 0.5) / r on the tail (_tf_sqrt_grad)
+    v, g = _root_gradient_case(dtype)
+    (got,) = backend.grad(lambda t: sqrt(backend.xp, t), [make(v, dtype)], make(g, dtype))
+    check(got, _tf_sqrt_grad(_reference(v), g), dtype)
+
+
+def _root_gradient_case(dtype: str) -> tuple[np.ndarray, np.ndarray]:
     v = np.concatenate([_values(dtype)[:-3], [0.0]]).astype(dtype)  # no inf or the largest
     g = np.random.default_rng(3).uniform(-3.0, 3.0, v.size).astype(dtype)
-    (got,) = backend.grad(lambda t: sqrt(backend.xp, t), [make(v, dtype)], make(g, dtype))
-    root = _reference(v)
+    return v, g
+
+
+def _tf_sqrt_grad(root: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """TF 2.21's ``SqrtGrad`` on x86-64 (AVX), by position (checked live below).
+
+    Eigen takes the first ``n - n % packet`` elements in packets (8 float32, 4 float64), where
+    the rule is ``g * (0.5 / r)``, and the rest one at a time: ``(0.5 * g) / r``.
+    """
+    half = g.dtype.type(0.5)
+    packet = 8 if g.dtype == np.float32 else 4
+    head = g.size // packet * packet
     with np.errstate(divide="ignore"):
-        want = (g * g.dtype.type(0.5)) / root
-    check(got, want, dtype)
+        return np.concatenate([g[:head] * (half / root[:head]), (half * g[head:]) / root[head:]])
+
+
+@pytest.mark.live_tf
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tf_sqrt_grad_is_the_rule_by_position(dtype):
+    tf = pytest.importorskip("tensorflow")
+    v, g = _root_gradient_case(dtype)
+    root = _reference(v)
+    got = tf.raw_ops.SqrtGrad(y=tf.constant(root), dy=tf.constant(g)).numpy()
+    np.testing.assert_array_equal(got, _tf_sqrt_grad(root, g))
 
 
 def test_norms_of_one_value_per_row(backend, make, check):

@@ -651,15 +651,17 @@ def l2_normalize(
 
     if xp.isdtype(x.dtype, "complex floating"):
         re, im = xp.real(x), xp.imag(x)
-        square_sum = settle(reduce_sum(xp, re * re + im * im, axis, keepdims=True))
+        square_sum = settle(reduce_sum(xp, g.square(xp, re) + g.square(xp, im), axis, True))
         x_inv_norm = g.rsqrt(xp, g.maximum(xp, square_sum, epsilon))
         # TF scales the parts apart: inf + 0j gives nan + 0j, not nan + nan j
         return complex_from_parts(xp, re * x_inv_norm, im * x_inv_norm, x.dtype)
     if kernels is None or not kernels.ftz:
-        # x's uses in the order eager torch's backward adds their gradients (as clip_by_norm)
-        scaled, squared, other = g.uses(xp, x, 3)
-        squares = rounded_here(xp, g.product(xp, squared, other))
-        square_sum = _sum_kept(xp, kernels, squares, axis)  # settled
+        # x's uses in the order eager torch's backward adds their gradients (as clip_by_norm);
+        # TF squares with `square`: one gradient term, g * (2 x)
+        scaled, squared = g.uses(xp, x, 2)
+        square_sum = _sum_kept(
+            xp, kernels, rounded_here(xp, g.square(xp, squared)), axis
+        )  # settled
         floored = g.maximum(xp, rounded_here(xp, square_sum), epsilon)
         return g.product(xp, scaled, rounded_here(xp, g.rsqrt(xp, floored)))
     xs = kernels.flush_squares(xp, x)

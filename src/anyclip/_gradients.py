@@ -16,6 +16,11 @@ backends with autodiff (torch autograd, JAX). Every other backend gets the plain
   (so ``rsqrt(0) = inf`` with no incoming gradient gives 0, not NaN). The chain rule through
   ``1 / sqrt(x)`` gives NaN there. On JAX this rule is reverse mode only (``custom_vjp``), so
   forward mode (``jax.jvp``) does not go through ``l2_normalize`` or ``clip_by_average_norm``.
+* ``square(x)``: TF's ``Square`` has one gradient term, ``g * (2 x)``; ``x * x`` gives torch
+  and JAX two, ``g * x`` each, which autograd adds to ``x``'s other gradient terms one at a
+  time: ``(c + a) + a`` where TF's is ``c + 2 a`` (1 ULP off in most float32
+  ``l2_normalize`` gradients). ``xp.square`` has TF's rule on both (one product by ``2 x``);
+  only the libraries' own ops, no custom rule.
 * a square TF flushes to zero (inside :class:`anyclip.flush_subnormals`): its value is 0, but
   TF's gradient of ``l2_loss(t)`` is ``t * g`` and that of ``square(t)`` is ``g * (2 t)`` at
   every element, those whose square or half it flushes included. anyclip leaves those
@@ -48,6 +53,7 @@ __all__ = [
     "product",
     "records_gradient",
     "rsqrt",
+    "square",
     "square_gradient",
     "uses",
 ]
@@ -177,6 +183,15 @@ def rsqrt(xp: Namespace, x: Any) -> Any:
     if lib == "jax":
         return _jax_functions()["rsqrt"](x)
     return rsqrt_rounded_once(xp, x)
+
+
+def square(xp: Namespace, x: Any) -> Any:
+    """``x * x`` (the same bits) with TF's ``Square`` gradient: one term, ``g * (2 x)``.
+
+    Where TF squares with ``square`` (``l2_normalize``); TF's ``t * t`` (``clip_by_norm``,
+    ``tf.norm``) has two gradient terms, as the product has everywhere.
+    """
+    return xp.square(x)
 
 
 def abs(xp: Namespace, x: Any) -> Any:

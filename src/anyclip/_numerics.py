@@ -43,6 +43,7 @@ __all__ = [
     "sqrt",
     "tf_cast",
     "tf_float16",
+    "tf_packet_head",
     "tf_rsqrt_grad",
     "rsqrt_in_two_steps",
     "torch_rounded",
@@ -315,7 +316,10 @@ def quotient(xp: Namespace, a: Any, b: Any) -> Any:
     """
     if library(xp) != "jax" or not xp.isdtype(b.dtype, "real floating"):
         return a / b
-    return remembered(_JAX_RULES, "quotient", _jax_rule, _divided_apart, _divided_apart_jvp)(a, b)
+    rule = _jax_rule_for(a, b)
+    return remembered(_JAX_RULES, ("quotient", rule), rule, _divided_apart, _divided_apart_jvp)(
+        a, b
+    )
 
 
 #: JAX's quotient and square root with TF's gradients, each made at its first call.
@@ -334,6 +338,41 @@ def _jax_rule(value: Callable[..., Any], jvp: Callable[..., Any]) -> Callable[..
     rule = jax.custom_jvp(value)
     rule.defjvp(jvp)
     return jax.jit(rule)
+
+
+def _jax_rule_in_steps(value: Callable[..., Any], jvp: Callable[..., Any]) -> Callable[..., Any]:
+    """``value`` with the JVP ``jvp``, not compiled on its own: for arrays being differentiated.
+
+    A compiled rule's gradient is compiled too, and in it XLA:CPU fused the products of the
+    divisor's gradient into their sum as fused multiply-adds (one product left unrounded:
+    2 to 8 ULP off TF's ``clip_by_norm`` gradient over axes of two elements, 256 where
+    ``normalize``'s cancels). Differentiated eagerly, this one runs its steps one operation
+    at a time, TF's roundings; under ``jax.jit`` it is compiled with the caller's program.
+    """
+    import jax
+
+    rule = jax.custom_jvp(value)
+    rule.defjvp(jvp)
+    return rule
+
+
+def _jax_rule_for(*arrays: Any) -> Callable[..., Any]:
+    """:func:`_jax_rule_in_steps` where JAX differentiates through one of ``arrays``.
+
+    (``jax.grad``, ``jax.vjp``, ``jax.jvp``: a JVP or linearize tracer), else the compiled
+    :func:`_jax_rule`: the calls that record no gradient keep their speed.
+    """
+    import jax
+
+    for a in arrays:
+        if isinstance(a, jax.core.Tracer) and type(a).__name__ in _JAX_DIFFERENTIATING:
+            return _jax_rule_in_steps
+    return _jax_rule
+
+
+#: The tracers of JAX's differentiation (``jax.grad`` and ``jax.vjp`` linearize; forward mode
+#: and ``jax.grad`` of older releases trace JVPs).
+_JAX_DIFFERENTIATING = ("JVPTracer", "LinearizeTracer")
 
 
 def _apart(a: Any, b: Any) -> Any:
@@ -397,7 +436,8 @@ def sqrt(xp: Namespace, x: Any) -> Any:
         if x.dtype == torch.float64 and x.device.type == "cpu":
             return _torch_sqrt64(torch, x)
     if lib == "jax" and xp.isdtype(x.dtype, "real floating"):
-        return remembered(_JAX_RULES, "sqrt", _jax_rule, _jax_sqrt, _sqrt_jvp)(x)
+        rule = _jax_rule_for(x)
+        return remembered(_JAX_RULES, ("sqrt", rule), rule, _jax_sqrt, _sqrt_jvp)(x)
     return xp.sqrt(x)
 
 
@@ -448,18 +488,31 @@ def _torch_sqrt64(torch: Any, x: Any) -> Any:
 
 
 def _with_tf_root_gradient(torch: Any, x: Any, root: Any, plain: Any) -> Any:
-    """``root`` (the rounded root of ``x``, no gradient) with TF's ``SqrtGrad``, ``g / (2 root)``.
+    """``root`` (the rounded root of ``x``, no gradient) with TF's ``SqrtGrad``.
 
     ``root`` plus ``(x - x) / (2 root)``: zero, whose derivative (backward and forward mode)
-    is TF's rule on ``root`` in ``x``'s dtype (``(g * 0.5) / root`` is ``g / (2 root)``: the
-    halving is exact). ``plain`` (``torch.sqrt(x)``) where ``x`` is 0, negative or not
-    finite: its value and gradient are TF's there already.
+    is TF's scalar rule on ``root`` in ``x``'s dtype (``(g * 0.5) / root`` is
+    ``g / (2 root)``: the halving is exact), and ``(x - x) * (0.5 / root)``, TF's packet
+    rule, for the elements :func:`tf_packet_head` counts. ``plain`` (``torch.sqrt(x)``)
+    where ``x`` is 0, negative or not finite: its value and gradient are TF's there already.
     """
+    head = tf_packet_head(tuple(x.shape), x.dtype)
+    n = math.prod(x.shape)
     with torch.no_grad():
         xd = x.detach()
         regular = (xd > 0) & (xd < math.inf)
-        twice = torch.where(regular, root * 2, torch.ones_like(root))
-    return torch.where(regular, root + (x - xd) / twice, plain)
+        ones = torch.ones_like(root)
+        twice = torch.where(regular, root * 2, ones)
+        half_inverse = torch.where(regular, 0.5 / root, ones) if head else ones
+    delta = x - xd
+    if head == 0:
+        step = delta / twice
+    elif head == n:
+        step = delta * half_inverse
+    else:
+        packed = (torch.arange(n, device=x.device) < head).reshape(x.shape)
+        step = torch.where(packed, delta * half_inverse, delta / twice)
+    return torch.where(regular, root + step, plain)
 
 
 def lerp(xp: Namespace, start: Any, end: Any, weight: Any) -> Any:
@@ -524,15 +577,50 @@ def _jax_sqrt(x: Any) -> Any:
 
 
 def _sqrt_jvp(primals: Any, tangents: Any) -> Any:
-    """TF's gradient of ``Sqrt``, ``(0.5 * g) / y``, where JAX's multiplies by ``0.5 / y``.
+    """TF's gradient of ``Sqrt``: ``(0.5 * g) / y``, and ``g * (0.5 / y)`` in Eigen's packets.
 
-    Written as the tangent ``(dx / y) * 0.5``, which JAX transposes into TF's order.
+    Written as the tangents ``(dx / y) * 0.5`` and ``dx * (0.5 / y)``, which JAX transposes
+    into TF's order; which element takes which: :func:`tf_packet_head`. JAX's own rule is
+    the packet one everywhere.
     """
     import jax.numpy as jnp
 
     (x,), (dx,) = primals, tangents
     y = jnp.sqrt(x)
-    return y, (dx / y) * jnp.asarray(0.5, dtype=y.dtype)
+    half = jnp.asarray(0.5, dtype=y.dtype)
+    shape = jnp.shape(x)
+    head = tf_packet_head(shape, y.dtype)
+    n = math.prod(shape)
+    if head == 0:
+        return y, (dx / y) * half
+    if head == n:
+        return y, dx * (half / y)
+    packed = (jnp.arange(n) < head).reshape(shape)
+    # each branch's transpose meets zeros where the other is taken: factors kept finite there
+    one = jnp.ones_like(y)
+    packet = dx * jnp.where(packed, half / y, jnp.zeros_like(y))
+    return y, jnp.where(packed, packet, (dx / jnp.where(packed, one, y)) * half)
+
+
+#: Elements per Eigen packet in TF's CPU kernels (x86-64, AVX), by dtype name.
+_TF_PACKET = {"float32": 8, "float64": 4}
+
+
+def tf_packet_head(shape: tuple[int, ...], dtype: Any) -> int:
+    """How many leading elements (C order) TF's elementwise CPU kernels take in packets.
+
+    Eigen computes an elementwise op in packets of 8 float32 or 4 float64 and the remainder,
+    ``n % packet`` elements at the end, one at a time; TF's threads split the array on packet
+    boundaries, so only that tail is scalar. Some ops round otherwise in a packet: TF 2.21's
+    ``SqrtGrad`` (the gradient of ``sqrt``) is ``(0.5 * g) / y`` on a scalar and
+    ``g * (0.5 / y)`` in a packet (measured, ``tf.raw_ops.SqrtGrad`` on 3 to 100,003
+    elements; ``RsqrtGrad`` rounds the same in both). 0 for other dtypes.
+    """
+    packet = _TF_PACKET.get(dtype_name(dtype))
+    if packet is None:
+        return 0
+    n = math.prod(shape)
+    return n // packet * packet
 
 
 def quiet(xp: Namespace) -> contextlib.AbstractContextManager[Any]:

@@ -104,8 +104,10 @@ def clip_by_global_norm(
     (:func:`anyclip.tree.clip_by_global_norm`), except for ``max_norm=inf``: then the updates
     are returned unchanged, bit for bit, as optax's (TF's formula gives ``inf * 0 = NaN``),
     whether ``max_norm`` is a Python float or an array, under ``jax.jit`` too (a ``where``, no
-    Python ``if`` on the array). A non-finite global norm still gives NaN, as optax's, unless
-    ``nonfinite="skip"``.
+    Python ``if`` on the array). A non-finite global norm makes every update NaN (TF's rule)
+    unless ``nonfinite="skip"``; optax's division gives NaN only where an update is inf or NaN
+    and zeros elsewhere when the norm is inf (float16 updates whose norm overflows become
+    zeros), NaN everywhere when it is NaN, and so does ``nonfinite="torch"``.
 
     Parameters
     ----------

@@ -497,6 +497,53 @@ def nonfinite() -> None:
                 )
 
 
+def eager_history_state() -> None:
+    """The history transforms eagerly on sharded updates, their state made by ``init``.
+
+    optax's ``init`` makes the state uncommitted on the default device (as ``optax.adam``'s
+    count); an array made beside it with ``device=`` its device was committed to that one
+    device, and the first eager update on arrays sharded over the mesh raised "Received
+    incompatible devices". Now each step gives the updates, shardings and state of the same
+    steps on one device (within ``ULP_DIST``: the sharded norms add in another order).
+    """
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    host = data()
+    sharded = {k: jax.device_put(v, NamedSharding(mesh, SPECS[k])) for k, v in host.items()}
+    single = {k: jax.device_put(v, jax.devices()[0]) for k, v in host.items()}
+    makers = {
+        "quantile_clip": lambda: anyclip.optax.quantile_clip(0.5, history_length=3),
+        "quantile_clip_global": lambda: anyclip.optax.quantile_clip(
+            0.5, history_length=3, global_threshold=True
+        ),
+        "zclip": lambda: anyclip.optax.zclip(warmup_steps=1),
+        "skip_on_spike": lambda: anyclip.optax.skip_on_spike(
+            optax.sgd(0.1), rolling_interval_length=4
+        ),
+    }
+    for name, make in makers.items():
+        runs = []
+        for tree in (sharded, single):
+            tx = make()
+            state = tx.init(tree)
+            steps = []
+            for scale in (1.0, 2.0, 40.0):
+                grads = jax.tree.map(lambda a, s=scale: a * s, tree)
+                updates, state = tx.update(grads, state, tree)
+                steps.append(updates)
+            runs.append((steps, state))
+        (got, got_state), (want, want_state) = runs
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            for k in host:
+                what = f"{name} step {i} {k}"
+                assert g[k].sharding.is_equivalent_to(sharded[k].sharding, g[k].ndim), what
+                close(g[k], w[k], what, scaled=True)
+        for a, b in zip(jax.tree.leaves(got_state), jax.tree.leaves(want_state), strict=True):
+            if jnp.issubdtype(a.dtype, jnp.floating):
+                close(a, b, f"{name} state", scaled=True)
+            else:
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+
+
 def wrong_group() -> None:
     try:
         anyclip.global_norm([jnp.ones(3)], group=0)
@@ -518,6 +565,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "shard_map_rules": shard_map_rules,
     "eager_accumulate": eager_accumulate,
     "nonfinite": nonfinite,
+    "eager_history_state": eager_history_state,
     "wrong_group": wrong_group,
 }
 

@@ -99,8 +99,36 @@ def test_tree_norm_python_float_leaves_as_optax(backend, optax_ref, ord):
         jax.config.update("jax_enable_x64", True)
     got = tree.norm(floats, ord=ord)
     assert_array(got, want, backend=load_backend("numpy"), dtype="float32", ulp=0)
+    if backend.library == "jax":  # optax's, in the same x64 setting (on: float64 floats)
+        mixed_want = np.asarray(optax_ref.tree.norm((2.0, [jax.numpy.asarray(x), 0.5]), ord))
     mixed = tree.norm((2.0, [backend.asarray(x, "float32"), 0.5]), ord=ord)
-    assert_array(mixed, mixed_want, backend=backend, dtype="float32", ulp=ULP)
+    assert_array(mixed, mixed_want, backend=backend, dtype=str(mixed_want.dtype), ulp=ULP)
+
+
+@pytest.mark.parametrize("ord", [2, 1, math.inf])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("x64", [False, True], ids=["x32", "x64"])
+def test_tree_norm_python_float_beside_narrow_leaves_as_optax(optax_ref, ord, dtype, x64):
+    """A Python float leaf is of JAX's default float dtype in optax, whatever the arrays'.
+
+    optax sums each leaf on its own (``jnp.sum`` of a Python float: a strongly typed
+    float32, float64 with x64), then adds the sums with promotion: beside a float16 leaf
+    the norm is float32 (float64), and the float counts unrounded. anyclip took the float
+    in the arrays' dtype: a float16 norm, ``302`` for optax's ``302.08252`` (ord 1).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", x64)
+    try:
+        t = (2.0825158101210244, [jnp.asarray([300.0, -4.0], dtype), 0.5])
+        want = optax_ref.tree.norm(t, ord=ord)
+        got = tree.norm(t, ord=ord)
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    assert isinstance(got, jax.Array)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 @pytest.mark.parametrize("ord", [2, 1, math.inf])

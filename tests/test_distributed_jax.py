@@ -37,6 +37,7 @@ CHECKS = (
     "shard_map_rules",
     "eager_accumulate",
     "nonfinite",
+    "eager_history_state",
     "wrong_group",
 )
 

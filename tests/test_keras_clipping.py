@@ -190,7 +190,9 @@ def test_torch_keras_clipping_refuses_two_options(backend):
 jax_backends = pytest.mark.parametrize("backend", ["jax", "jax-gpu"], indirect=True)
 
 
-def _optax_run(backend: Backend, data: dict, optimizer: str, options: dict) -> list[np.ndarray]:
+def _optax_run(
+    backend: Backend, data: dict, optimizer: str, options: dict, inject: bool = False
+) -> list[np.ndarray]:
     jax = backend.module
     optax = pytest.importorskip("optax")
     ao = pytest.importorskip("anyclip.optax")
@@ -208,7 +210,12 @@ def _optax_run(backend: Backend, data: dict, optimizer: str, options: dict) -> l
 
     lr = gen.LR[optimizer]
     inner = optax.sgd(lr) if optimizer == "sgd" else optax.adam(lr, eps=gen.ADAM_EPSILON)
-    tx = optax.chain(ao.keras_clipping(**options), inner)  # the one line the port changes
+    clipping = (
+        optax.inject_hyperparams(ao.keras_clipping)(**options)  # arrays, traced under jit
+        if inject
+        else ao.keras_clipping(**options)
+    )
+    tx = optax.chain(clipping, inner)  # the one line the port changes
     state = tx.init(params)
 
     @jax.jit
@@ -226,6 +233,21 @@ def _optax_run(backend: Backend, data: dict, optimizer: str, options: dict) -> l
 @CASES
 def test_optax_keras_clipping_gives_keras_weights(backend, keras_reference, optimizer, case):
     ours = _optax_run(backend, keras_reference, optimizer, gen.CASES[case])
+    _compare(ours, keras_reference, optimizer, case)
+
+
+@jax_backends
+@OPTIMIZERS
+@CASES
+def test_optax_keras_clipping_injected_gives_keras_weights(
+    backend, keras_reference, optimizer, case
+):
+    """``optax.inject_hyperparams(keras_clipping)``: the option an array, traced under jit.
+
+    Each step's ``update`` gets the option as a 0-d array, a tracer under ``jax.jit``; it
+    is Keras's rule taken on device (it was refused: ``float()`` of a tracer).
+    """
+    ours = _optax_run(backend, keras_reference, optimizer, gen.CASES[case], inject=True)
     _compare(ours, keras_reference, optimizer, case)
 
 

@@ -229,8 +229,10 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
     ----------
     tree : nested structure of arrays
         Leaves of floating or complex dtypes, possibly different; ``None`` leaves are skipped.
-        Python floats inside lists, tuples and dicts are leaves too, as in optax: of the
-        arrays' widest dtype (float32 when there is no array).
+        Python floats inside lists, tuples and dicts are leaves too, as in optax: on JAX of
+        its default floating dtype (float32, float64 with ``jax_enable_x64``), so a Python
+        float beside float16 leaves gives a float32 norm, as optax's; on the other
+        libraries of the arrays' widest dtype; float32 when there is no array.
     ord : {2, 1, inf, None, "inf", "infinity"}, optional
         The order of the norm (``None`` is 2), as in optax.
     squared : bool, optional
@@ -278,15 +280,34 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
     arrays = [a for a in leaves if a is not None and is_array(a)]
     xp = namespace(*arrays, names=_leaf_names(len(arrays), "tree"))
     _floating_leaves(xp, arrays, "tree", ("real", "complex"))
-    acc = resolve_accumulate_dtype(xp, "widest", [_real_dtype(xp, a.dtype) for a in arrays])
+    dtypes = [_real_dtype(xp, a.dtype) for a in arrays]
     like = arrays[0] if arrays else None
     if len(arrays) != sum(v is not None for v in leaves):
-        # optax's Python float leaves (weakly typed: of the arrays' dtype, float32 alone)
-        dtype = acc if arrays else xp.float32
+        # optax's Python float leaves: on JAX each reduced (jnp.sum) to a strongly typed
+        # array of the default floating dtype (float32, float64 with x64), which promotes
+        # the arrays' sums; elsewhere of the arrays' widest dtype (float32 alone)
+        if not arrays:
+            dtype = xp.float32
+        elif library(xp) == "jax":
+            dtype = _default_float(xp, like)
+        else:
+            dtype = resolve_accumulate_dtype(xp, "widest", dtypes)
+        dtypes.append(dtype)
         arrays = [
             a if is_array(a) else constant(xp, a, dtype, like) for a in leaves if a is not None
         ]
+    acc = resolve_accumulate_dtype(xp, "widest", dtypes)
     return _core_tree_norm(xp, arrays, o, bool(squared), acc, like)
+
+
+def _default_float(xp: Namespace, like: Any) -> Any:
+    """The namespace's default real floating dtype (float32 on JAX without x64)."""
+    from anyclip._compat import device
+
+    info = getattr(xp, "__array_namespace_info__", None)
+    if info is None:
+        return xp.float32
+    return info().default_dtypes(device=device(like))["real floating"]
 
 
 def _leaves_with_floats(node: Any, enclosing: frozenset[int]) -> list[Any]:

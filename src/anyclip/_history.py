@@ -294,8 +294,18 @@ def _recorded_window(xp: Namespace, h: History, value: Any, where: Any = None) -
 
 
 def _device(x: Any) -> Any:
-    from anyclip._compat import device
+    """The device for an array made beside ``x``: ``x``'s, or None (the default) on JAX.
 
+    A JAX array made with ``device=`` is committed to it; made without, it follows the
+    arrays it meets. optax's ``init`` makes the state uncommitted on the default device, and
+    a state array's device committed to that one device clashed with gradients sharded over
+    several ("Received incompatible devices"), eagerly.
+    """
+    from anyclip._compat import _namespace_of, device, library
+
+    xp = _namespace_of(x)
+    if xp is not None and library(xp) == "jax":
+        return None
     return device(x)
 
 

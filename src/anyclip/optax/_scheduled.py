@@ -24,6 +24,7 @@ from anyclip.optax._common import _norm_dtype
 
 __all__ = [
     "ScheduledClipState",
+    "keras_on_device",
     "scheduled_clip_by_norm",
     "scheduled_global_norm",
     "scheduled_keras",
@@ -108,6 +109,42 @@ def scheduled_clip_by_norm(
     return optax.GradientTransformation(lambda params: ScheduledClipState(_count()), update_fn)
 
 
+def keras_on_device(name: str, c: Any, updates: Any) -> Any:
+    """Keras's option ``name`` at the 0-d array ``c`` on ``updates``: 0 or less clips nothing.
+
+    The rule of :func:`anyclip.optax.keras_clipping` taken on device, for a scheduled value
+    and for an array value (``optax.inject_hyperparams`` passes one, traced under
+    ``jax.jit``): ``clipnorm`` is TF's ``clip_by_norm`` of each leaf, ``global_clipnorm``
+    Keras's global factor (its ``1.0 / c`` divided in the norm's dtype), ``clipvalue``
+    ``clip(u, -c, c)`` with ``c`` cast to each leaf's dtype (as Keras's ``ops.clip`` takes
+    a number); a NaN value clips nothing, as Keras's ``nan > 0`` is False.
+    """
+    xp = namespace(c)
+    leaves, unflatten = tree.flatten(updates)
+    if name in ("clipnorm", "clipvalue"):
+        if name == "clipnorm":
+            clipped = [None if t is None else _clip_tensor.clip_by_norm(t, c) for t in leaves]
+        else:
+            clipped = [None if t is None else _clip_value(t, c) for t in leaves]
+        out = [
+            None if t is None else _schedule.keras_gate(xp, c, k, t)
+            for t, k in zip(leaves, clipped, strict=True)
+        ]
+    else:
+        present = [t for t in leaves if t is not None]
+        norm = _clip.keras_global_norm(present)  # Keras's: float16 squares unhalved
+        k = kernels_for(xp, present) if present else None
+        scale = _schedule.keras_global_scale(xp, c, norm, k)
+        out = k.scale(xp, leaves, scale) if k is not None else leaves
+    return unflatten(out)
+
+
+def _clip_value(t: Any, c: Any) -> Any:
+    """``clip(t, -c, c)`` with the 0-d array ``c`` cast to ``t``'s dtype, as TF's bounds."""
+    d = c if c.dtype == t.dtype else c.astype(t.dtype)
+    return _clip_tensor.clip_by_value(t, -d, d)
+
+
 def scheduled_keras(name: str, schedule: Schedule) -> optax.GradientTransformation:
     """:func:`anyclip.optax.keras_clipping` with ``clipnorm`` or ``global_clipnorm`` scheduled.
 
@@ -118,21 +155,7 @@ def scheduled_keras(name: str, schedule: Schedule) -> optax.GradientTransformati
         updates: Any, state: ScheduledClipState, params: Any = None
     ) -> tuple[Any, ScheduledClipState]:
         del params
-        c = _value(schedule, state.count)
-        xp = namespace(c)
-        leaves, unflatten = tree.flatten(updates)
-        if name == "clipnorm":
-            clipped = [None if t is None else _clip_tensor.clip_by_norm(t, c) for t in leaves]
-            out = [
-                None if t is None else _schedule.keras_gate(xp, c, k, t)
-                for t, k in zip(leaves, clipped, strict=True)
-            ]
-        else:
-            present = [t for t in leaves if t is not None]
-            norm = _clip.keras_global_norm(present)  # Keras's: float16 squares unhalved
-            k = kernels_for(xp, present) if present else None
-            scale = _schedule.keras_global_scale(xp, c, norm, k)
-            out = k.scale(xp, leaves, scale) if k is not None else leaves
-        return unflatten(out), ScheduledClipState(optax.safe_increment(state.count))
+        out = keras_on_device(name, _value(schedule, state.count), updates)
+        return out, ScheduledClipState(optax.safe_increment(state.count))
 
     return optax.GradientTransformation(lambda params: ScheduledClipState(_count()), update_fn)

@@ -22,7 +22,12 @@ from anyclip._policy_axes import normalize_axes
 from anyclip._policy_dtypes import resolve_accumulate_dtype
 from anyclip._typing import DTypeLike, Nonfinite
 from anyclip.optax._common import _norm_dtype
-from anyclip.optax._scheduled import scheduled_clip_by_norm, scheduled_global_norm, scheduled_keras
+from anyclip.optax._scheduled import (
+    keras_on_device,
+    scheduled_clip_by_norm,
+    scheduled_global_norm,
+    scheduled_keras,
+)
 
 __all__ = [
     "ClipByGlobalNormState",
@@ -99,8 +104,10 @@ def clip_by_global_norm(
     (:func:`anyclip.tree.clip_by_global_norm`), except for ``max_norm=inf``: then the updates
     are returned unchanged, bit for bit, as optax's (TF's formula gives ``inf * 0 = NaN``),
     whether ``max_norm`` is a Python float or an array, under ``jax.jit`` too (a ``where``, no
-    Python ``if`` on the array). A non-finite global norm still gives NaN, as optax's, unless
-    ``nonfinite="skip"``.
+    Python ``if`` on the array). A non-finite global norm makes every update NaN (TF's rule)
+    unless ``nonfinite="skip"``; optax's division gives NaN only where an update is inf or NaN
+    and zeros elsewhere when the norm is inf (float16 updates whose norm overflows become
+    zeros), NaN everywhere when it is NaN, and so does ``nonfinite="torch"``.
 
     Parameters
     ----------
@@ -313,6 +320,27 @@ def _like(value: Any, leaf: Any) -> Any:
     return value
 
 
+def _is_jax_array(value: Any) -> bool:
+    """Whether ``value`` is a JAX array or tracer (read on device, not with ``float()``)."""
+    return isinstance(value, jax.Array)
+
+
+def _keras_array(name: str, value: Any) -> Any:
+    """A Keras option given as a JAX array, checked: a real 0-d array (ints as float32)."""
+    if value.ndim != 0 or not jnp.issubdtype(value.dtype, jnp.number):
+        msg = (
+            f"`{name}` must be a number, a 0-d real array or None (as in Keras), got an array "
+            f"of shape {tuple(value.shape)} and dtype {value.dtype}; pass one real value"
+        )
+        raise TypeError(msg)
+    if jnp.issubdtype(value.dtype, jnp.complexfloating):
+        msg = f"`{name}` must be real (as in Keras), got an array of dtype {value.dtype}"
+        raise TypeError(msg)
+    if not jnp.issubdtype(value.dtype, jnp.floating):
+        return value.astype(jnp.float32)
+    return value
+
+
 def _keras_global(updates: Any, clip_norm: float) -> Any:
     """Keras 3's ``clip_by_global_norm`` of the updates' leaves (a pytree) at ``clip_norm``."""
     leaves, unflatten = tree.flatten(updates)
@@ -322,9 +350,9 @@ def _keras_global(updates: Any, clip_norm: float) -> Any:
 @hints_keywords
 def keras_clipping(
     *,
-    clipnorm: float | Callable[[jax.Array], Any] | None = None,
-    clipvalue: float | None = None,
-    global_clipnorm: float | Callable[[jax.Array], Any] | None = None,
+    clipnorm: float | jax.Array | Callable[[jax.Array], Any] | None = None,
+    clipvalue: float | jax.Array | None = None,
+    global_clipnorm: float | jax.Array | Callable[[jax.Array], Any] | None = None,
 ) -> optax.GradientTransformation:
     """Keras's optimizer clipping (``clipnorm``, ``clipvalue``, ``global_clipnorm``) for optax.
 
@@ -340,14 +368,16 @@ def keras_clipping(
 
     Parameters
     ----------
-    clipnorm, clipvalue, global_clipnorm : float, optional
+    clipnorm, clipvalue, global_clipnorm : float, 0-d array or callable, optional
         Keras's options, with its meaning: at most one may be set, and one that is 0 or
         negative clips nothing. ``clipnorm=inf`` or ``global_clipnorm=inf`` makes every
         update NaN, as Keras 3 (TF 2.21) does (TF's factor ``inf * 0``), unlike
         :func:`clip_by_global_norm` with ``max_norm=inf``, which follows optax.
         ``clipnorm`` and ``global_clipnorm`` may be schedules (functions of the step
         count): Keras's rule is then applied to the value at each step, on device (0 or
-        less clips nothing).
+        less clips nothing). A JAX 0-d array (as ``optax.inject_hyperparams`` passes the
+        option, a tracer under ``jax.jit``) is taken on device too, as a scheduled value,
+        with a stateless transformation (``optax.EmptyState()``).
 
     Returns
     -------
@@ -359,7 +389,8 @@ def keras_clipping(
     ValueError
         If more than one option is set (Keras's message).
     TypeError
-        If an option is not a number.
+        If an option is not a number, a real 0-d array or (``clipnorm``,
+        ``global_clipnorm``) a callable.
 
     Examples
     --------
@@ -376,9 +407,18 @@ def keras_clipping(
         for name, v in (("clipnorm", clipnorm), ("global_clipnorm", global_clipnorm))
         if callable(v)
     ]
-    if scheduled:  # Keras's checks (one option only) with a number in the schedule's place
-        keras_option(*(1.0 if callable(v) else v for v in (clipnorm, clipvalue, global_clipnorm)))
-        return scheduled_keras(*scheduled[0])
+    options = (clipnorm, clipvalue, global_clipnorm)
+    on_device = [
+        (name, _keras_array(name, v))
+        for name, v in zip(("clipnorm", "clipvalue", "global_clipnorm"), options, strict=True)
+        if _is_jax_array(v)
+    ]
+    if scheduled or on_device:  # Keras's checks (one option only), a number in their place
+        keras_option(*(1.0 if callable(v) or _is_jax_array(v) else v for v in options))
+        if scheduled:
+            return scheduled_keras(*scheduled[0])
+        name, c = on_device[0]
+        return _stateless(lambda u: keras_on_device(name, c, u))
     option = keras_option(clipnorm, clipvalue, global_clipnorm)
     if option is None:
         return _stateless(lambda u: u)

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
-from anyclip._compat import dtype_name, is_array, library, namespace
+from anyclip._compat import HALF_PRECISION, dtype_name, is_array, library, namespace
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import scalar_operand
@@ -161,7 +161,7 @@ def _core_abs_sq(xp: Namespace, x: Any) -> Any:
 
 def _core_leaf_sum(xp: Namespace, v: Any) -> Any:
     """``sum(v)`` in ``v``'s dtype, as ``jnp.sum``: a 16-bit ``v`` summed in float32, rounded."""
-    if dtype_name(v.dtype) in ("float16", "bfloat16"):
+    if dtype_name(v.dtype) in HALF_PRECISION:
         return xp.astype(xp.sum(xp.astype(v, xp.float32)), v.dtype)
     return xp.sum(v)
 
@@ -336,7 +336,7 @@ def _core_block_rms(xp: Namespace, u: Any, threshold: Any) -> Any:
         # jnp.mean itself: eagerly one compiled reduce-and-divide, whose division XLA
         # rounds otherwise than a separate eager one (1 ULP on about 8 % of float32 leaves)
         mean = xp.mean(sq)
-    elif dtype_name(sq.dtype) in ("float16", "bfloat16"):
+    elif dtype_name(sq.dtype) in HALF_PRECISION:
         # jnp.mean of a 16-bit array sums and divides in float32, then rounds once
         wide = xp.astype(sq, xp.float32)
         size = constant(xp, float(math.prod(u.shape)), xp.float32, wide)

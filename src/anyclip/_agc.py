@@ -25,7 +25,7 @@ from anyclip._adaptive import (
     _real_dtype,
     _real_number,
 )
-from anyclip._compat import dtype_name, namespace
+from anyclip._compat import HALF_PRECISION, dtype_name, namespace
 from anyclip._kernels import kernels_for
 from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
@@ -168,7 +168,7 @@ def _core_unit_norms(
     every step is in the dtype, and a float16 unit norm overflows from 256.
     """
     dtype = pw.dtype
-    if widen and dtype_name(dtype) in ("float16", "bfloat16"):
+    if widen and dtype_name(dtype) in HALF_PRECISION:
         pw, gw = xp.astype(pw, xp.float32), xp.astype(gw, xp.float32)
     if reduce is None:
         p_norm = _core_unit_norm(xp, pw, axes, norm_type)
@@ -218,7 +218,7 @@ def _core_agc(
     work = widest_float(xp, [_real_dtype(xp, g.dtype), _real_dtype(xp, p.dtype)])
     gw = g if _real_dtype(xp, g.dtype) == work else xp.astype(g, work)
     pw = p if _real_dtype(xp, p.dtype) == work else xp.astype(p, work)
-    opmath = xp.float32 if widen and dtype_name(work) in ("float16", "bfloat16") else work
+    opmath = xp.float32 if widen and dtype_name(work) in HALF_PRECISION else work
     if clipping.dtype != opmath:
         clipping = xp.astype(clipping, opmath)
     if eps.dtype != work:
@@ -384,7 +384,7 @@ def adaptive_clip(
             axes = unit_axes(tuple(g.shape), layout, axis)
             pdt = _real_dtype(xp, p.dtype)
             # timm multiplies a float16 or bfloat16 norm by clip_factor in float32
-            half = layout == "timm" and dtype_name(pdt) in ("float16", "bfloat16")
+            half = layout == "timm" and dtype_name(pdt) in HALF_PRECISION
             cdt = xp.float32 if half else pdt
             c = scalar_operand(xp, clipping, cdt, p, "clipping", positive=True)
             e = scalar_operand(xp, eps, pdt, p, "eps", nonnegative=True)

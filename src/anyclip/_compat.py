@@ -21,6 +21,7 @@ from anyclip._memo import Memo, remember, remembered
 from anyclip._typing import Namespace
 
 __all__ = [
+    "HALF_PRECISION",
     "all_arrays",
     "data_device",
     "default_namespace",
@@ -310,6 +311,11 @@ def is_weak_scalar(value: Any) -> bool:
         return False
     aval = getattr(value, "aval", None)  # concrete arrays and tracers both have one
     return bool(getattr(aval, "weak_type", False))
+
+
+#: The half-precision floating dtypes by :func:`dtype_name`: squared and summed as TF does
+#: in them (rounded to the dtype at each step, sums with float32 lanes or accumulators).
+HALF_PRECISION = ("float16", "bfloat16")
 
 
 def dtype_name(dtype: Any) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from anyclip import _gradients as g
-from anyclip._compat import device, dtype_name, is_array, library
+from anyclip._compat import HALF_PRECISION, device, dtype_name, is_array, library
 from anyclip._kernels import Kernels
 from anyclip._kernels._tforder_xp import rounded_apart, rounded_cast
 from anyclip._numerics import (
@@ -347,7 +347,7 @@ def global_scale(
 
 #: Dtypes in which Keras 3's global norm differs from TF's: ``l2_loss`` halves each square
 #: before the sum, and a square below twice the smallest subnormal halves to 0.
-KERAS_UNHALVED = ("float16", "bfloat16")
+KERAS_UNHALVED = HALF_PRECISION
 
 
 @_entry

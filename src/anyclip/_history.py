@@ -31,7 +31,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from anyclip._compat import dtype_name
+from anyclip._compat import HALF_PRECISION, dtype_name
 from anyclip._core import global_scale
 from anyclip._if_finite import INT_MAX, if_finite_step, saturating_increment
 from anyclip._numerics import constant, lerp, quiet, rounded_here, sqrt
@@ -39,9 +39,6 @@ from anyclip._policy_dtypes import widest_float
 from anyclip._typing import Namespace
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: the dtypes torch computes in float32 (its opmath dtype) and rounds back
-_HALF_NAMES = ("float16", "bfloat16")
 
 
 def _quiet(fn: F) -> F:
@@ -363,7 +360,8 @@ def _clip_coef(xp: Namespace, limit: Any, norm: Any) -> Any:
     zclip's ``max_grad_norm``) enters as its value in the opmath dtype.
     """
     dt = norm.dtype
-    wide = xp.float32 if dtype_name(dt) in _HALF_NAMES else dt
+    # torch computes half precision in float32 (its opmath dtype) and rounds back
+    wide = xp.float32 if dtype_name(dt) in HALF_PRECISION else dt
 
     def up(a: Any) -> Any:
         return a if a.dtype == wide else xp.astype(a, wide)

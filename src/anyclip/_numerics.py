@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from anyclip._compat import (
+    HALF_PRECISION,
     device,
     dtype_name,
     is_numpy_scalar,
@@ -223,10 +224,6 @@ def keep_apart(x: Any) -> Any:
     return barrier(x)
 
 
-#: torch's half-precision dtypes by name, and the integer dtype of their bits
-_TORCH_HALF_BITS = {"float16": "int16", "bfloat16": "int16"}
-
-
 def rounded_here(xp: Namespace, x: Any) -> Any:
     """``x`` rounded to its dtype here, at an op boundary, as eager torch and TF round it.
 
@@ -256,7 +253,7 @@ def torch_rounded(x: Any) -> Any:
         return x
     import torch  # (imported: ``x`` is its tensor)
 
-    if not torch.compiler.is_compiling() or dtype_name(x.dtype) not in _TORCH_HALF_BITS:
+    if not torch.compiler.is_compiling() or dtype_name(x.dtype) not in HALF_PRECISION:
         return x
     from anyclip import _torch_rounding
 
@@ -534,7 +531,7 @@ def lerp(xp: Namespace, start: Any, end: Any, weight: Any) -> Any:
         return torch.lerp(start, end, weight)
     dt = start.dtype
     name = dtype_name(dt)
-    wide = xp.float32 if name in ("float16", "bfloat16") else dt
+    wide = xp.float32 if name in HALF_PRECISION else dt
     a, b, w = (x if x.dtype == wide else xp.astype(x, wide) for x in (start, end, weight))
     split = _SPLIT64 if dtype_name(wide) == "float64" else _SPLIT32
     d = b - a
@@ -715,7 +712,7 @@ def _low_32_bits(xp: Namespace, t: Any) -> Any:
 def rsqrt_rounded_once(xp: Any, x: Any) -> Any:
     """``1 / sqrt(x)``; float16 and bfloat16 computed in float32 and rounded once, as TF's."""
     name = str(getattr(x.dtype, "name", x.dtype)).rsplit(".", 1)[-1]
-    half = name in ("float16", "bfloat16")
+    half = name in HALF_PRECISION
     s = xp.sqrt(xp.astype(x, xp.float32) if half else x)
     r = 1 / s
     if r.dtype != s.dtype:

@@ -21,12 +21,9 @@ from typing import Any
 
 import torch
 
-from anyclip._compat import dtype_name
+from anyclip._compat import HALF_PRECISION, dtype_name
 
 __all__ = ["FUNCTIONS", "Product", "Quotient", "Rounded", "Uses", "bit_rounded"]
-
-#: torch's half-precision dtypes by name, and the integer dtype of their bits
-HALF_BITS = {"float16": "int16", "bfloat16": "int16"}
 
 
 def bit_rounded(x: Any) -> Any:
@@ -35,10 +32,9 @@ def bit_rounded(x: Any) -> Any:
     The value of ``x``; under ``torch.compile`` Inductor rounds it to the dtype to view its
     bits. Any other dtype (a float32 gradient) is returned as it is.
     """
-    bits = HALF_BITS.get(dtype_name(x.dtype))
-    if bits is None:
+    if dtype_name(x.dtype) not in HALF_PRECISION:
         return x
-    return (x.view(getattr(torch, bits)) & -1).view(x.dtype)
+    return (x.view(torch.int16) & -1).view(x.dtype)
 
 
 class Rounded(torch.autograd.Function):

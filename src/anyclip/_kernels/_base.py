@@ -20,7 +20,14 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import device, dtype_name, is_dtensor, is_functorch_wrapped, library
+from anyclip._compat import (
+    HALF_PRECISION,
+    device,
+    dtype_name,
+    is_dtensor,
+    is_functorch_wrapped,
+    library,
+)
 from anyclip._gradients import product
 from anyclip._kernels._tfaxes import tf_sum_or_none
 from anyclip._kernels._tforder import tf_order_dtype
@@ -541,7 +548,7 @@ class Wrapping(Kernels):
 
 #: The dtypes whose ``l2_loss`` is rounded to the dtype before the sum of a list's (each
 #: array's ``l2_loss`` kept apart under ``jax.jit``, where XLA would keep it in float32).
-_ROUNDED_LOSSES = ("float16", "bfloat16")
+_ROUNDED_LOSSES = HALF_PRECISION
 
 
 def _half_square_sum(xp: Namespace, v: Any, *, halve: bool = True) -> Any:

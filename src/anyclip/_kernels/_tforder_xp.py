@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from anyclip._compat import device, dtype_name, library
+from anyclip._compat import HALF_PRECISION, device, dtype_name, library
 from anyclip._kernels._tforder import (
     _LEAF,
     _PACKET,
@@ -342,10 +342,6 @@ def numpy_tf_row_sums(xp: Any, rows: Any, **kwargs: Any) -> Any:
     return tf_order_row_sums(xp, rows, in_order=in_order, **kwargs)
 
 
-#: The dtypes whose casts :func:`rounded_cast` rounds apart.
-_HALF_TYPES = ("float16", "bfloat16")
-
-
 def rounded_cast(xp: Any, x: Any, dtype: Any) -> Any:
     """``astype(x, dtype)`` with a float16 or bfloat16 side rounded (:func:`rounded_apart`).
 
@@ -356,10 +352,10 @@ def rounded_cast(xp: Any, x: Any, dtype: Any) -> Any:
     ``torch.compile``. So the cast's result is rounded apart, and so is a half-precision
     ``x`` before it is cast up.
     """
-    if dtype_name(x.dtype) in _HALF_TYPES:
+    if dtype_name(x.dtype) in HALF_PRECISION:
         x = rounded_apart(xp, x)
     y = x if x.dtype == dtype else xp.astype(x, dtype)
-    return rounded_apart(xp, y) if dtype_name(y.dtype) in _HALF_TYPES else y
+    return rounded_apart(xp, y) if dtype_name(y.dtype) in HALF_PRECISION else y
 
 
 def rounded_apart(xp: Any, x: Any) -> Any:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import torch_to
+from anyclip._compat import HALF_PRECISION, torch_to
 from anyclip._gradients import divided, product, uses
 from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels, every_axis
@@ -43,7 +43,6 @@ from anyclip._kernels._tforder_xp import tf_order_squares
 from anyclip._kernels._torch_multi import cuda_half_squares, cuda_norm
 from anyclip._kernels._torch_sums import (
     _FAST,
-    _HALF,
     _fast_ok,
     _half_precision_half_squares,
     _partial_norms,
@@ -390,7 +389,7 @@ def _foreach_scale_ok(group: Sequence[Any]) -> bool:
     float32, float64, bfloat16 and float16 (each product is ``v * s`` in ``v``'s dtype,
     rounded once, as the per-array loop), under :func:`_fast_ok`'s other conditions.
     """
-    return _fast_ok(group, one_dtype=True, dtypes=_FAST + _HALF)
+    return _fast_ok(group, one_dtype=True, dtypes=_FAST + HALF_PRECISION)
 
 
 def _products(xp: Namespace, group: Sequence[Any], s: Any) -> list[Any]:

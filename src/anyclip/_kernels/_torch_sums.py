@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from anyclip._compat import HALF_PRECISION
 from anyclip._kernels._base import ROW, SQUARE_ROW, bfloat16_square_sum, groups
 from anyclip._kernels._dist import (
     any_dtensor,
@@ -41,11 +42,6 @@ __all__ = [
 _FAST = ("float32", "float64")
 
 
-#: The half-precision dtypes whose sums of ``l2_loss`` and scaling take multi-tensor ops
-#: (:func:`_half_precision_half_squares`).
-_HALF = ("bfloat16", "float16")
-
-
 def _fast_ok(
     arrays: Sequence[Any], *, one_dtype: bool = False, dtypes: tuple[str, ...] = _FAST
 ) -> bool:
@@ -53,7 +49,7 @@ def _fast_ok(
 
     ``one_dtype``: the caller has seen that ``arrays`` share ``arrays[0]``'s dtype (one pass
     fewer over a list of thousands). ``dtypes``: the dtypes (names) a fast path takes
-    (:data:`_HALF` for the half-precision sums and scaling).
+    (:data:`~anyclip._compat.HALF_PRECISION` for the half-precision sums and scaling).
 
     A ``DTensor`` takes the generic code (DTensor's own ops: a reduction over a sharded
     dimension is a local reduction plus one all-reduce); the fast paths would flatten it,
@@ -188,12 +184,13 @@ def _half_precision_half_squares(xp: Namespace, torch: Any, arrays: Sequence[Any
     :func:`~anyclip._kernels._torch_multi.cpu_half_square_sums`), with the generic
     :func:`reduce_sum` (torch's cascade sum: ``_foreach_norm(halves, 1)`` adds float32 in
     sequence there and was 1 ulp off in 5 of 400 bfloat16 arrays of 10**3 to 10**6.5
-    elements). None where :func:`_fast_ok` refuses ``arrays`` for :data:`_HALF` (a recorded
-    gradient, a ``torch.func`` transform, a DTensor, another dtype), and while
+    elements). None where :func:`_fast_ok` refuses ``arrays`` for
+    :data:`~anyclip._compat.HALF_PRECISION` (a recorded gradient, a ``torch.func``
+    transform, a DTensor, another dtype), and while
     ``torch.compile`` traces: the generic steps then round each square and sum to the dtype
     as here (Inductor would keep them in float32 and skip the rounding of ``.to(dtype)``).
     """
-    if not _fast_ok(arrays, one_dtype=True, dtypes=_HALF) or torch.compiler.is_compiling():
+    if not _fast_ok(arrays, one_dtype=True, dtypes=HALF_PRECISION) or torch.compiler.is_compiling():
         return None
     if not arrays[0].is_cuda:  # CPU foreach ops loop over the arrays: runs of small ones joined
         parts = cpu_half_square_sums(torch, arrays, _cpu_half_losses(xp, torch, arrays))

@@ -584,6 +584,18 @@ def test_l2_normalize_square_has_one_gradient_term(grad_backend, make, check, na
     _check_order_case(grad_backend, make, check, name, dtype)
 
 
+@pytest.mark.xfail_backend("jax-gpu", params={"dtype": "float32"}, reason=DEVICE_RSQRT)
+@pytest.mark.parametrize(("name", "dtype"), _order_params("square/"))
+def test_l2_normalize_square_has_one_gradient_term_inside_the_flush(
+    grad_backend, make, check, name, dtype
+):
+    # the same inside flush_subnormals() (no subnormal in these cases: TF's values): there
+    # l2_normalize squares a flushed copy of x, whose two product terms add exactly (2 a)
+    # before they reach x, so its gradient is TF's one term too
+    with anyclip.flush_subnormals():
+        _check_order_case(grad_backend, make, check, name, dtype)
+
+
 @pytest.mark.live_tf
 def test_committed_gradient_order_is_tfs(tmp_path):
     # the committed file is still what TF 2.21 gives (run with --live-tf)

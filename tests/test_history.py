@@ -255,6 +255,60 @@ def test_torch_zclip_seeded_statistics_match_zclip(backend, seed_before_first_st
     assert fresh.mean is None
 
 
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize("rule", ["ZClip", "QuantileClip"])
+def test_torch_rules_clip_a_sparse_gradient_where_the_references_raise(backend, rule):
+    # docs/porting.md (the ZClip/AutoClip table): zclip 1.0 and autoclip 0.2 take
+    # torch.linalg.vector_norm of each gradient, which has no sparse kernel; anyclip clips a
+    # sparse gradient (nn.Embedding(sparse=True)) through its stored values: here rows of
+    # distinct ids with exact sums, so every step equals the same steps on the dense gradient
+    torch = backend.module
+    at = pytest.importorskip("anyclip.torch")
+    if rule == "ZClip":
+        ref = pytest.importorskip("zclip").ZClip
+
+        def make(ps: list[Any], cls: Any) -> Any:
+            return cls(warmup_steps=2, z_thresh=1.0)
+
+        def step(clipper: Any, ps: list[Any]) -> Any:
+            model = torch.nn.Module()
+            for i, p in enumerate(ps):
+                model.register_parameter(f"p{i}", p)
+            return clipper.step(model)
+
+    else:
+        ref = pytest.importorskip("autoclip.torch.quantile").QuantileClip
+
+        def make(ps: list[Any], cls: Any) -> Any:
+            return cls(ps, quantile=0.5, history_length=4)
+
+        def step(clipper: Any, ps: list[Any]) -> Any:
+            return clipper.step()
+
+    ids = torch.tensor([[1, 3]])
+    values = torch.tensor([[3.0, 4.0], [0.0, 12.0]])
+
+    def sparse(k: float) -> Any:
+        return torch.sparse_coo_tensor(ids, values * k, (5, 2)).coalesce()
+
+    theirs = torch.nn.Parameter(torch.zeros(5, 2))
+    theirs.grad = sparse(1.0)
+    with pytest.raises(NotImplementedError):  # the reference, live
+        step(make([theirs], ref), [theirs])
+    ours, dense = torch.nn.Parameter(torch.zeros(5, 2)), torch.nn.Parameter(torch.zeros(5, 2))
+    on_sparse, on_dense = make([ours], getattr(at, rule)), make([dense], getattr(at, rule))
+    for k in (1.0, 2.0, 1.0, 16.0, 0.5):  # a spike at the fourth step: clipped
+        ours.grad = sparse(k)
+        dense.grad = ours.grad.to_dense()
+        got, want = step(on_sparse, [ours]), step(on_dense, [dense])
+        assert ours.grad.layout == torch.sparse_coo
+        torch.testing.assert_close(ours.grad.to_dense(), dense.grad, rtol=0, atol=0)
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+        if k == 16.0:  # the spike was clipped (its norm 13 * 16 = 208)
+            assert float(torch.linalg.vector_norm(dense.grad)) < 100.0
+
+
 #: zclip's paths, run live against anyclip bit for bit: name -> (sequence, zclip's kwargs)
 BIT_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "default": ("nonfinite", {}),

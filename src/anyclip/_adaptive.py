@@ -23,7 +23,7 @@ from anyclip._compat import HALF_PRECISION, dtype_name, is_array, library, names
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import scalar_operand
-from anyclip._policy_dtypes import dtype_kind, resolve_accumulate_dtype
+from anyclip._policy_dtypes import default_float, dtype_kind, resolve_accumulate_dtype
 from anyclip._pytree import flatten
 from anyclip._sparse import is_sparse
 from anyclip._typing import Namespace
@@ -289,7 +289,7 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
         if not arrays:
             dtype = xp.float32
         elif library(xp) == "jax":
-            dtype = _default_float(xp, like)
+            dtype = default_float(xp, like)
         else:
             dtype = resolve_accumulate_dtype(xp, "widest", dtypes)
         dtypes.append(dtype)
@@ -298,16 +298,6 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
         ]
     acc = resolve_accumulate_dtype(xp, "widest", dtypes)
     return _core_tree_norm(xp, arrays, o, bool(squared), acc, like)
-
-
-def _default_float(xp: Namespace, like: Any) -> Any:
-    """The namespace's default real floating dtype (float32 on JAX without x64)."""
-    from anyclip._compat import device
-
-    info = getattr(xp, "__array_namespace_info__", None)
-    if info is None:
-        return xp.float32
-    return info().default_dtypes(device=device(like))["real floating"]
 
 
 def _leaves_with_floats(node: Any, enclosing: frozenset[int]) -> list[Any]:

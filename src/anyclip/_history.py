@@ -31,7 +31,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from anyclip._compat import HALF_PRECISION, dtype_name
+from anyclip._compat import HALF_PRECISION, _namespace_of, device, dtype_name, library
 from anyclip._core import global_scale
 from anyclip._if_finite import INT_MAX, if_finite_step, saturating_increment
 from anyclip._numerics import constant, lerp, quiet, rounded_here, sqrt
@@ -298,8 +298,6 @@ def _device(x: Any) -> Any:
     a state array's device committed to that one device clashed with gradients sharded over
     several ("Received incompatible devices"), eagerly.
     """
-    from anyclip._compat import _namespace_of, device, library
-
     xp = _namespace_of(x)
     if xp is not None and library(xp) == "jax":
         return None

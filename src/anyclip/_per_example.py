@@ -37,7 +37,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
-from anyclip._compat import device, dtype_name, namespace
+from anyclip._compat import dtype_name, namespace
 from anyclip._core import global_scale
 from anyclip._kernels import (
     Kernels,
@@ -51,7 +51,7 @@ from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import scalar_operand
-from anyclip._policy_dtypes import dtype_kind, resolve_accumulate_dtype
+from anyclip._policy_dtypes import default_float, dtype_kind, resolve_accumulate_dtype
 from anyclip._pytree import flatten
 from anyclip._typing import DTypeLike, Namespace
 
@@ -297,14 +297,6 @@ def _check_style(style: Any) -> str:
     return cast(str, style)
 
 
-def _default_float(xp: Namespace, like: Any) -> Any:
-    """The namespace's default real floating dtype (float32 on JAX without x64)."""
-    info = getattr(xp, "__array_namespace_info__", None)
-    if info is None:
-        return xp.float32
-    return info().default_dtypes(device=device(like))["real floating"]
-
-
 def _batched(leaves: list[Any], ints: bool = False) -> tuple[Namespace, list[Any]]:
     """The namespace and the array leaves; refuse leaves without one shared batch axis.
 
@@ -322,7 +314,7 @@ def _batched(leaves: list[Any], ints: bool = False) -> tuple[Namespace, list[Any
     xp = namespace(*arrays, names=[f"grads leaf {i}" for i in range(len(arrays))])
     if ints:
         arrays = [
-            xp.astype(a, _default_float(xp, a)) if dtype_kind(xp, a.dtype) == "int" else a
+            xp.astype(a, default_float(xp, a)) if dtype_kind(xp, a.dtype) == "int" else a
             for a in arrays
         ]
     for i, a in enumerate(arrays):

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from anyclip._compat import dtype_name, library
+from anyclip._compat import device, dtype_name, library
 from anyclip._kernels._dist import is_dtensor
 from anyclip._memo import ConstantMemo, constant_by_dtype
 from anyclip._policy_words import _dim, tf_words
@@ -20,6 +20,7 @@ from anyclip._typing import Namespace
 
 __all__ = [
     "cast_like",
+    "default_float",
     "dtype_kind",
     "require_kind",
     "resolve_accumulate_dtype",
@@ -90,6 +91,18 @@ _UNSUPPORTED = (
 # ------------------------------------------------------- accumulation dtype
 def _float_bits(xp: Namespace, dtype: Any) -> int:
     return int(xp.finfo(dtype).bits)
+
+
+def default_float(xp: Namespace, like: Any) -> Any:
+    """The namespace's default real floating dtype on ``like``'s device.
+
+    float32 on JAX without ``jax_enable_x64`` (float64 with it), NumPy's float64; float32
+    where the namespace has no ``__array_namespace_info__``.
+    """
+    info = getattr(xp, "__array_namespace_info__", None)
+    if info is None:
+        return xp.float32
+    return info().default_dtypes(device=device(like))["real floating"]
 
 
 def widest_float(xp: Namespace, dtypes: Sequence[Any]) -> Any:

@@ -275,6 +275,11 @@ def test_optax_keras_clipping_options(backend, make, check):
         ValueError, match="Only one of `clipnorm`, `clipvalue` and `global_clipnorm`"
     ):
         ao.keras_clipping(clipnorm=1.0, clipvalue=1.0)
+    # an array option is named as given in the message (a number stands in for it inside)
+    limit = make(2.5)
+    with pytest.raises(ValueError, match="Only one of") as info:
+        ao.keras_clipping(clipnorm=limit, clipvalue=1.0)
+    assert f"Received: clipnorm={limit}, clipvalue=1.0, global_clipnorm=None" in str(info.value)
 
 
 # ============================================= global_clipnorm bit for bit (live Keras)

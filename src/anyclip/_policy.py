@@ -476,11 +476,15 @@ def _keras_number(value: Any, name: str) -> float | None:
         raise TypeError(msg) from None
 
 
-def keras_option(clipnorm: Any, clipvalue: Any, global_clipnorm: Any) -> tuple[str, float] | None:
+def keras_option(
+    clipnorm: Any, clipvalue: Any, global_clipnorm: Any, *, shown: tuple[Any, ...] | None = None
+) -> tuple[str, float] | None:
     """The one Keras clipping option in force, as ``(name, value)``, or None for none.
 
     Keras 3 (``keras.optimizers.Optimizer``) refuses more than one of the three, and applies
-    one only when it is positive (``if self.clipnorm and self.clipnorm > 0``).
+    one only when it is positive (``if self.clipnorm and self.clipnorm > 0``). ``shown``: the
+    options as the caller received them, for the error message, where a number stands in for
+    a schedule or an array here.
     """
     given = {
         "clipnorm": _keras_number(clipnorm, "clipnorm"),
@@ -488,9 +492,10 @@ def keras_option(clipnorm: Any, clipvalue: Any, global_clipnorm: Any) -> tuple[s
         "global_clipnorm": _keras_number(global_clipnorm, "global_clipnorm"),
     }
     if sum(v is not None for v in given.values()) > 1:
+        norm, value, global_norm = shown or (clipnorm, clipvalue, global_clipnorm)
         msg = (  # Keras's own wording first, for a ported assertRaisesRegex
             "Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: "
-            f"clipnorm={clipnorm}, clipvalue={clipvalue}, global_clipnorm={global_clipnorm}"
+            f"clipnorm={norm}, clipvalue={value}, global_clipnorm={global_norm}"
         )
         raise ValueError(msg)
     for name, value in given.items():

@@ -414,7 +414,8 @@ def keras_clipping(
         if _is_jax_array(v)
     ]
     if scheduled or on_device:  # Keras's checks (one option only), a number in their place
-        keras_option(*(1.0 if callable(v) or _is_jax_array(v) else v for v in options))
+        stand_ins = (1.0 if callable(v) or _is_jax_array(v) else v for v in options)
+        keras_option(*stand_ins, shown=options)
         if scheduled:
             return scheduled_keras(*scheduled[0])
         name, c = on_device[0]

@@ -115,7 +115,8 @@ def keras_clipping(
         if callable(v)
     ]
     if scheduled:  # Keras's checks (one option only) with a number in the schedule's place
-        keras_option(*(1.0 if callable(v) else v for v in (clipnorm, clipvalue, global_clipnorm)))
+        options = (clipnorm, clipvalue, global_clipnorm)
+        keras_option(*(1.0 if callable(v) else v for v in options), shown=options)
         return scheduled_keras_clipping(optimizer, *scheduled[0], _clip_params)
     option = keras_option(clipnorm, clipvalue, global_clipnorm)
 

@@ -223,6 +223,7 @@ def test_torch_schedule_refuses_two_options(backend):
 
     torch = backend.module
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+
     def schedule(n):
         return n * 1.0
 

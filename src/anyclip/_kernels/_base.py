@@ -36,6 +36,7 @@ from anyclip._numerics import constant, quotient, reduce_sum, rounded_here, sqrt
 from anyclip._typing import Namespace
 
 __all__ = [
+    "ATEN_GRAIN",
     "BLOCK",
     "JOIN",
     "ROW",
@@ -64,11 +65,14 @@ ROW = 256
 #: :meth:`Kernels.blocks`.
 UPCAST_BLOCK = 1 << 20
 
+#: ATen's ``GRAIN_SIZE``: a torch CPU operation on fewer elements runs on the calling thread
+#: (a sum's bits then depend on no thread count, and no wait for torch's thread pool).
+ATEN_GRAIN = 1 << 15
+
 #: Elements per row of torch's float32 sums of an array's bfloat16 squares
-#: (:func:`bfloat16_square_sum`): torch's CPU sum runs on one thread under ATen's grain of
-#: 32,768 elements (its bits then depend on no thread count), and the fast path's blocks
-#: are whole rows.
-SQUARE_ROW = 1 << 15
+#: (:func:`bfloat16_square_sum`): each row's sum runs on one thread (:data:`ATEN_GRAIN`),
+#: and the fast path's blocks are whole rows.
+SQUARE_ROW = ATEN_GRAIN
 
 #: Libraries whose operations run one at a time on whole arrays, so that a cast of a whole
 #: array exists in memory: their arrays are cast one block at a time. JAX arrays have no views

@@ -37,14 +37,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from anyclip._kernels._base import ATEN_GRAIN
+
 __all__ = ["cpu_half_square_sums", "cuda_half_squares", "cuda_norm"]
 
-#: ATen's ``GRAIN_SIZE``: a CPU operation on fewer elements runs on the calling thread. Runs
-#: joined by :func:`cpu_half_square_sums` hold fewer (their operations then never wait for
-#: torch's thread pool, slow on a busy machine: runs of 512,000 elements made 2,000 arrays of
-#: 256 slower than one array at a time), so each array of a run has fewer too, and its sum
-#: is never split between threads (whose partial sums a row of a matrix would not share).
-GRAIN = 1 << 15
+#: Runs joined by :func:`cpu_half_square_sums` hold fewer elements than ATen's grain (their
+#: operations then never wait for torch's thread pool, slow on a busy machine: runs of
+#: 512,000 elements made 2,000 arrays of 256 slower than one array at a time), so each array
+#: of a run has fewer too, and its sum is never split between threads (whose partial sums a
+#: row of a matrix would not share).
+GRAIN = ATEN_GRAIN
 
 
 def cuda_half_squares(torch: Any, arrays: Sequence[Any], *, halve: bool = True) -> Any:

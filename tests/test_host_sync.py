@@ -84,6 +84,35 @@ def test_no_host_sync_on_a_device(backend, fake_device_run, name, dtype):
         assert [hit["kind"] for hit in result["first"]] == ["value read"], _report(result)
 
 
+#: Every scenario on fake CPU tensors, in its dtypes and float64 (whose CPU sums take TF's
+#: order on a NumPy view of the memory, which a fake tensor does not have).
+FAKE_CPU_CASES = CASES + [(n, "float64") for n, s in SCENARIOS.items() if "bfloat16" in s.dtypes]
+
+
+@pytest.mark.parametrize("backend", ["torch"], indirect=True)
+@pytest.mark.parametrize(
+    ("name", "dtype"), FAKE_CPU_CASES, ids=[f"{n}-{d}" for n, d in FAKE_CPU_CASES]
+)
+def test_every_scenario_runs_on_fake_cpu_tensors(backend, name, dtype):
+    """``torch.export`` and shape propagation run a step on fake CPU tensors: it must run.
+
+    Every public entry point refused them where the CPU sums view a tensor's memory through
+    NumPy (``RuntimeError: .numpy() is not supported for tensor subclasses``).
+    """
+    scenario = SCENARIOS[name]
+    if scenario.syncs is not None:
+        pytest.skip(f"reads a value by design ({scenario.syncs}), which a fake tensor has not")
+    if name.startswith("torch.apply_if_finite.step"):
+        pytest.skip("its optimizer is capturable=True, which torch takes on accelerators only")
+    torch = backend.module
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        call = scenario.build(torch, torch.device("cpu"), getattr(torch, dtype))
+        call()
+        call()
+
+
 def test_every_public_torch_entry_point_has_a_scenario():
     """A public function, adapter or rule added later must be added to the scenarios."""
     import anyclip

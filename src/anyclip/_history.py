@@ -34,7 +34,7 @@ from typing import Any, NamedTuple, TypeVar
 from anyclip._compat import HALF_PRECISION, _namespace_of, device, dtype_name, library
 from anyclip._core import global_scale
 from anyclip._if_finite import INT_MAX, if_finite_step, saturating_increment
-from anyclip._numerics import constant, lerp, quiet, rounded_here, sqrt
+from anyclip._numerics import constant, lerp, quiet, rounded_here, sqrt, torch_readable
 from anyclip._policy_dtypes import widest_float
 from anyclip._typing import Namespace
 
@@ -205,9 +205,9 @@ def check_quantile_arguments(
                 f"{tuple(quantile.shape)}; pass a 0-d tensor or a float"  # type: ignore[attr-defined]
             )
             raise ValueError(msg)
-        if quantile.device.type != "cpu":  # type: ignore[attr-defined]
-            # not read: that would be a host sync (its range is not checked; a value outside
-            # [0, 1] gives the quantile rule's extrapolation instead of an error)
+        if not torch_readable(quantile):
+            # not read: that would be a host sync, or a fake tensor's (its range is not checked;
+            # a value outside [0, 1] gives the quantile rule's extrapolation instead of an error)
             q = 0.5
         else:
             q = float(quantile)  # type: ignore[arg-type]  # a one-element tensor

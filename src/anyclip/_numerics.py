@@ -43,6 +43,8 @@ __all__ = [
     "rsqrt_rounded_once",
     "sqrt",
     "tf_cast",
+    "torch_faking",
+    "torch_readable",
     "tf_float16",
     "tf_packet_head",
     "tf_rsqrt_grad",
@@ -70,7 +72,7 @@ def _torch_shareable(t: Any) -> bool:
     return type(t) is torch.Tensor and not t.is_inference()
 
 
-def _torch_faking() -> bool:
+def torch_faking() -> bool:
     """Whether a ``FakeTensorMode`` is active (``torch.export`` and shape propagation use one).
 
     A cached real constant meeting a fake tensor there is refused ("Please convert all
@@ -81,6 +83,17 @@ def _torch_faking() -> bool:
     return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
 
 
+def torch_readable(t: Any) -> bool:
+    """Whether the host may read the torch tensor ``t``'s value: a CPU tensor with data.
+
+    Not a tensor on an accelerator (a host sync), nor a fake one (no data: made under a
+    ``FakeTensorMode``, as ``torch.export`` and shape propagation make them).
+    """
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return t.device.type == "cpu" and not isinstance(t, FakeTensor) and not torch_faking()
+
+
 def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
     """A constant array of ``dtype`` on ``like``'s device.
 
@@ -88,7 +101,7 @@ def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
     committed array they meet, under ``jax.jit`` included. NumPy and torch constants made from
     a Python scalar are cached (not while torch.compile traces, nor torch inference or fake
     tensors: see :func:`_torch_shareable`), and a fake torch computation never gets a cached
-    real one (:func:`_torch_faking`). torch constants are filled on their device
+    real one (:func:`torch_faking`). torch constants are filled on their device
     (:func:`_torch_filled`): no host data is copied, so no host sync, cached or not.
     """
     lib = library(xp)
@@ -108,7 +121,7 @@ def constant(xp: Namespace, value: Any, dtype: Any, like: Any) -> Any:
             # -0.0 made as the negation of +0.0: CuPy made a 0-d -0.0 +0.0 (GPU run 5)
             return -xp.asarray(0.0, dtype=dtype, device=dev)
         return xp.asarray(value, dtype=dtype, device=dev)
-    if lib == "torch" and _torch_faking():
+    if lib == "torch" and torch_faking():
         return _torch_filled(xp, value, dtype, dev)
     key = (value, math.copysign(1.0, value), type(value), dtype, dev)
     try:

@@ -26,7 +26,7 @@ from anyclip._kernels._tforder import (
 )
 from anyclip._kernels._tforder_xp import numpy_tf_row_sums, tf_order_row_sums, tf_order_squares
 from anyclip._kernels._torch_multi import cpu_half_square_sums
-from anyclip._numerics import reduce_sum
+from anyclip._numerics import reduce_sum, torch_faking
 from anyclip._typing import Namespace
 
 __all__ = [
@@ -363,7 +363,7 @@ def _tf_order(
     if not all([a.is_cpu for a in arrays]):
         return None
     np = _numpy()
-    if np is None:
+    if np is None or _fake(torch, arrays):
         return tf_order_squares(xp, arrays, half=half, halve=halve)
     from torch._utils import _flatten_dense_tensors
 
@@ -397,9 +397,21 @@ def torch_numpy_rows(rows: Any) -> Any | None:
 
     if not rows.is_cpu or torch.compiler.is_compiling() or not _fast_ok([rows], one_dtype=True):
         return None
-    if _numpy() is None:
+    if _numpy() is None or _fake(torch, [rows]):
         return None
     return rows.numpy(force=True)
+
+
+def _fake(torch: Any, arrays: Sequence[Any]) -> bool:
+    """Whether ``arrays`` have no memory to view: a ``FakeTensorMode`` is active or one is fake.
+
+    ``torch.export`` and shape propagation run a computation on fake CPU tensors, which
+    ``Tensor.numpy`` refuses ("not supported for tensor subclasses"): the same order in
+    torch operations then (:mod:`anyclip._kernels._tforder_xp`), as where NumPy is missing.
+    """
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return torch_faking() or any([isinstance(a, FakeTensor) for a in arrays])
 
 
 def torch_tf_row_sums(xp: Namespace, rows: Any, **kwargs: Any) -> Any:

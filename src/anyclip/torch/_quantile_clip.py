@@ -18,6 +18,7 @@ import torch
 from anyclip import _history
 from anyclip._compat import namespace
 from anyclip._history import History, check_choice, check_mapping
+from anyclip._numerics import torch_readable
 from anyclip.torch._common import _PLAIN_TYPES, _local, _tensors
 from anyclip.torch._history import (
     _assign,
@@ -88,10 +89,11 @@ def _widened(stored: History, dtype: torch.dtype) -> History:
 def _quantile_value(quantile: Any) -> float | torch.Tensor:
     """A checked ``quantile`` as the rule takes it: a float, or a device tensor itself.
 
-    A tensor on an accelerator is never read (a host sync at every step): the rule casts it
-    to the norms' dtype on their device. A CPU tensor or a number is read as a float.
+    A tensor on an accelerator is never read (a host sync at every step), nor a fake one (no
+    data): the rule casts it to the norms' dtype on their device. A CPU tensor or a number
+    is read as a float.
     """
-    if isinstance(quantile, torch.Tensor) and quantile.device.type != "cpu":
+    if isinstance(quantile, torch.Tensor) and not torch_readable(quantile):
         return quantile
     return float(quantile)
 

@@ -33,6 +33,7 @@ from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels, every_axis
 from anyclip._kernels._dist import (
     any_dtensor,
+    dtensor_extreme,
     dtensor_half_squares,
     is_dtensor,
     replicate_partials,
@@ -272,6 +273,21 @@ class TorchKernels(Kernels):
         return DTensor.from_local(
             out, t.device_mesh, t.placements, run_check=False, shape=t.shape, stride=t.stride()
         )
+
+    def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
+        """As :meth:`Kernels.reduce_max`; a DTensor shard by shard (an empty one included).
+
+        DTensor's own ``amax`` raises on a rank whose shard is empty along a reduced axis
+        (``Shard(0)`` of 1 row on 2 ranks) and the others wait for it in the all-reduce:
+        :func:`~anyclip._kernels._dist.dtensor_extreme` gives that rank the identity -inf.
+        """
+        if is_dtensor(x):
+            import torch
+
+            out = dtensor_extreme(x, axis, "max", lambda t, a: torch.amax(t, dim=a, keepdim=True))
+            if out is not None:
+                return out
+        return super().reduce_max(xp, x, axis)
 
     def settle(self, xp: Namespace, r: Any) -> Any:
         """A DTensor result with ``Partial`` placements redistributed to ``Replicate``.

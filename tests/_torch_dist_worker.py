@@ -886,7 +886,9 @@ def empty_shards(world: int, rank: int) -> None:
     ``norm_type=inf`` and ``-inf`` give the values of the full tensors: NumPy's maxima and
     torch's own ``get_total_norm`` of the plain full tensors, exactly; ``adaptive_clip_grad_``
     with ``norm_type=inf`` gives the one-process call's gradients (a NaN on the last rank
-    included, which DTensor's own ``MAX`` over gloo dropped), with no gather. The mesh's
+    included, which DTensor's own ``MAX`` over gloo dropped), with no gather; ``clip_by_norm``
+    and AGC of a ``Shard`` over a dim of size 1 keep it (DTensor's in-place division and copy
+    raised: no strategy keeps such a placement). The mesh's
     group waits ``EMPTY_SHARD_WAIT`` seconds at most.
     """
     from torch.distributed.device_mesh import DeviceMesh
@@ -965,6 +967,30 @@ def empty_shards(world: int, rank: int) -> None:
         alone.append(q.grad)
     assert bool(alone[0].isnan().all()), alone[0]  # the NaN is the whole unit's
     assert not bool(torch.equal(alone[1], weight * 0.1)), "some weight units must be clipped"
+
+    # a Shard over a dim of size 1 (the 1-row tensor; a weight of one input column): DTensor
+    # has no in-place strategy keeping it, so the division and AGC's copy go shard by shard
+    # (l2_normalize's and AGC's products still all-gather such a tensor: DTensor's choice)
+    x, a = dts[0], f64[0]
+    for axes in (None, 1):
+        n = np.sqrt(np.sum(a * a, axis=axes, keepdims=True))
+        with Counter() as c:
+            out = anyclip.clip_by_norm(x, 1.0, axes=axes)
+        c.check(1)
+        assert out.placements == (Shard(0),), out.placements
+        np.testing.assert_allclose(
+            out.full_tensor().double().numpy(), a / np.maximum(n, 1.0), rtol=1e-6
+        )
+    column = full_grads([(4, 1)], seed=47)[0]
+    q = torch.nn.Parameter(column * 0.01)
+    q.grad = column.clone()
+    p = torch.nn.Parameter(distribute_tensor(q.detach(), mesh, [Shard(1)]))
+    p.grad = distribute_tensor(q.grad, mesh, [Shard(1)])
+    anyclip.torch.adaptive_clip_grad_([q], 0.01)
+    anyclip.torch.adaptive_clip_grad_([p], 0.01)  # (DTensor's products gather this one)
+    assert p.grad.placements == (Shard(1),), p.grad.placements
+    assert torch.equal(p.grad.full_tensor(), q.grad), (p.grad.full_tensor(), q.grad)
+    assert not torch.equal(q.grad, column), "the column's units must be clipped"
 
 
 def float64_axes(world: int, rank: int) -> None:

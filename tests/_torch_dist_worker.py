@@ -870,6 +870,162 @@ def layer_rules(world: int, rank: int) -> None:
         raise AssertionError("uniform=False with group= must be refused")
 
 
+#: Seconds a collective of :func:`empty_shards` may wait: a rank that raises before its
+#: all-reduce (DTensor's inf norm of an empty shard) leaves the others waiting; this bounds
+#: that wait, so the scenario fails instead of holding the world for ``TIMEOUT``.
+EMPTY_SHARD_WAIT = 120
+
+
+def empty_shards(world: int, rank: int) -> None:
+    """Inf and -inf norms of DTensors with an empty local shard or a NaN on some ranks.
+
+    One row (and 3 rows on 4 ranks) under ``Shard(0)``: the last ranks hold no row. DTensor's
+    own ``amax`` and ``vector_norm(ord=inf)`` raise on those ranks (no identity for an empty
+    reduction) while the others wait in the all-reduce. anyclip's ``norm`` (``ord=inf``, and
+    ``ord=1`` / ``inf`` over both axes) and ``get_total_norm`` / ``clip_grad_norm_`` with
+    ``norm_type=inf`` and ``-inf`` give the values of the full tensors: NumPy's maxima and
+    torch's own ``get_total_norm`` of the plain full tensors, exactly; ``adaptive_clip_grad_``
+    with ``norm_type=inf`` gives the one-process call's gradients (a NaN on the last rank
+    included, which DTensor's own ``MAX`` over gloo dropped), with no gather; ``clip_by_norm``
+    and AGC of a ``Shard`` over a dim of size 1 keep it (DTensor's in-place division and copy
+    raised: no strategy keeps such a placement). The mesh's
+    group waits ``EMPTY_SHARD_WAIT`` seconds at most.
+    """
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    import anyclip
+    import anyclip.torch
+
+    pg = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=EMPTY_SHARD_WAIT))
+    mesh = DeviceMesh.from_group(pg, "cpu")
+    full = full_grads([(1, 9), (3, 5), (6,)], seed=37)
+    full[2][4] = -9.0  # the largest magnitude, in an array sharded over every rank
+    dts = [distribute_tensor(f, mesh, [Shard(0)]) for f in full]
+    assert any(d.to_local().numel() == 0 for d in dts[:2]) or rank == 0
+    f64 = [f.double().numpy() for f in full]
+
+    def value(r: Any) -> np.ndarray:
+        assert isinstance(r, DTensor) and all(p.is_replicate() for p in r.placements), r
+        return r.to_local().double().numpy()
+
+    for x, a in zip(dts[:2], f64[:2], strict=True):
+        cases: list[tuple[Any, Any, Any]] = [
+            (math.inf, None, np.max(np.abs(a))),
+            (math.inf, 1, np.max(np.abs(a), axis=1)),
+            (math.inf, 0, np.max(np.abs(a), axis=0)),
+            (1, (0, 1), np.max(np.sum(np.abs(a), axis=0))),
+            (math.inf, (0, 1), np.max(np.sum(np.abs(a), axis=1))),
+        ]
+        for ord_, axis, want in cases:
+            with Counter() as c:
+                got = anyclip.norm(x, ord=ord_, axis=axis)
+            c.check(2)
+            if axis == 1:  # the kept rows stay sharded
+                got = got.full_tensor()
+                assert isinstance(got, torch.Tensor)
+                np.testing.assert_allclose(got.double().numpy(), want, rtol=1e-6)
+                continue
+            np.testing.assert_allclose(value(got), want, rtol=1e-6, err_msg=f"{ord_} {axis}")
+
+    for order in (math.inf, -math.inf):
+        want = torch.nn.utils.get_total_norm(full, order)  # torch's, on the full tensors
+        with Counter() as c:
+            got = anyclip.torch.get_total_norm(dts, order)
+        c.check(2)
+        assert float(value(got)) == float(want), (order, value(got), want)
+        params = [torch.nn.Parameter(torch.zeros_like(d)) for d in dts]
+        for p, d in zip(params, dts, strict=True):
+            p.grad = d.clone()
+        with Counter() as c:
+            norm = anyclip.torch.clip_grad_norm_(params, 0.5, norm_type=order)
+        c.check(2)
+        assert float(value(norm)) == float(want), (order, value(norm), want)
+        for p, f in zip(params, full, strict=True):
+            assert p.grad.placements == (Shard(0),)
+            check_scaled(p.grad.full_tensor(), f, min(0.5 / float(want), 1.0))  # TF's factor
+
+    # AGC (timm's inf unit norms): a bias whose NaN is on the last rank (gloo's MAX keeps rank
+    # 0's NaN only; timm's result is NaN for the whole unit) and a weight whose units are split
+    # over the ranks, the last one empty on 4; the one-process call's values, bit for bit
+    bias = torch.tensor([0.5, -0.25, 2.0, 1.0, 0.75, -3.0, math.nan])
+    weight = full_grads([(3, 5)], seed=41)[0]
+    alone = []
+    for g, placement in ((bias, Shard(0)), (weight, Shard(1))):
+        q = torch.nn.Parameter(g.nan_to_num() * 0.5 + 0.25)
+        q.grad = g * 0.1
+        p = torch.nn.Parameter(distribute_tensor(q.detach(), mesh, [placement]))
+        p.grad = distribute_tensor(q.grad, mesh, [placement])
+        anyclip.torch.adaptive_clip_grad_([q], 0.01, norm_type=math.inf)
+        with Counter() as c:
+            anyclip.torch.adaptive_clip_grad_([p], 0.01, norm_type=math.inf)
+        c.check(2)  # the parameter's and the gradient's unit maxima, no gather
+        assert p.grad.placements == (placement,), p.grad.placements
+        got = p.grad.full_tensor()
+        assert torch.equal(got.isnan(), q.grad.isnan()), (got, q.grad)
+        assert torch.equal(got.nan_to_num(), q.grad.nan_to_num()), (got, q.grad)
+        alone.append(q.grad)
+    assert bool(alone[0].isnan().all()), alone[0]  # the NaN is the whole unit's
+    assert not bool(torch.equal(alone[1], weight * 0.1)), "some weight units must be clipped"
+
+    # a Shard over a dim of size 1 (the 1-row tensor; a weight of one input column): DTensor
+    # has no in-place strategy keeping it, so the division and AGC's copy go shard by shard
+    # (l2_normalize's and AGC's products still all-gather such a tensor: DTensor's choice)
+    x, a = dts[0], f64[0]
+    for axes in (None, 1):
+        n = np.sqrt(np.sum(a * a, axis=axes, keepdims=True))
+        with Counter() as c:
+            out = anyclip.clip_by_norm(x, 1.0, axes=axes)
+        c.check(1)
+        assert out.placements == (Shard(0),), out.placements
+        np.testing.assert_allclose(
+            out.full_tensor().double().numpy(), a / np.maximum(n, 1.0), rtol=1e-6
+        )
+    column = full_grads([(4, 1)], seed=47)[0]
+    q = torch.nn.Parameter(column * 0.01)
+    q.grad = column.clone()
+    p = torch.nn.Parameter(distribute_tensor(q.detach(), mesh, [Shard(1)]))
+    p.grad = distribute_tensor(q.grad, mesh, [Shard(1)])
+    anyclip.torch.adaptive_clip_grad_([q], 0.01)
+    anyclip.torch.adaptive_clip_grad_([p], 0.01)  # (DTensor's products gather this one)
+    assert p.grad.placements == (Shard(1),), p.grad.placements
+    assert torch.equal(p.grad.full_tensor(), q.grad), (p.grad.full_tensor(), q.grad)
+    assert not torch.equal(q.grad, column), "the column's units must be clipped"
+
+
+def float64_axes(world: int, rank: int) -> None:
+    """float64 norms over a sharded axis (the root's TF rounding, then one all-reduce).
+
+    ``norm``, ``clip_by_norm`` and ``l2_normalize`` of a float64 ``Shard(1)`` DTensor over
+    axis 1 and over both: the exact values of the full data (NumPy in float64, within 4 ULP:
+    the shards' partial sums regroup TF's sum), the placements kept. The float64 root mixed a
+    plain mask of positions into the DTensor (``RuntimeError: got mixed torch.Tensor and
+    DTensor``).
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    import anyclip
+
+    mesh = init_device_mesh("cpu", (world,))
+    full = full_grads([(9, 6)], seed=43)[0].double()
+    a = full.numpy()
+    x = distribute_tensor(full, mesh, [Shard(1)])
+    for axis in (1, None):
+        n = np.sqrt(np.sum(a * a, axis=axis, keepdims=True))
+        with Counter() as c:
+            r = anyclip.norm(x, axis=axis, keepdims=True)
+            out = anyclip.clip_by_norm(x, 1.0, axes=axis)
+            l2 = anyclip.l2_normalize(x, axis=axis)
+        c.check(3)
+        assert isinstance(r, DTensor) and all(p.is_replicate() for p in r.placements)
+        np.testing.assert_allclose(r.full_tensor().numpy(), n, rtol=4 * 2.0**-52)
+        for got, want in ((out, a / np.maximum(n, 1.0)), (l2, a / n)):
+            assert isinstance(got, DTensor) and got.placements == (Shard(1),), got
+            assert got.dtype == torch.float64
+            np.testing.assert_allclose(got.full_tensor().numpy(), want, rtol=8 * 2.0**-52)
+
+
 def _tf_cases() -> list[tuple[str, list[np.ndarray], np.ndarray]]:
     """The float32 global_norm cases of the conformance data whose items are all arrays."""
     # from the installed anyclip-conformance (as the tests read it), not from a checkout's
@@ -938,6 +1094,8 @@ SCENARIOS: dict[str, Callable[[int, int], None]] = {
     "fsdp2_history": fsdp2_history,
     "rules": rules,
     "layer_rules": layer_rules,
+    "empty_shards": empty_shards,
+    "float64_axes": float64_axes,
 }
 
 

@@ -9,7 +9,9 @@ and through the NaN-keeping maximum and minimum), the norm-history rules (ZClip,
 QuantileClip, skip_on_spike) with ``group=`` and on an FSDP2 model trained with spikes and
 NaN/inf losses, against one process training the unsharded model, and the per-example and AGC
 norms with ``group=`` (each rank a part of the gradients; the one-process call's results),
-and the per-layer per-example clipping with ``group=`` (each rank a part of every leaf).
+and the per-layer per-example clipping with ``group=`` (each rank a part of every leaf), the inf
+norms and AGC of DTensors with an empty shard or a NaN on the last rank, and float64 norms over
+a sharded axis.
 Inside the ranks, ``CommDebugMode`` counts the collectives: no gather, at most one all-reduce
 of a scalar (or of a value and its NaN flag) per global norm (per group), and one of a
 ``(batch,)`` vector per leaf for the per-layer clipping. The expected values are the exact
@@ -19,7 +21,7 @@ The ranks meet at a TCPStore on a port the OS gives rank 0 when it listens, whic
 a file in the world's temporary folder for the others: a port picked free here beforehand could
 be taken, before rank 0 listens on it, by a world or gloo connection of a second pytest-xdist
 worker. Both worlds run in one
-worker (an xdist group): each is started once and serves its 14 tests.
+worker (an xdist group): each is started once and serves its 16 tests.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ SCENARIOS = (
     "fsdp2_history",
     "rules",
     "layer_rules",
+    "empty_shards",
+    "float64_axes",
 )
 #: Seconds a world may run (starting torch in 4 processes on 2 cores included; the FSDP2
 #: training runs of ``fsdp2_history`` take about 40 s of it on 4 ranks on an idle machine).

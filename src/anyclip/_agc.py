@@ -107,20 +107,29 @@ def unit_axes(shape: Sequence[int], layout: str, axis: Any = None) -> tuple[int,
 
 
 def _core_unit_norm(xp: Namespace, x: Any, axes: tuple[int, ...] | None, p: float) -> Any:
-    """The ``p``-norm of ``x`` over ``axes`` (``None``: all), with the reduced axes kept."""
+    """The ``p``-norm of ``x`` over ``axes`` (``None``: all), with the reduced axes kept.
+
+    A torch ``DTensor`` sharded over a unit axis is reduced shard by shard and its partial
+    norms made final by the kernels (:meth:`~anyclip._kernels.Kernels.settle`: one all-reduce,
+    NaN kept by the maximum, which DTensor's own ``MAX`` over gloo drops), an empty shard
+    included (:meth:`~anyclip._kernels.Kernels.reduce_max`).
+    """
+    k = kernels_for(xp, [x])
     if p == 2:
         if xp.isdtype(x.dtype, "real floating"):
-            return kernels_for(xp, [x]).unit_norm2(xp, x, axes)
-        return sqrt(xp, xp.sum(_core_abs_sq(xp, x), axis=axes, keepdims=True))
+            return k.settle(xp, k.unit_norm2(xp, x, axes))
+        return sqrt(xp, k.settle(xp, xp.sum(_core_abs_sq(xp, x), axis=axes, keepdims=True)))
     a = xp.abs(x)
     if p == math.inf:
         if math.prod(x.shape) == 0:
             return xp.sum(a, axis=axes, keepdims=True)  # 0, the norm of nothing
-        return xp.max(a, axis=axes, keepdims=True)
+        every = tuple(range(x.ndim)) if axes is None else axes
+        return k.settle(xp, k.reduce_max(xp, a, every))
     if p == 1:
-        return xp.sum(a, axis=axes, keepdims=True)
+        return k.settle(xp, xp.sum(a, axis=axes, keepdims=True))
     pp = constant(xp, p, a.dtype, a)
-    return xp.sum(a**pp, axis=axes, keepdims=True) ** constant(xp, 1.0 / p, a.dtype, a)
+    total = k.settle(xp, xp.sum(a**pp, axis=axes, keepdims=True))
+    return total ** constant(xp, 1.0 / p, a.dtype, a)
 
 
 def _core_unit_partial(xp: Namespace, x: Any, axes: tuple[int, ...] | None, p: float) -> Any:

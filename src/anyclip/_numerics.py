@@ -22,6 +22,7 @@ from anyclip._compat import (
     HALF_PRECISION,
     device,
     dtype_name,
+    is_dtensor,
     is_numpy_scalar,
     library,
     may_be_sharded,
@@ -515,7 +516,9 @@ def _with_tf_root_gradient(torch: Any, x: Any, root: Any, plain: Any) -> Any:
         twice = torch.where(regular, root * 2, ones)
         half_inverse = torch.where(regular, 0.5 / root, ones) if head else ones
     delta = x - xd
-    if head == 0:
+    if head == 0 or (head != n and is_dtensor(x)):
+        # a DTensor's positions are its shards': no plain mask can mix with it (DTensor
+        # refuses), so its gradient takes the scalar rule everywhere (the value is the same)
         step = delta / twice
     elif head == n:
         step = delta * half_inverse

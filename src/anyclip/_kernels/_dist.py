@@ -41,6 +41,7 @@ __all__ = [
     "any_dtensor",
     "check_group",
     "group_namespace",
+    "dtensor_extreme",
     "dtensor_half_squares",
     "is_dtensor",
     "replicate_partials",
@@ -254,6 +255,51 @@ def replicate_partials(t: Any) -> Any:
     if any(p.is_partial() for p in placements):
         t = t.redistribute(mesh, [Replicate() if p.is_partial() else p for p in placements])
     return t
+
+
+def dtensor_extreme(
+    x: Any,
+    axis: int | tuple[int, ...],
+    op: str,
+    local_fn: Callable[[Any, tuple[int, ...]], Any],
+    dtype: Any = None,
+    identity: float | None = None,
+) -> Any | None:
+    """A maximum (``op="max"``) or minimum of the DTensor ``x`` over ``axis``, shard by shard.
+
+    ``local_fn(shard, axes)`` reduces a non-empty local shard over ``axes`` (kept as size-1
+    axes). A shard empty along a reduced axis (an uneven ``Shard``: 1 row on 2 ranks) gives
+    the reduction's identity (-inf for the maximum, inf for the minimum) instead: DTensor's
+    own ``amax`` and ``vector_norm(ord=inf)`` raise there (``Expected reduction dim to have
+    non-zero size``) on that rank only, while the other ranks go on to the all-reduce and wait
+    for it. The result is ``Partial(op)`` along the mesh dimensions that shard a reduced axis,
+    as DTensor's (made ``Replicate`` by :func:`replicate_partials`). None for a ``Partial``
+    input (DTensor's own ops reduce it first). ``dtype``: the dtype ``local_fn`` returns, when
+    it is not ``x``'s; ``identity``: the value of an empty shard, where the reduced values are
+    known to lie above it (0 for a norm: the -inf would become inf through a later ``abs``).
+    """
+    import torch
+    from torch.distributed.tensor import DTensor, Partial
+
+    if any(p.is_partial() for p in x.placements):
+        return None
+    ndim = x.ndim
+    axes = tuple(sorted({a % ndim for a in ((axis,) if isinstance(axis, int) else axis)}))
+    local = x.to_local()
+    if any(local.shape[a] == 0 for a in axes):
+        if identity is None:
+            identity = -math.inf if op == "max" else math.inf
+        # a sum over the empty axes (zeros) keeps the result in the autograd graph of `x`
+        out = torch.sum(local, dim=axes, keepdim=True) * 0 + identity
+        out = out if dtype is None else out.to(dtype)
+    else:
+        out = local_fn(local, axes)
+    placements = [Partial(op) if p.is_shard() and p.dim % ndim in axes else p for p in x.placements]
+    shape = torch.Size([1 if d in axes else x.shape[d] for d in range(ndim)])
+    stride = torch.empty(shape, device="meta").stride()
+    return DTensor.from_local(
+        out, x.device_mesh, placements, run_check=False, shape=shape, stride=stride
+    )
 
 
 def zero_partial(xp: Namespace, dtype: Any, groups: Sequence[Any]) -> Any:

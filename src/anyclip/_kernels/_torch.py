@@ -33,6 +33,7 @@ from anyclip._kernels import _base
 from anyclip._kernels._base import ROW, Kernels, every_axis
 from anyclip._kernels._dist import (
     any_dtensor,
+    dtensor_extreme,
     dtensor_half_squares,
     is_dtensor,
     replicate_partials,
@@ -182,6 +183,11 @@ class TorchKernels(Kernels):
 
         if torch.is_grad_enabled() and (owned.requires_grad or divisor.requires_grad):
             return divided(xp, owned, divisor)
+        if is_dtensor(owned) and _broadcast_over_shards(owned, divisor):
+            # DTensor refuses the in-place division of a Shard over a dim of size 1 by a
+            # Replicate divisor (no strategy keeps the placement); shard by shard it is local
+            owned.to_local().div_(divisor.to_local())
+            return owned
         return owned.div_(divisor)
 
     def tf_order_squares(self, xp: Namespace, arrays: Sequence[Any], *, half: bool) -> Any:
@@ -272,6 +278,21 @@ class TorchKernels(Kernels):
         return DTensor.from_local(
             out, t.device_mesh, t.placements, run_check=False, shape=t.shape, stride=t.stride()
         )
+
+    def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
+        """As :meth:`Kernels.reduce_max`; a DTensor shard by shard (an empty one included).
+
+        DTensor's own ``amax`` raises on a rank whose shard is empty along a reduced axis
+        (``Shard(0)`` of 1 row on 2 ranks) and the others wait for it in the all-reduce:
+        :func:`~anyclip._kernels._dist.dtensor_extreme` gives that rank the identity -inf.
+        """
+        if is_dtensor(x):
+            import torch
+
+            out = dtensor_extreme(x, axis, "max", lambda t, a: torch.amax(t, dim=a, keepdim=True))
+            if out is not None:
+                return out
+        return super().reduce_max(xp, x, axis)
 
     def settle(self, xp: Namespace, r: Any) -> Any:
         """A DTensor result with ``Partial`` placements redistributed to ``Replicate``.
@@ -406,6 +427,20 @@ def _products(xp: Namespace, group: Sequence[Any], s: Any) -> list[Any]:
         return [_torch_unsigned.multiply(v, s) for v in group]
     factors = uses(xp, s, len(group))[::-1]
     return [product(xp, v, f) for v, f in zip(group, factors, strict=True)]
+
+
+def _broadcast_over_shards(owned: Any, divisor: Any) -> bool:
+    """Whether ``divisor`` is a ``Replicate`` DTensor of size 1 on every dim ``owned`` shards.
+
+    Each shard of ``owned`` is then divided by the divisor's local value, broadcast.
+    """
+    if not is_dtensor(divisor) or divisor.device_mesh != owned.device_mesh:
+        return False
+    if not all(p.is_replicate() for p in divisor.placements) or divisor.ndim != owned.ndim:
+        return False
+    if any(p.is_partial() for p in owned.placements):
+        return False
+    return all(divisor.shape[p.dim] == 1 for p in owned.placements if p.is_shard())
 
 
 def _scale_dtensors(

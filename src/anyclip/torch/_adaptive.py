@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from anyclip import tree
+from anyclip._kernels._dist import is_dtensor
 from anyclip._keywords import hints_keywords
 from anyclip.torch._common import Parameters, _tensors
 
@@ -110,4 +111,17 @@ def adaptive_clip_grad_(
             (n,) = tree.adaptive_clip(
                 [g], [p.detach()], clip_factor, eps, layout="timm", norm_type=norm_type, group=group
             )
+            if is_dtensor(g):
+                n = _placed_like(n, g)
             g.copy_(n)
+
+
+def _placed_like(n: Any, g: Any) -> Any:
+    """The DTensor ``n`` with ``g``'s placements (a local re-slicing of a ``Replicate``).
+
+    DTensor ops may give the clipped gradient another placement than the gradient's (a
+    ``Shard`` over a dim of size 1 comes back ``Replicate``), which its in-place copy refuses.
+    """
+    if n.placements == g.placements:
+        return n
+    return n.redistribute(g.device_mesh, g.placements)

@@ -17,7 +17,13 @@ from anyclip import _clip
 from anyclip._compat import namespace
 from anyclip._kernels import _base
 from anyclip._kernels._base import partials
-from anyclip._kernels._dist import all_reduce_torch, check_group, is_dtensor, zero_partial
+from anyclip._kernels._dist import (
+    all_reduce_torch,
+    check_group,
+    dtensor_extreme,
+    is_dtensor,
+    zero_partial,
+)
 from anyclip._kernels._torch import TorchKernels
 from anyclip._policy_dtypes import resolve_accumulate_dtype
 from anyclip.torch._common import _by_device_and_dtype, _check_values, _plain, _use_foreach
@@ -126,11 +132,37 @@ def _p_norm(
         if _use_foreach(foreach, grp, device) and not any(is_dtensor(g) for g in grp):
             norms.extend(torch._foreach_norm(grp, norm_type, dtype=cast))
         else:
-            norms.extend(torch.linalg.vector_norm(g, norm_type, dtype=cast) for g in grp)
+            norms.extend(_vector_norm(g, norm_type, cast) for g in grp)
     total: torch.Tensor = torch.linalg.vector_norm(
         torch.stack([n.to(home) for n in norms]), norm_type
     )
     return total
+
+
+def _vector_norm(g: torch.Tensor, norm_type: float, cast: torch.dtype | None) -> torch.Tensor:
+    """``torch.linalg.vector_norm(g, norm_type, dtype=cast)``; a DTensor's inf norms shard-wise.
+
+    DTensor's own inf and -inf norms raise on a rank whose shard is empty (an uneven
+    ``Shard``), leaving the other ranks waiting in the all-reduce (torch's ``get_total_norm``
+    too): that rank takes the identity of the maximum of norms, 0 (of the minimum, inf)
+    instead (:func:`~anyclip._kernels._dist.dtensor_extreme`), a ``Partial`` norm as
+    DTensor's.
+    """
+    if math.isinf(norm_type) and is_dtensor(g) and g.numel() > 0:
+        op = "max" if norm_type > 0 else "min"
+        out = dtensor_extreme(
+            g,
+            tuple(range(g.ndim)),
+            op,
+            lambda t, a: torch.linalg.vector_norm(t, norm_type, dim=a, keepdim=True, dtype=cast),
+            dtype=cast,
+            identity=0.0 if op == "max" else math.inf,
+        )
+        if out is not None:
+            local: torch.Tensor = out.reshape(())
+            return local
+    norm: torch.Tensor = torch.linalg.vector_norm(g, norm_type, dtype=cast)
+    return norm
 
 
 def _block_norm(g: torch.Tensor, norm_type: float, cast: torch.dtype) -> torch.Tensor:

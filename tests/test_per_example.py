@@ -418,6 +418,30 @@ def test_per_example_nonfinite_rules(optax_ref):
     assert np.isnan(tf_sum[0]).all()
 
 
+ONE_EXAMPLE = {
+    "per_example_clip": lambda g, c: tree.per_example_clip(g, c, style="optax")[0],
+    "per_example_layer_clip": lambda g, c: tree.per_example_layer_clip(g, c)[0],
+}
+OPTAX_ONE_EXAMPLE = {
+    "per_example_clip": lambda o, g, c: o.per_example_global_norm_clip(g, c)[0],
+    "per_example_layer_clip": lambda o, g, c: o.per_example_layer_norm_clip(g, c)[0],
+}
+
+
+@pytest.mark.parametrize("name", ONE_EXAMPLE)
+def test_one_example_scaled_by_zero_keeps_its_nan(backend, optax_ref, name):
+    """One example holding inf: its norm's factor ``c / inf`` is 0, and ``inf * 0`` NaN.
+
+    NumPy's ``tensordot`` of one example skipped the zero factor ([0, 0, 0] for optax's
+    [0, -0, NaN]), on NumPy and on dask arrays of one chunk.
+    """
+    data = {"w": np.array([[3.0, -4.0, np.inf]], np.float32)}
+    want = _ref(lambda g: OPTAX_ONE_EXAMPLE[name](optax_ref, g, 1.0), data)
+    got = ONE_EXAMPLE[name](_on(backend, data, "float32"), 1.0)
+    assert np.isnan(want["w"][2])
+    assert_array(got["w"], want["w"], backend=backend, dtype="float32", what="w")
+
+
 # --------------------------------------------------------- vmap, jit, compile
 @jax_backends
 def test_per_example_clip_under_jit_and_vmap(backend, optax_ref):

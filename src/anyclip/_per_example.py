@@ -188,8 +188,15 @@ def _core_factors(xp: Namespace, norms: Any, c: Any, style: str) -> Any:
 
 
 def _core_weighted_sum(xp: Namespace, factors: Any, a: Any) -> Any:
-    """``sum_b factors[b] * a[b]`` as one ``tensordot``, in ``a``'s dtype."""
+    """``sum_b factors[b] * a[b]`` as one ``tensordot``, in ``a``'s dtype.
+
+    One example is its product ``factors[0] * a[0]``, as XLA's ``tensordot`` gives it:
+    NumPy's (BLAS) skips a zero factor there, so an inf or NaN entry of an example scaled by
+    0 (an inf norm's ``c / inf``) came back 0 where optax's is NaN.
+    """
     f = factors if factors.dtype == a.dtype else xp.astype(factors, a.dtype)
+    if a.shape[0] == 1:
+        return as_array(f[0] * a[0, ...])
     return as_array(xp.tensordot(f, a, axes=1))
 
 

@@ -3,8 +3,10 @@
 The generic ``dask`` backend of the shared fixtures is opt-in (see ``conftest.py``); these
 tests run whenever dask is installed (it is in the ``test`` extra). Expected values are
 NumPy float64 formulas of the same data, exact closed forms, or TF 2.21's committed values
-(``tests/data/long_sums.npz``) for the float64 sums in TF's order and
-(``tests/data/dask_unknown.npz``) for arrays of unknown chunk sizes.
+(``tests/data/long_sums.npz``) for the float64 sums in TF's order,
+(``tests/data/dask_unknown.npz``) for arrays of unknown chunk sizes and
+(``tests/data/dask_layouts.npz``) for the float64 sums of every element and chunks of no
+elements.
 """
 
 from __future__ import annotations

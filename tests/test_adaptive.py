@@ -839,3 +839,125 @@ def test_optax_thresholds_take_a_numpy_array_as_optax(backend, optax_ref, name):
     upd = _on(backend, data, "float32")
     got, _ = tx.update(upd, tx.init(upd))
     assert_array(got["w"], want["w"], backend=backend, dtype="float32", ulp=0)
+
+
+# ------------------------------------- dask: unknown chunk sizes, chunks of no elements
+def _dask_backend() -> Backend:
+    pytest.importorskip("dask.array")
+    return load_backend("dask")
+
+
+def _selected(v: np.ndarray, keep: bool = True) -> Any:
+    """``v`` selected by a dask mask along axis 0 (every row, or none): unknown chunk sizes."""
+    import dask.array as da
+
+    x = da.from_array(v, chunks=2)
+    s = x[da.from_array(np.full(v.shape[0], keep), chunks=2)]
+    assert math.isnan(s.shape[0])
+    return s
+
+
+def _lazily(fn: Any) -> Any:
+    """``fn()``, which must build a dask graph without computing anything."""
+    from dask.callbacks import Callback
+
+    computes = []
+    with Callback(start=lambda dsk: computes.append(1)):
+        out = fn()
+    assert not computes, "computed while building the graph"
+    return out
+
+
+UNKNOWN_SIZE_CALLS = {
+    "block_rms": (
+        lambda t: tree.clip_by_block_rms(t, 0.5),
+        lambda o, t: o.clip_by_block_rms(0.5).update(t, None)[0],
+    ),
+    "norm_inf": (lambda t: tree.norm(t, ord=math.inf), lambda o, t: o.tree.norm(t, ord=math.inf)),
+    "norm_2": (lambda t: tree.norm(t), lambda o, t: o.tree.norm(t)),
+}
+
+
+@pytest.mark.parametrize("name", UNKNOWN_SIZE_CALLS)
+def test_unknown_chunk_sizes_match_optax(optax_ref, name):
+    """Leaves of unknown chunk sizes (``x[mask]``), one of them empty when computed.
+
+    The block RMS divided by the NaN size (every value NaN), and the inf-norm's maximum of
+    the empty leaf failed to compute (``zero-size array to reduction operation maximum``);
+    optax skips an empty leaf there.
+    """
+    dask_backend = _dask_backend()
+    data = _tree_data("float32")
+    data["e"] = np.arange(4, dtype=np.float32)
+    lazy = {k: None if v is None else _selected(v, keep=k != "e") for k, v in data.items()}
+    data["e"] = data["e"][:0]
+    ours, theirs = UNKNOWN_SIZE_CALLS[name]
+    got = _lazily(lambda: ours(lazy))
+    want = _ref(lambda t: theirs(optax_ref, t), data)
+    for k, g, w in _leaves_by_key(got, want):
+        assert isinstance(g, type(lazy["w"])), k
+        with np.errstate(all="ignore"):  # the empty leaf's mean is 0 / 0, as in optax
+            computed = g.compute()  # an unknown shape: compared once computed
+        assert computed.shape == np.shape(w), k
+        assert_array(computed, w, backend=load_backend("numpy"), dtype="float32", ulp=ULP)
+    assert dask_backend.library == "dask"
+
+
+def _leaves_by_key(got: Any, want: Any) -> list[tuple[Any, Any, Any]]:
+    """``(key, got[key], want[key])`` of dict results, ``(None, got, want)`` of a norm."""
+    if isinstance(want, dict):
+        assert got.keys() == want.keys()
+        return [(k, got[k], want[k]) for k in want if want[k] is not None]
+    return [(None, got, want)]
+
+
+def test_agc_optax_layout_refuses_an_unknown_length_that_decides_its_axes():
+    """optax's unit axes of a ``(n, 4)`` leaf are every axis for ``n == 1``, axis 0 otherwise.
+
+    Of ``x[mask]`` (``n`` unknown until computed) anyclip took axis 0 whatever ``n``; it now
+    says to compute the chunk sizes (or pass ``axis=``). A 1-D leaf has one rule for every
+    length and is taken.
+    """
+    _dask_backend()
+    w = _selected(np.ones((3, 4), np.float32))
+    with pytest.raises(ValueError, match=r"compute_chunk_sizes\(\)"):
+        tree.adaptive_clip({"w": w}, {"w": w}, 0.01)
+    b = _selected(np.ones(5, np.float32))
+    out = _lazily(lambda: tree.adaptive_clip({"b": b}, {"b": b}, 0.01))
+    assert out["b"].compute().shape == (5,)
+    assert tree.adaptive_clip({"w": w}, {"w": w}, 0.01, axis=0)["w"].compute().shape == (3, 4)
+
+
+EMPTY_CHUNK_CALLS = {
+    "block_rms": UNKNOWN_SIZE_CALLS["block_rms"],
+    "norm_inf": UNKNOWN_SIZE_CALLS["norm_inf"],
+    "norm_1": (lambda t: tree.norm(t, ord=1), lambda o, t: o.tree.norm(t, ord=1)),
+    "adaptive_clip": (
+        lambda t: tree.adaptive_clip(t, t, 0.01),
+        lambda o, t: o.adaptive_grad_clip(0.01).update(t, None, t)[0],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", EMPTY_CHUNK_CALLS)
+def test_chunks_of_no_elements_match_optax(optax_ref, name):
+    """A leaf of one row in chunks ``(1, 0, 0)``, as ``compute_chunk_sizes()`` leaves it.
+
+    Dask computes such an array to the wrong shape (3 rows) or fails to; the tree functions
+    drop the empty chunks first, as the eight functions do.
+    """
+    import dask.array as da
+
+    dask_backend = _dask_backend()
+    data = _tree_data("float32")
+    data["r"] = data["w"][:1]
+    lazy = {
+        k: None if v is None else da.from_array(v, chunks=((1, 0, 0), (4,)) if k == "r" else 2)
+        for k, v in data.items()
+    }
+    assert lazy["r"].chunks == ((1, 0, 0), (4,))
+    ours, theirs = EMPTY_CHUNK_CALLS[name]
+    got = _lazily(lambda: ours(lazy))
+    want = _ref(lambda t: theirs(optax_ref, t), data)
+    for k, g, w in _leaves_by_key(got, want):
+        assert_array(g, w, backend=dask_backend, dtype="float32", ulp=ULP, what=str(k))

@@ -3,8 +3,10 @@
 The generic ``dask`` backend of the shared fixtures is opt-in (see ``conftest.py``); these
 tests run whenever dask is installed (it is in the ``test`` extra). Expected values are
 NumPy float64 formulas of the same data, exact closed forms, or TF 2.21's committed values
-(``tests/data/long_sums.npz``) for the float64 sums in TF's order and
-(``tests/data/dask_unknown.npz``) for arrays of unknown chunk sizes.
+(``tests/data/long_sums.npz``) for the float64 sums in TF's order,
+(``tests/data/dask_unknown.npz``) for arrays of unknown chunk sizes and
+(``tests/data/dask_layouts.npz``) for the float64 sums of every element and chunks of no
+elements.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import math
 import runpy
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -339,3 +342,87 @@ def test_out_of_core_two_passes_on_a_local_cluster():
         want = np.float32(3.0) * (np.float32(1.0) / norm)  # TF's factor c * (1 / norm), c = 1
         assert lo == hi == want
         assert set(client.scheduler_info()["workers"]) == workers, "a worker was replaced"
+
+
+# ------------------------------------------ float64 sums of every element; empty chunks
+#: TF 2.21 on the data below (``tests/data/make_dask_layouts.py``).
+LAYOUTS_SCRIPT = Path(__file__).with_name("data") / "make_dask_layouts.py"
+LAYOUTS = dict(np.load(LAYOUTS_SCRIPT.with_name("dask_layouts.npz")))
+_LAYOUT_DATA = runpy.run_path(str(LAYOUTS_SCRIPT))["inputs"]()
+
+#: Chunks of ``X`` (64 x 70): one, several, and uneven with chunks of no elements.
+X_CHUNKS = {
+    "one": ((64,), (70,)),
+    "several": (7, 13),
+    "empty": ((7, 0, 50, 7, 0), (64, 6, 0)),
+}
+
+EVERY_ELEMENT = {
+    "l2_normalize": lambda x: anyclip.l2_normalize(x),
+    "norm_1": lambda x: anyclip.norm(x, ord=1),
+    "normalize_1": lambda x: anyclip.normalize(x, ord=1)[0],
+    "normalize_1/norm": lambda x: anyclip.normalize(x, ord=1)[1],
+}
+
+
+@pytest.mark.parametrize("chunks", X_CHUNKS)
+@pytest.mark.parametrize("key", EVERY_ELEMENT)
+def test_float64_sums_of_every_element_are_tfs(key, chunks):
+    """A float64 sum over every element that is not of squares takes TF's order too.
+
+    ``l2_normalize`` over every axis and the 1-norms sum through ``nonnegative_sum``, which
+    took dask's own order there (1 ULP from TF on this data, in every layout) while the sums
+    of squares of ``norm`` took TF's.
+    """
+    x = da.from_array(_LAYOUT_DATA["X"], chunks=X_CHUNKS[chunks])
+    out = _lazy(lambda: EVERY_ELEMENT[key](x))
+    assert _layer_sizes(out, "anyclip-tf-order-node"), "not summed in TF's order"
+    _bit_equal(out, LAYOUTS[key])
+
+
+def _one_row(dtype: str):
+    """``ROW`` selected from among other rows, chunk sizes computed: chunks ``(1, 0, 0)``."""
+    rows = np.vstack([_LAYOUT_DATA["ROW"], _LAYOUT_DATA["X"][:5, :6]])
+    m = da.from_array(rows.astype(dtype), chunks=(2, 6))
+    keep = da.from_array(np.arange(6) == 0, chunks=2)
+    row = m[keep]
+    row.compute_chunk_sizes()
+    assert row.chunks == ((1, 0, 0), (6,))
+    return row
+
+
+ROW_CALLS = {
+    "clip_by_value": lambda r: anyclip.clip_by_value(r, -0.5, 0.5),
+    "clip_by_norm": lambda r: anyclip.clip_by_norm(r, 1.0),
+    "l2_normalize": lambda r: anyclip.l2_normalize(r, axis=1),
+    "global_norm": lambda r: anyclip.global_norm([r, _corner(r.dtype)]),
+}
+
+
+def _corner(dtype: Any):
+    """``X[:5, :6]`` in chunks of no elements that dask's ``reshape(-1)`` fails to compute."""
+    corner = _LAYOUT_DATA["X"][:5, :6].astype(dtype)
+    return da.from_array(corner, chunks=((1, 2, 0, 2, 0), (6, 0, 0)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ROW_CALLS)
+def test_chunks_of_no_elements_keep_tfs_shape_and_values(name, dtype):
+    """Chunks of no elements, as ``compute_chunk_sizes()`` leaves after a selection.
+
+    Dask computes ``r + 1`` of such a row (chunks ``(1, 0, 0)``) to 3 rows, silently (with
+    chunks ``(0, 1, 0)`` it fails with ``Missing dependency``), and fails to compute
+    ``reshape(-1)`` of
+    :func:`_corner`, which the float64 sums in TF's order read (float32 ``global_norm``'s
+    too); anyclip drops the empty chunks first (lazily): TF's shape and values.
+    """
+    row = _one_row(dtype)
+    out = _lazy(lambda: ROW_CALLS[name](row))
+    assert out.dtype == np.dtype(dtype)
+    _bit_equal(out, LAYOUTS[f"{dtype}/row/{name}"])
+
+
+@pytest.mark.live_tf
+def test_layouts_committed_reference_is_tfs(tmp_path):
+    # the committed file is still what TF 2.21 gives (run with --live-tf)
+    assert_live_reference(LAYOUTS_SCRIPT, LAYOUTS, tmp_path, skip=("versions",))

@@ -418,6 +418,59 @@ def test_per_example_nonfinite_rules(optax_ref):
     assert np.isnan(tf_sum[0]).all()
 
 
+ONE_EXAMPLE = {
+    "per_example_clip": lambda g, c: tree.per_example_clip(g, c, style="optax")[0],
+    "per_example_layer_clip": lambda g, c: tree.per_example_layer_clip(g, c)[0],
+}
+OPTAX_ONE_EXAMPLE = {
+    "per_example_clip": lambda o, g, c: o.per_example_global_norm_clip(g, c)[0],
+    "per_example_layer_clip": lambda o, g, c: o.per_example_layer_norm_clip(g, c)[0],
+}
+
+
+@pytest.mark.parametrize("name", ONE_EXAMPLE)
+def test_one_example_scaled_by_zero_keeps_its_nan(backend, optax_ref, name):
+    """One example holding inf: its norm's factor ``c / inf`` is 0, and ``inf * 0`` NaN.
+
+    NumPy's ``tensordot`` of one example skipped the zero factor ([0, 0, 0] for optax's
+    [0, -0, NaN]), on NumPy and on dask arrays of one chunk.
+    """
+    data = {"w": np.array([[3.0, -4.0, np.inf]], np.float32)}
+    want = _ref(lambda g: OPTAX_ONE_EXAMPLE[name](optax_ref, g, 1.0), data)
+    got = ONE_EXAMPLE[name](_on(backend, data, "float32"), 1.0)
+    assert np.isnan(want["w"][2])
+    assert_array(got["w"], want["w"], backend=backend, dtype="float32", what="w")
+
+
+@pytest.mark.parametrize("name", ONE_EXAMPLE)
+def test_no_examples_sum_to_zeros_as_optax(backend, optax_ref, name):
+    """A batch of no examples: optax's sums are zeros of one example's shape.
+
+    Reshaping to ``(0, -1)`` raised ``cannot reshape`` (NumPy) or ``ZeroDivisionError``
+    (JAX, dask) before.
+    """
+    data = {"w": np.zeros((0, 3, 2), np.float32), "b": np.zeros((0,), np.float32)}
+    want = _ref(lambda g: OPTAX_ONE_EXAMPLE[name](optax_ref, g, 1.0), data)
+    got = ONE_EXAMPLE[name](_on(backend, data, "float32"), 1.0)
+    for k in data:
+        assert_array(got[k], want[k], backend=backend, dtype="float32", what=k)
+
+
+def test_unknown_number_of_examples_is_refused_with_the_fix():
+    """``x[mask]`` of dask has no number of examples before it is computed.
+
+    The check compared ``nan != nan`` and said leaf 0 disagreed with itself.
+    """
+    da = pytest.importorskip("dask.array")
+    x = da.from_array(np.ones((4, 3), np.float32), chunks=2)
+    g = x[da.from_array(np.array([True, False, True, True]), chunks=2)]
+    with pytest.raises(ValueError, match=r"known number of examples.*compute_chunk_sizes\(\)"):
+        tree.per_example_clip({"w": g}, 1.0)
+    g.compute_chunk_sizes()
+    want = tree.per_example_clip({"w": np.ones((3, 3), np.float32)}, 1.0)[0]["w"]
+    np.testing.assert_array_equal(tree.per_example_clip({"w": g}, 1.0)[0]["w"].compute(), want)
+
+
 # --------------------------------------------------------- vmap, jit, compile
 @jax_backends
 def test_per_example_clip_under_jit_and_vmap(backend, optax_ref):

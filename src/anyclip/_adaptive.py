@@ -20,9 +20,11 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 from anyclip._compat import HALF_PRECISION, dtype_name, is_array, library, namespace
+from anyclip._core import known_size
+from anyclip._kernels import kernels_for
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
-from anyclip._policy import scalar_operand
+from anyclip._policy import native_order, scalar_operand
 from anyclip._policy_dtypes import default_float, dtype_kind, resolve_accumulate_dtype
 from anyclip._pytree import flatten
 from anyclip._sparse import is_sparse
@@ -185,7 +187,12 @@ def _core_tree_norm(
         elif ord == math.inf:
             total = None
             for x in arrays:
-                s = xp.max(xp.abs(x))
+                if any(d != d for d in x.shape):  # NaN: dask, unknown chunks: maybe empty
+                    a = xp.abs(x)
+                    every = tuple(range(a.ndim))
+                    s = xp.reshape(kernels_for(xp, [a]).reduce_max(xp, a, every), ())
+                else:
+                    s = xp.max(xp.abs(x))
                 total = s if total is None else xp.maximum(total, s)
         else:
             total = None
@@ -277,7 +284,7 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
             leaves = _leaves_with_floats(tree, frozenset())
         except TypeError:
             raise err from None
-    arrays = [a for a in leaves if a is not None and is_array(a)]
+    arrays = [native_order(a) for a in leaves if a is not None and is_array(a)]
     xp = namespace(*arrays, names=_leaf_names(len(arrays), "tree"))
     _floating_leaves(xp, arrays, "tree", ("real", "complex"))
     dtypes = [_real_dtype(xp, a.dtype) for a in arrays]
@@ -294,7 +301,9 @@ def norm(tree: Any, ord: Any = 2, squared: bool = False) -> Any:
             dtype = resolve_accumulate_dtype(xp, "widest", dtypes)
         dtypes.append(dtype)
         arrays = [
-            a if is_array(a) else constant(xp, a, dtype, like) for a in leaves if a is not None
+            native_order(a) if is_array(a) else constant(xp, a, dtype, like)
+            for a in leaves
+            if a is not None
         ]
     acc = resolve_accumulate_dtype(xp, "widest", dtypes)
     return _core_tree_norm(xp, arrays, o, bool(squared), acc, like)
@@ -314,6 +323,18 @@ def _leaves_with_floats(node: Any, enclosing: frozenset[int]) -> list[Any]:
 
 
 # ------------------------------------------------------------------- block RMS
+def _size(xp: Namespace, u: Any, dtype: Any) -> Any:
+    """The number of elements of ``u`` as a 0-d array of ``dtype`` (``jnp.mean``'s divisor).
+
+    A dask array of unknown chunk sizes (``x[x > 0]``) has NaN dimensions: its elements are
+    counted when the graph is computed (the NaN size made every value NaN).
+    """
+    n = known_size(u.shape)
+    if n is None:
+        return xp.astype(xp.sum(xp.ones_like(u, dtype=xp.int64)), dtype)
+    return constant(xp, float(n), dtype, u)
+
+
 def _core_block_rms(xp: Namespace, u: Any, threshold: Any) -> Any:
     """``u / maximum(1, sqrt(mean(|u| ** 2)) / threshold)`` (optax's ``clip_by_block_rms``).
 
@@ -329,10 +350,9 @@ def _core_block_rms(xp: Namespace, u: Any, threshold: Any) -> Any:
     elif dtype_name(sq.dtype) in HALF_PRECISION:
         # jnp.mean of a 16-bit array sums and divides in float32, then rounds once
         wide = xp.astype(sq, xp.float32)
-        size = constant(xp, float(math.prod(u.shape)), xp.float32, wide)
-        mean = xp.astype(xp.sum(wide) / size, sq.dtype)
+        mean = xp.astype(xp.sum(wide) / _size(xp, wide, xp.float32), sq.dtype)
     else:
-        mean = xp.sum(sq) / constant(xp, float(math.prod(u.shape)), sq.dtype, sq)
+        mean = xp.sum(sq) / _size(xp, sq, sq.dtype)
     rms = sqrt(xp, mean)
     denom = xp.maximum(constant(xp, 1.0, sq.dtype, sq), rms / threshold)
     return as_array(u / denom)
@@ -384,6 +404,7 @@ def clip_by_block_rms(tree: TreeT, threshold: Any) -> TreeT:
             if leaf is None:
                 out.append(None)
                 continue
+            leaf = native_order(leaf)  # dask: without chunks of no elements
             t = scalar_operand(xp, threshold, _real_dtype(xp, leaf.dtype), leaf, "threshold")
             out.append(_core_block_rms(xp, leaf, t))
     return cast(TreeT, unflatten(out))

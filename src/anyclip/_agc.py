@@ -30,7 +30,7 @@ from anyclip._kernels import kernels_for
 from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, rounded_here, sqrt
-from anyclip._policy import scalar_operand
+from anyclip._policy import native_order, scalar_operand
 from anyclip._policy_dtypes import widest_float
 from anyclip._pytree import TreeT, flatten
 from anyclip._typing import Namespace
@@ -91,7 +91,16 @@ def unit_axes(shape: Sequence[int], layout: str, axis: Any = None) -> tuple[int,
     if layout != "optax":
         msg = f"`layout` must be one of {LAYOUTS}, got {layout!r}"
         raise ValueError(msg)
-    if sum(1 for n in shape if n != 1) <= 1:  # optax: jnp.squeeze(x).ndim <= 1
+    longer = sum(1 for n in shape if n == n and n != 1)
+    unknown = sum(1 for n in shape if n != n)  # NaN: dask, unknown chunk sizes
+    if longer <= 1 < longer + unknown:  # an unknown length of 1 or more decides
+        msg = (
+            f"`layout='optax'` needs to know which axes of a leaf hold one element, got a leaf "
+            f"of shape {tuple(shape)} (a dask array of unknown chunk sizes, such as "
+            "`x[x > 0]`); call `x.compute_chunk_sizes()` on it first, or pass `axis=`"
+        )
+        raise ValueError(msg)
+    if longer <= 1:  # optax: jnp.squeeze(x).ndim <= 1
         return None
     if ndim in (2, 3):
         return (0,)
@@ -330,9 +339,11 @@ def adaptive_clip(
     ------
     ValueError
         If ``clipping <= 0``, ``layout`` is unknown, ``layout="optax"`` meets a leaf of rank
-        above 5 (pass ``axis=``), ``axis`` does not fit a leaf, a leaf of ``params`` has
-        another shape than its gradient, or ``params`` has another structure than ``grads``
-        (other dict keys, another length, a container facing a leaf).
+        above 5 (pass ``axis=``) or a dask leaf whose unknown length (``x[x > 0]``) decides
+        its unit axes (call ``compute_chunk_sizes()``), ``axis`` does not fit a leaf, a leaf
+        of ``params`` has another shape than its gradient, or ``params`` has another
+        structure than ``grads`` (other dict keys, another length, a container facing a
+        leaf).
     TypeError
         If a leaf is not of a real floating dtype, or ``group`` is not a group of the
         leaves' library.
@@ -384,6 +395,7 @@ def adaptive_clip(
             if g is None:
                 out.append(None)
                 continue
+            g, p = native_order(g), native_order(p)  # dask: without chunks of no elements
             if tuple(g.shape) != tuple(p.shape):
                 msg = (
                     f"`params` leaf {i} must have its gradient's shape {tuple(g.shape)}, got "

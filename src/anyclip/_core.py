@@ -53,6 +53,7 @@ __all__ = [
     "group_global_norms",
     "keras_global_norm",
     "keras_global_scale",
+    "known_size",
     "l2_normalize",
     "nonnegative",
     "norm",
@@ -98,7 +99,7 @@ def _scalar(xp: Namespace, value: float, like: Any) -> Any:
     return constant(xp, value, like.dtype, like)
 
 
-def _known_size(shape: Sequence[Any]) -> int | None:
+def known_size(shape: Sequence[Any]) -> int | None:
     """The number of elements of ``shape``, or None where a dimension is unknown.
 
     Dask arrays with unknown chunk sizes (``x[x > 0]``) have NaN dimensions; the standard
@@ -120,7 +121,7 @@ def _max(xp: Namespace, x: Any, axis: Any, kernels: Kernels | None = None) -> An
     """
     shape = tuple(x.shape)
     axes = range(len(shape)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
-    if kernels is not None and _known_size(shape) is None:  # dask, unknown chunks: maybe empty
+    if kernels is not None and known_size(shape) is None:  # dask, unknown chunks: maybe empty
         return kernels.reduce_max(xp, x, tuple(axes) if axis is None else axis)
     # An empty input (a zero in any axis) takes this branch too: its result is empty when a kept
     # axis is 0, so the values do not matter, and some backends (dask) refuse ``max`` of it.
@@ -456,7 +457,7 @@ def clip_by_average_norm(
 
     ``kernels`` (only to flush): subnormal inputs and results of each step become 0.
     """
-    size = _known_size(t.shape)
+    size = known_size(t.shape)
     if size is None:  # unknown (dask): counted when the graph is computed, rounded as TF's cast
         n_element = xp.astype(xp.sum(xp.ones_like(t, dtype=xp.int64)), t.dtype)
     else:
@@ -499,7 +500,7 @@ def norm(
         other = None  # (x is replaced below)
     if kernels.ftz and not xp.isdtype(x.dtype, "complex floating"):  # TF's DAZ
         x = kernels.flush_squares(xp, x) if ord in ("fro", "euclidean", 2) else kernels.flush(xp, x)
-    if axis is None and ord not in ("fro", "euclidean", 2) and (_known_size(x.shape) or 0) > 0:
+    if axis is None and ord not in ("fro", "euclidean", 2) and (known_size(x.shape) or 0) > 0:
         r = _vector_p_norm(xp, kernels, x, ord, x.dtype if acc is None else acc)
     if r is None and acc is not None and acc != x.dtype:
         x = rounded_cast(xp, x, acc)

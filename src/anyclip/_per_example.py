@@ -50,7 +50,7 @@ from anyclip._kernels import (
 from anyclip._kernels._dist import all_reduce, check_group
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
-from anyclip._policy import scalar_operand
+from anyclip._policy import native_order, scalar_operand
 from anyclip._policy_dtypes import default_float, dtype_kind, resolve_accumulate_dtype
 from anyclip._pytree import flatten
 from anyclip._typing import DTypeLike, Namespace
@@ -66,6 +66,17 @@ _OPACUS_EPS = 1e-6
 
 
 # ------------------------------------------------------------------------- core
+def _rows(xp: Namespace, a: Any) -> Any:
+    """``a`` as one row per example, ``(batch, elements)``.
+
+    The row length is given, not ``-1``, which a batch of no examples leaves undetermined
+    (NumPy raised ``cannot reshape``, JAX ``ZeroDivisionError``, where optax sums nothing to
+    zeros).
+    """
+    n = math.prod(a.shape[1:])  # symbolic under torch.compile: no int()
+    return xp.reshape(a, (a.shape[0], n if n == n else -1))  # NaN: dask, unknown sizes
+
+
 def _core_sq_norms(
     xp: Namespace, kernels: Kernels, arrays: Sequence[Any], acc: Any, half: bool
 ) -> Any:
@@ -76,7 +87,7 @@ def _core_sq_norms(
     """
     total = None
     for a in arrays:
-        flat = xp.reshape(a, (a.shape[0], -1))
+        flat = _rows(xp, a)
         if flat.dtype != acc:
             flat = xp.astype(flat, acc)
         s = kernels.row_squares(xp, flat)  # NumPy and torch: no squared copy of the leaf
@@ -122,7 +133,7 @@ def _core_tf_half_squares(xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any
     loss_packet, loss_leaf = _TF_HALF_L2LOSS.get(name, (packet, leaf))
     halves = []
     for a in arrays:
-        flat = xp.reshape(a, (a.shape[0], -1))
+        flat = _rows(xp, a)
         if flat.dtype != acc:
             flat = xp.astype(flat, acc)
         halves.append(
@@ -156,7 +167,7 @@ def _core_norms(
     if style == "opacus":
         per_leaf = []
         for a in arrays:
-            flat = xp.reshape(a, (a.shape[0], -1))
+            flat = _rows(xp, a)
             per_leaf.append(
                 kernels.row_norms(xp, flat if flat.dtype == acc else xp.astype(flat, acc))
             )
@@ -188,8 +199,15 @@ def _core_factors(xp: Namespace, norms: Any, c: Any, style: str) -> Any:
 
 
 def _core_weighted_sum(xp: Namespace, factors: Any, a: Any) -> Any:
-    """``sum_b factors[b] * a[b]`` as one ``tensordot``, in ``a``'s dtype."""
+    """``sum_b factors[b] * a[b]`` as one ``tensordot``, in ``a``'s dtype.
+
+    One example is its product ``factors[0] * a[0]``, as XLA's ``tensordot`` gives it:
+    NumPy's (BLAS) skips a zero factor there, so an inf or NaN entry of an example scaled by
+    0 (an inf norm's ``c / inf``) came back 0 where optax's is NaN.
+    """
     f = factors if factors.dtype == a.dtype else xp.astype(factors, a.dtype)
+    if a.shape[0] == 1:
+        return as_array(f[0] * a[0, ...])
     return as_array(xp.tensordot(f, a, axes=1))
 
 
@@ -239,7 +257,7 @@ def _core_tf_sum(xp: Namespace, factors: Any, a: Any) -> Any:
     a Python loop would unroll under ``jax.jit``.
     """
     b = int(a.shape[0])
-    flat = xp.reshape(a, (b, -1))
+    flat = _rows(xp, a)
     n = int(flat.shape[1])
     name = dtype_name(a.dtype)
     f = factors if factors.dtype == a.dtype else xp.astype(factors, a.dtype)
@@ -324,9 +342,17 @@ def _batched(leaves: list[Any], ints: bool = False) -> tuple[Namespace, list[Any
                 f"at leaf {i}; cast it with astype (for example to float32)"
             )
             raise TypeError(msg)
+    arrays = [native_order(a) for a in arrays]  # dask: without chunks of no elements
     first = tuple(arrays[0].shape)
     for i, a in enumerate(arrays):
         shape = tuple(a.shape)
+        if shape and shape[0] != shape[0]:  # NaN: a dask array of unknown chunk sizes
+            msg = (
+                f"`grads` leaves must have a known number of examples (axis 0), got an unknown "
+                f"one at leaf {i} (shape {shape}: a dask array of unknown chunk sizes, such as "
+                "`x[x > 0]`); call `x.compute_chunk_sizes()` on it first"
+            )
+            raise ValueError(msg)
         if len(shape) == 0 or shape[0] != first[0]:
             got = "a 0-d array" if not shape else f"{shape[0]} examples (shape {shape})"
             msg = (
@@ -421,8 +447,9 @@ def per_example_clip(
     Raises
     ------
     ValueError
-        If a leaf is 0-d or the leaves' first axes differ (naming both leaves), ``grads``
-        has no array, ``style`` is unknown, or a number ``l2_norm_clip`` is negative or NaN.
+        If a leaf is 0-d or the leaves' first axes differ (naming both leaves) or are of
+        unknown length (a dask ``x[x > 0]``: call ``compute_chunk_sizes()``), ``grads`` has
+        no array, ``style`` is unknown, or a number ``l2_norm_clip`` is negative or NaN.
     TypeError
         If a leaf is not of a real floating dtype, or ``group`` is not a group of the
         leaves' library.

@@ -58,6 +58,7 @@ from anyclip._compat import (
     is_weak_scalar,
     namespace,
 )
+from anyclip._kernels._dask import nonempty_chunks
 from anyclip._numerics import constant, float_overflow_threshold, tf_float16
 from anyclip._policy_dtypes import dtype_kind
 from anyclip._policy_words import (
@@ -113,10 +114,14 @@ def native_order(value: Any) -> Any:
     """A byte-swapped NumPy array (``'>f4'`` here) in native byte order; others unchanged.
 
     TF converts such arrays to its own (native) dtype; without this, ``'>f4'`` would not
-    compare equal to float32 and would be refused as "float32, got float32".
+    compare equal to float32 and would be refused as "float32, got float32". A dask array
+    with chunks of no elements loses them (:func:`~anyclip._kernels._dask.nonempty_chunks`:
+    dask computes some such arrays to the wrong shape).
     """
     if getattr(getattr(value, "dtype", None), "isnative", True) is False:
         return value.astype(value.dtype.newbyteorder("="))
+    if type(value).__module__.startswith("dask.array"):
+        return nonempty_chunks(value)
     return value
 
 

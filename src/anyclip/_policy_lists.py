@@ -16,8 +16,9 @@ from anyclip._compat import (
     dtype_name,
     imported,
     is_array,
+    library,
 )
-from anyclip._policy import as_input
+from anyclip._policy import as_input, native_order
 from anyclip._policy_dtypes import dtype_kind, require_kind
 from anyclip._policy_words import FLOATS, tf_attr, tf_expected, tf_words
 from anyclip._typing import Namespace
@@ -125,6 +126,8 @@ def floating_list(
                 if dtype_kind(xp, dtype) != "real":
                     break
             else:
+                if library(xp) == "dask":  # without chunks of no elements (native_order)
+                    return [None if v is None else native_order(v) for v in t_list]
                 return list(t_list)
     out: list[Any] = []
     first = None

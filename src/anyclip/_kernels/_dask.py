@@ -9,7 +9,8 @@ putting the shorter dimension in one chunk; a stack of matrices goes matrix by m
 holding whole matrices, through NumPy's ``svd`` in ``map_blocks``.
 
 float64 sums of squares over every element (the norms, ``global_norm``, ``clip_by_norm``,
-``l2_normalize`` over all axes) add in TF 2.21's order, as the NumPy kernels' do:
+``l2_normalize`` over all axes), and the 1-norms' sums over every element, add in TF 2.21's
+order, as the NumPy kernels' do:
 :meth:`DaskKernels.tf_order_squares` rechunks each flattened array at nodes of TF's tree
 (:func:`~anyclip._kernels._tforder.tf_order_nodes`, of about the array's own chunk size),
 sums each chunk in TF's order with NumPy (one task per node: the node's subtree), and adds
@@ -22,6 +23,9 @@ of TF's in float64, as float32 sums on every backend; the other arrays of a list
 An array of unknown chunk sizes cannot be broadcast by dask against an array argument whose
 length is not 1 (``clip_by_value(x[x > 0], lo, hi)``): :func:`joined_call` then runs the
 NumPy function in one task on the joined arrays, lazily.
+
+Dask computes some arrays with chunks of no elements wrongly; the argument checks drop such
+chunks first (:func:`nonempty_chunks`).
 
 With ``accumulate_dtype``, dask casts chunk by chunk already; :meth:`DaskKernels.cast_map`
 makes the cast, the elementwise step and the cast back one task per chunk (``map_blocks``), so
@@ -54,7 +58,7 @@ from anyclip._numerics import reduce_sum
 from anyclip._subnormals import OPEN, flush_subnormals, flushing
 from anyclip._typing import Namespace
 
-__all__ = ["DaskKernels", "joined_call", "unknown_broadcast"]
+__all__ = ["DaskKernels", "joined_call", "nonempty_chunks", "unknown_broadcast"]
 
 
 class DaskKernels(Kernels):
@@ -96,15 +100,20 @@ class DaskKernels(Kernels):
         their chunks), and each chunk is summed by the NumPy form
         (:func:`~anyclip._kernels._tfaxes.tf_axes_sum`) on TF's route for the whole array,
         its outputs placed by their index in the whole output (``block_info``): Eigen's
-        packets and row splits fall by it. None (dask's own sums) over every axis (one chunk
-        would hold the whole array; the sums of squares over every axis take
-        :meth:`tf_order_squares`) and for unknown chunk sizes.
+        packets and row splits fall by it. A sum of every element (the axes of more than one
+        element all reduced: ``l2_normalize`` over every axis, a 1-norm) is TF's full
+        reduction, one task per node of TF's tree as in :meth:`tf_order_squares` (one chunk
+        would hold the whole array). None (dask's own sums) for unknown chunk sizes.
         """
         if dtype_name(y.dtype) != "float64" or not _known_shape(y) or y.size == 0:
             return None
         shape = tuple(int(d) for d in y.shape)
         named = named_axes(axes, len(shape))
-        if len(tf_layout(shape, named)[0]) <= 1 or all(shape[i] == 1 for i in named):
+        dims, first = tf_layout(shape, named)
+        if len(dims) == 1 and first:  # every element in one sum: TF's tree, node by node
+            total = _tf_order_squares(xp, [y], half=False, square=False)
+            return xp.reshape(total, (1,) * y.ndim)
+        if len(dims) <= 1 or all(shape[i] == 1 for i in named):
             return None
         whole = y.rechunk(_whole_axes(y, named))
         chunks = tuple((1,) if i in named else c for i, c in enumerate(whole.chunks))
@@ -169,6 +178,24 @@ class DaskKernels(Kernels):
         svd: Callable[[Any], tuple[Any, Any, Any]] = da.linalg.svd  # untyped in dask
         _, s, _ = svd(m)
         return s
+
+
+def nonempty_chunks(a: Any) -> Any:
+    """The dask array ``a`` without chunks of no elements, lazily (``a`` itself if it has none).
+
+    Dask computes some arrays with such chunks wrongly: an axis of one element in chunks
+    ``(1, 0, 0)`` (``m[m[:, 0] > 4]`` keeping one row, after ``compute_chunk_sizes()``) is
+    broadcast block by block, so ``a + 1`` computes to 3 rows where its shape says 1; an empty
+    axis in chunks ``(0, 0)`` loses blocks of the graph (``Missing dependency``); and
+    ``reshape(-1)`` of ``(1, 2), (6, 0)`` fails to compute. Each axis of known length keeps
+    its non-empty chunks (one chunk for a length of 0 or 1); an axis of unknown chunk sizes
+    (NaN) stays as it is.
+    """
+    chunks = tuple(
+        c if any(n != n for n in c) else tuple(n for n in c if n) or (int(sum(c)),)
+        for c in a.chunks
+    )
+    return a if chunks == a.chunks else a.rechunk(chunks)
 
 
 def _shape(value: Any) -> tuple[float, ...]:
@@ -249,9 +276,13 @@ def _known_shape(a: Any) -> bool:
 
 
 def _tf_order_squares(
-    xp: Namespace, arrays: Sequence[Any], *, half: bool, halve: bool = True
+    xp: Namespace, arrays: Sequence[Any], *, half: bool, halve: bool = True, square: bool = True
 ) -> Any:
-    """:meth:`DaskKernels.tf_order_squares` of float64 dask arrays: a 0-d dask array, lazy."""
+    """:meth:`DaskKernels.tf_order_squares` of float64 dask arrays: a 0-d dask array, lazy.
+
+    Without ``square``, the sum of the elements themselves (:meth:`DaskKernels.tf_sum` of
+    every element, one array of known shape).
+    """
     import dask.array as da
     import numpy as np
 
@@ -268,7 +299,7 @@ def _tf_order_squares(
     for a in arrays:
         if not _known_shape(a):
             trees.append(("own", len(owns)))
-            owns.append(reduce_sum(xp, a * a, None, keepdims=False))
+            owns.append(reduce_sum(xp, a * a if square else a, None, keepdims=False))
             continue
         n = math.prod(int(d) for d in a.shape)
         if not n:
@@ -283,7 +314,7 @@ def _tf_order_squares(
         # there, is the whole key name in later releases)
         parts.append(
             blockwise(
-                _node_sum,
+                functools.partial(_node_sum, square=square),
                 "i",
                 flat.rechunk((cut,)),
                 "i",
@@ -360,12 +391,15 @@ def _tf_sum_chunk(
     return np.asarray(total)
 
 
-def _node_sum(block: Any) -> Any:
-    """The sum of squares of one node of TF's tree (a NumPy chunk) in TF's order, as (1,)."""
+def _node_sum(block: Any, square: bool = True) -> Any:
+    """The sum of (with ``square``) squares of one node of TF's tree (a NumPy chunk), as (1,).
+
+    In TF's order (:func:`~anyclip._kernels._tforder.tf_order_sums`).
+    """
     import numpy as np
 
     with np.errstate(all="ignore"):  # TF's arithmetic: inf and NaN without warnings
-        sums = tf_order_sums(np, block, [int(block.size)], square=True)
+        sums = tf_order_sums(np, block, [int(block.size)], square=square)
     return np.asarray(sums, dtype=block.dtype)
 
 

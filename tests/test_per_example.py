@@ -272,6 +272,23 @@ def test_opacus_style_half_precision_is_opacus_bit_for_bit(backend, case):
         assert_array(g, want, backend=backend, dtype=dtype, what=f"{case} leaf {i}")
 
 
+@pytest.mark.parametrize("case", OPACUS_HALF_CASES)
+@jax_backends
+def test_opacus_style_half_precision_under_jit(backend, case):
+    # XLA computes half precision in float32: each of torch's roundings is kept under jit
+    import jax
+
+    dtype = "bfloat16" if case.startswith("bf16") else "float16"
+    count = len({k for k in OPACUS_HALF if k.startswith(f"{case}/in/")})
+    leaves = [backend.asarray(OPACUS_HALF[f"{case}/in/{i}"], dtype) for i in range(count)]
+    clip = float(OPACUS_HALF[f"{case}/clip"])
+    got, norms = jax.jit(lambda g: tree.per_example_clip(g, clip, style="opacus"))(leaves)
+    assert_array(norms, OPACUS_HALF[f"{case}/norms"], backend=backend, dtype=dtype, what=case)
+    for i, g in enumerate(got):
+        want = OPACUS_HALF[f"{case}/opacus/{i}"]
+        assert_array(g, want, backend=backend, dtype=dtype, what=f"{case} leaf {i}")
+
+
 @pytest.mark.parametrize("case", ["40xf16", "16xf16tiny", "33xbf16mixed", "6xbf16long"])
 @jax_backends
 def test_tf_style_half_precision_under_jit_and_vmap(backend, case):

@@ -339,6 +339,35 @@ def test_out_of_range_ids_give_nan_rows_on_jax(backend, case):
     assert np.all(np.isnan(out[bad])) and not np.any(np.isnan(out[~bad]))
 
 
+@pytest.mark.parametrize("backend", ["dask"], indirect=True)
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("case", list(gen.BAD_IDS))
+def test_out_of_range_ids_give_nan_rows_on_dask(backend, case, dtype):
+    # Dask cannot raise without computing: a NaN row (the lowest value for integers), as on
+    # JAX; its take read row 3 for id -1 and row 0 for ids past the end (fuzzing round h4)
+    params = REF["params/p32"].astype(dtype)
+    ids = gen.BAD_IDS[case]
+    out = backend.to_numpy(
+        anyclip.embedding_lookup(backend.asarray(params, dtype), backend.asarray(ids, "int32"))
+    )
+    bad = (ids < 0) | (ids >= 5)
+    fill = np.nan if dtype == "float32" else np.iinfo(np.int32).min
+    np.testing.assert_array_equal(out[bad], np.full(out[bad].shape, fill, dtype))
+    np.testing.assert_array_equal(out[~bad], params[ids[~bad]])
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax", "array_api_strict", "dask"], indirect=True)
+@pytest.mark.parametrize("sharded", [False, True])
+def test_max_norm_of_another_library_is_refused(backend, sharded):
+    # a NumPy max_norm beside torch params raised AttributeError from inside the clip, and
+    # beside JAX params was taken (fuzzing round h4): one library per call, as clip_by_norm
+    params = backend.asarray(REF["params/p32"], "float32")
+    ids = backend.asarray(np.array([0, 1], np.int32), "int32")
+    table = [params[:3, ...], params[3:, ...]] if sharded else params
+    with pytest.raises(TypeError, match="`max_norm` must come from the same array library"):
+        anyclip.embedding_lookup(table, ids, max_norm=np.asarray(1.0, np.float32))
+
+
 @pytest.mark.parametrize(
     ("ids", "max_norm", "error", "match"),
     [

@@ -243,6 +243,52 @@ def test_tf_style_half_precision_is_tfs_bit_for_bit(backend, case):
     _assert_half_case(backend, case, dtype, got, norms)
 
 
+OPACUS_HALF = dict(np.load(DATA / "opacus_half.npz"))
+OPACUS_HALF_CASES = sorted({k.split("/")[0] for k in OPACUS_HALF if "/" in k})
+
+
+def test_opacus_half_reference_provenance():
+    prov = json.loads(str(OPACUS_HALF["provenance"]))
+    assert prov["opacus"] and prov["torch"] and prov["seed"]
+
+
+@pytest.mark.parametrize("case", OPACUS_HALF_CASES)
+def test_opacus_style_half_precision_is_opacus_bit_for_bit(backend, case):
+    # Opacus's norms are torch.linalg.vector_norm's: float16 and bfloat16 squares summed in
+    # float32, the norm rounded once (norms of about 3e4 stay finite; summed in float16 they
+    # were inf, and the clipped sums 0); its factor max_grad_norm / (norms + 1e-6) is
+    # torch's (norms + 1e-6).reciprocal() * max_grad_norm, each step in float32 rounded to
+    # the dtype (Opacus's own output, tests/data/make_opacus_half.py)
+    dtype = "bfloat16" if case.startswith("bf16") else "float16"
+    backend.dtype(dtype)
+    count = len({k for k in OPACUS_HALF if k.startswith(f"{case}/in/")})
+    leaves = [backend.asarray(OPACUS_HALF[f"{case}/in/{i}"], dtype) for i in range(count)]
+    clip = float(OPACUS_HALF[f"{case}/clip"])
+    got, norms = tree.per_example_clip(leaves, clip, style="opacus")
+    norms, *got = backend.computed([norms, *got])
+    assert_array(norms, OPACUS_HALF[f"{case}/norms"], backend=backend, dtype=dtype, what=case)
+    for i, g in enumerate(got):
+        want = OPACUS_HALF[f"{case}/opacus/{i}"]
+        assert_array(g, want, backend=backend, dtype=dtype, what=f"{case} leaf {i}")
+
+
+@pytest.mark.parametrize("case", OPACUS_HALF_CASES)
+@jax_backends
+def test_opacus_style_half_precision_under_jit(backend, case):
+    # XLA computes half precision in float32: each of torch's roundings is kept under jit
+    import jax
+
+    dtype = "bfloat16" if case.startswith("bf16") else "float16"
+    count = len({k for k in OPACUS_HALF if k.startswith(f"{case}/in/")})
+    leaves = [backend.asarray(OPACUS_HALF[f"{case}/in/{i}"], dtype) for i in range(count)]
+    clip = float(OPACUS_HALF[f"{case}/clip"])
+    got, norms = jax.jit(lambda g: tree.per_example_clip(g, clip, style="opacus"))(leaves)
+    assert_array(norms, OPACUS_HALF[f"{case}/norms"], backend=backend, dtype=dtype, what=case)
+    for i, g in enumerate(got):
+        want = OPACUS_HALF[f"{case}/opacus/{i}"]
+        assert_array(g, want, backend=backend, dtype=dtype, what=f"{case} leaf {i}")
+
+
 @pytest.mark.parametrize("case", ["40xf16", "16xf16tiny", "33xbf16mixed", "6xbf16long"])
 @jax_backends
 def test_tf_style_half_precision_under_jit_and_vmap(backend, case):

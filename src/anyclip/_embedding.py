@@ -26,6 +26,7 @@ from anyclip._numerics import constant
 from anyclip._policy import as_input
 from anyclip._policy_dtypes import dtype_kind, require_kind
 from anyclip._policy_words import FLOATS, tf_attr, tf_expected, tf_type, tf_words
+from anyclip._sparse import dense_operand
 from anyclip._typing import ArrayT, Namespace, Operand, PythonData
 
 __all__ = ["embedding_lookup"]
@@ -108,8 +109,9 @@ def embedding_lookup(
     IndexError
         If an id is negative or not below ``params.shape[0]`` (TF's CPU error), on NumPy and
         array-api-strict (host arrays) and on torch (its own check; a device-side assert on
-        CUDA). JAX cannot raise from inside ``jit``: an out-of-range id gives a row of NaN
-        (floating ``params``) or of the dtype's lowest value, never another row. With shards,
+        CUDA). JAX cannot raise from inside ``jit``, nor Dask without computing: an
+        out-of-range id gives a row of NaN (floating ``params``) or of the dtype's lowest
+        value, never another row. With shards,
         also if an id lands past the rows of its shard (shards not of the "div" sizes), with
         TF's words, on NumPy and array-api-strict; torch and JAX give such ids (and ids out
         of range) NaN rows (or the lowest value), never another row.
@@ -157,7 +159,9 @@ def embedding_lookup(
         if len(params) > 1:
             return cast(ArrayT, _partitioned(params, ids, max_norm, sparse))
         params = params[0]  # TF: one shard is the table
-    xp = namespace(params, ids, names=("params", "ids"))
+    if max_norm is not None:
+        max_norm = dense_operand(max_norm, "max_norm")
+    xp = namespace(params, ids, max_norm, names=("params", "ids", "max_norm"))
     table = as_input(params, xp, "params", beside=(ids,))
     index = _ids(xp, ids, table)
     if table.ndim == 0:
@@ -244,7 +248,9 @@ def _partitioned(params: list[Any], ids: Any, max_norm: Any, sparse: bool) -> An
     zero for the ids of other shards (selecting a shard's own ids would be a host sync).
     """
     names = [f"params[{i}]" for i in range(len(params))]
-    xp = namespace(*params, ids, names=(*names, "ids"))
+    if max_norm is not None:
+        max_norm = dense_operand(max_norm, "max_norm")
+    xp = namespace(*params, ids, max_norm, names=(*names, "ids", "max_norm"))
     home = (*params, ids)
     shards = [as_input(p, xp, n, beside=home) for p, n in zip(params, names, strict=True)]
     index = _ids(xp, ids, shards[0])
@@ -396,7 +402,15 @@ def _take_rows(xp: Namespace, table: Any, ids: Any, sparse: bool) -> Any:
         return jnp.take(table, flat, axis=0, mode="fill", fill_value=fill)
     if lib in ("numpy", "array_api_strict"):  # host arrays: TF's CPU check costs no sync
         _check_range(xp, ids, flat, n)
-    return xp.take(table, flat, axis=0)
+        return xp.take(table, flat, axis=0)
+    if n == 0:  # no row to read: the backend's own error
+        return xp.take(table, flat, axis=0)
+    # No check without a host read (Dask is lazy): an id outside [0, n) reads as a NaN row
+    # (the lowest value for integers), as on JAX, never as another row (Dask's take wraps
+    # negative ids around and reads row 0 for ids past the end)
+    ok = (flat >= constant(xp, 0, flat.dtype, flat)) & (flat < constant(xp, n, flat.dtype, flat))
+    rows = xp.take(table, xp.where(ok, flat, xp.zeros_like(flat)), axis=0)
+    return xp.where(xp.reshape(ok, (-1,) + (1,) * (table.ndim - 1)), rows, _fill(xp, rows))
 
 
 def _check_range(xp: Namespace, ids: Any, flat: Any, n: int) -> None:

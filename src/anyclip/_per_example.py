@@ -12,7 +12,8 @@ libraries differ only in the factor each example's gradient is multiplied by bef
 * optax (``style="optax"``, ``optax.per_example_global_norm_clip``):
   ``nan_to_num(minimum(c / norm, 1), nan=1)``;
 * Opacus (``style="opacus"``, ``DPOptimizer.clip_and_accumulate``):
-  ``minimum(c / (norm + 1e-6), 1)``.
+  ``minimum(c / (norm + 1e-6), 1)``, rounded as torch computes it
+  (:func:`_core_opacus_factors`, :func:`_core_vector_norms`).
 
 The per-example sums of squares are one reduction per leaf over its flattened example axes
 (:meth:`anyclip._kernels.Kernels.row_squares`: ``einsum`` on NumPy, ``vecdot`` on torch, a sum
@@ -37,7 +38,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
-from anyclip._compat import dtype_name, namespace
+from anyclip._compat import HALF_PRECISION, dtype_name, namespace
 from anyclip._core import global_scale
 from anyclip._kernels import (
     Kernels,
@@ -48,6 +49,7 @@ from anyclip._kernels import (
     tf_vector_sum,
 )
 from anyclip._kernels._dist import all_reduce, check_group
+from anyclip._kernels._tforder_xp import rounded_cast
 from anyclip._keywords import hints_keywords
 from anyclip._numerics import as_array, constant, quiet, sqrt
 from anyclip._policy import native_order, scalar_operand
@@ -169,9 +171,9 @@ def _core_norms(
         for a in arrays:
             flat = _rows(xp, a)
             per_leaf.append(
-                kernels.row_norms(xp, flat if flat.dtype == acc else xp.astype(flat, acc))
+                _core_vector_norms(xp, kernels, flat if flat.dtype == acc else xp.astype(flat, acc))
             )
-        local = kernels.row_norms(xp, xp.stack(per_leaf, axis=1))
+        local = _core_vector_norms(xp, kernels, xp.stack(per_leaf, axis=1))
         return local if reduce is None else sqrt(xp, reduce(local * local))
     if style == "tf" and dtype_name(acc) in _TF_NORM_DTYPES:
         total = _core_tf_half_squares(xp, arrays, acc)
@@ -184,13 +186,55 @@ def _core_norms(
     return sqrt(xp, total)
 
 
+def _opmath(xp: Namespace, dtype: Any) -> Any:
+    """The dtype torch computes an operation on ``dtype`` in: float32 for half precision."""
+    return xp.float32 if dtype_name(dtype) in HALF_PRECISION else dtype
+
+
+def _core_vector_norms(xp: Namespace, kernels: Kernels, rows: Any) -> Any:
+    """``torch.linalg.vector_norm(rows, dim=-1)``, Opacus's per-sample norms, on any backend.
+
+    torch sums the squares of a float16 or bfloat16 tensor in float32 and rounds the norm to
+    the dtype once, so a norm above the dtype's square root of its maximum (256 in float16)
+    stays finite; summing in the dtype made it inf, and the example's factor 0.
+    """
+    wide = _opmath(xp, rows.dtype)
+    if wide == rows.dtype:
+        return kernels.row_norms(xp, rows)
+    return rounded_cast(xp, kernels.row_norms(xp, xp.astype(rows, wide)), rows.dtype)
+
+
+def _core_opacus_factors(xp: Namespace, norms: Any, c: Any) -> Any:
+    """Opacus's ``(max_grad_norm / (norms + 1e-6)).clamp(max=1.0)``, as torch computes it.
+
+    torch's ``number / tensor`` is ``tensor.reciprocal() * number`` (``Tensor.__rtruediv__``):
+    two roundings, not the one of a division (1 ULP apart in float32 for about one norm in
+    six). Each of the three operations is computed in torch's float32 for float16 and
+    bfloat16 norms (the Python numbers ``1e-6`` and ``c`` as float32, not rounded to the
+    dtype) and rounded to the norms' dtype.
+    """
+    acc = norms.dtype
+    wide = _opmath(xp, acc)
+
+    def op(x: Any) -> Any:  # one torch operation's result, in the norms' dtype
+        return x if wide == acc else rounded_cast(xp, x, acc)
+
+    def up(x: Any) -> Any:
+        return x if x.dtype == wide else xp.astype(x, wide)
+
+    shifted = op(up(norms) + constant(xp, _OPACUS_EPS, wide, norms))
+    inverse = op(constant(xp, 1.0, wide, norms) / up(shifted))
+    factors = op(up(inverse) * up(c))
+    return xp.minimum(factors, constant(xp, 1.0, acc, norms))
+
+
 def _core_factors(xp: Namespace, norms: Any, c: Any, style: str) -> Any:
     """The factor each example's gradient is multiplied by, shape ``(batch,)``."""
     one = constant(xp, 1.0, norms.dtype, norms)
     if style == "tf":
         return global_scale(xp, c, norms, "tf")
     if style == "opacus":
-        return xp.minimum(c / (norms + constant(xp, _OPACUS_EPS, norms.dtype, norms)), one)
+        return _core_opacus_factors(xp, norms, c)
     m = xp.minimum(c / norms, one)
     # jnp.nan_to_num(m, nan=1.0): NaN -> 1, -inf -> the lowest finite value (c < 0 over 0)
     m = xp.where(xp.isnan(m), one, m)
@@ -410,7 +454,10 @@ def per_example_clip(
       NaN read as 1 (so a zero gradient with ``c = 0`` is kept, and an infinite norm
       scales by 0);
     * ``"opacus"``: Opacus's ``min(c / (norm + 1e-6), 1)`` (clips slightly even at
-      ``norm == c``; NaN propagates).
+      ``norm == c``; NaN propagates), with torch's roundings: ``c / x`` is
+      ``x.reciprocal() * c`` there, and float16 and bfloat16 norms are summed in float32
+      (``torch.linalg.vector_norm``), each step rounded to the dtype, so a half-precision
+      norm past the dtype's range of squares stays finite, as in Opacus.
 
     Parameters
     ----------
@@ -505,7 +552,10 @@ def per_example_clip(
     leaves, unflatten = flatten(grads)
     xp, arrays = _batched(leaves, ints=s == "optax")
     acc = resolve_accumulate_dtype(xp, accumulate_dtype, [a.dtype for a in arrays])
-    c = scalar_operand(xp, l2_norm_clip, acc, arrays[0], "l2_norm_clip", nonnegative=True)
+    # Opacus's max_grad_norm is a Python float, which torch's half-precision arithmetic
+    # takes as float32
+    c_dtype = _opmath(xp, acc) if s == "opacus" else acc
+    c = scalar_operand(xp, l2_norm_clip, c_dtype, arrays[0], "l2_norm_clip", nonnegative=True)
     sums, norms = _clip_and_sum(xp, arrays, c, acc, s, _reducer(xp, group))
     it = iter(sums)
     return cast(TreeT, unflatten([None if a is None else next(it) for a in leaves])), norms

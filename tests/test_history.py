@@ -1720,6 +1720,79 @@ def test_optax_quantile_clip_mixed_dtypes_are_autoclips(
     _optax_mixed_steps(backend, tx, theirs, dtypes, rows, ref.step, compiled)
 
 
+def _optax_dict_steps(
+    backend: Backend, tx: Any, theirs: list, dtypes: tuple[str, ...], rows: Any, ref_step: Any
+) -> None:
+    """:func:`_optax_mixed_steps` on dicts ``{"p2": ..., "p1": ..., "p0": ...}``, built in
+    the reverse of their keys' order (JAX's, as ``jax.jit`` rebuilds them: that of
+    ``theirs``); the steps alternate between eager calls and ``jax.jit``, each taking the
+    state the other made."""
+    jax = backend.module
+    keys = [f"p{i}" for i in range(len(theirs))]
+
+    def tree(leaves: list) -> dict:
+        return {k: leaf for k, leaf in reversed(list(zip(keys, leaves, strict=True)))}
+
+    zeros = [
+        backend.asarray(np.zeros(tuple(p.shape)), d) for p, d in zip(theirs, dtypes, strict=True)
+    ]
+    state = tx.init(tree(zeros))
+    jitted = jax.jit(tx.update)
+    for i, row in enumerate(rows):
+        for p, g in zip(theirs, row, strict=True):
+            p.grad = g.clone()
+        ref_step()
+        g = [
+            backend.asarray(x.float().numpy(), "float32").astype(d)
+            for x, d in zip(row, dtypes, strict=True)
+        ]
+        out, state = (jitted if i % 2 else tx.update)(tree(g), state)
+        for k, p in zip(keys, theirs, strict=True):
+            _optax_mixed_equal(out[k], p.grad, f"step {i}, leaf {k}")
+
+
+@jax_backends
+@pytest.mark.parametrize("dtypes", [("float32", "float32"), *OPTAX_MIXED_DTYPES], ids="-".join)
+def test_optax_quantile_clip_takes_dict_leaves_in_jaxs_order(backend, dtypes):
+    """A dict's leaves keep their history rows eagerly and under ``jax.jit``: autoclip's steps.
+
+    Found by fuzzing: the rows followed the dict's insertion order eagerly and JAX's sorted
+    order under ``jax.jit`` (which rebuilds the dicts it is given), so a state made by one and
+    used by the other (a checkpoint, an eager step before a jitted loop) clipped each leaf
+    with another leaf's history: 3 of 4 rows swapped on a 4-leaf dict.
+    """
+    torch = pytest.importorskip("torch")
+    ao = pytest.importorskip("anyclip.optax")
+    ref_cls = pytest.importorskip("autoclip.torch.quantile").QuantileClip
+    kwargs = {"quantile": 0.3, "history_length": 6}
+    theirs = _mixed_params(torch, dtypes)
+    ref = ref_cls(theirs, **kwargs)
+    rows = _mixed_grads(torch, dtypes, 24, seed=5)
+    _optax_dict_steps(backend, ao.quantile_clip(**kwargs), theirs, dtypes, rows, ref.step)
+
+
+@jax_backends
+@pytest.mark.parametrize("dtypes", [("float16", "float32"), ("bfloat16", "float32")], ids="-".join)
+def test_optax_zclip_first_leaf_is_jaxs_first(backend, dtypes):
+    """zclip's norm in the dtype of the first leaf in JAX's order, eagerly and under ``jax.jit``.
+
+    zclip (live) casts every gradient to its model's first parameter's dtype; the leaves here
+    are a dict's, whose first leaf under ``jax.jit`` is its first key in sorted order. Found by
+    fuzzing: eagerly the first leaf was the dict's first inserted, so the same updates gave a
+    float32 norm eagerly (357.15) and an overflowed float16 one under ``jax.jit`` (inf).
+    """
+    torch = pytest.importorskip("torch")
+    ao = pytest.importorskip("anyclip.optax")
+    zclip = pytest.importorskip("zclip")
+    kwargs = {"warmup_steps": 3, "max_grad_norm": 0.5}
+    model, theirs = _zclip_model(torch, dtypes)
+    ref = zclip.ZClip(**kwargs)
+    rows = _mixed_grads(torch, dtypes, 12, seed=6)
+    for row in rows:  # norms past float16's squares: the norm's dtype shows
+        row[1].mul_(40.0)
+    _optax_dict_steps(backend, ao.zclip(**kwargs), theirs, dtypes, rows, lambda: ref.step(model))
+
+
 #: Variances whose float64 root torch's CPU ``pow(x, 0.5)`` rounds 1 ULP off Python's
 #: ``x ** 0.5`` (zclip's ``std``; here also ``math.sqrt``): 78211.62288743076 for the first
 #: where Python gives 78211.62288743074. Found by fuzzing (torch 2.13, CPU); the test checks

@@ -952,6 +952,41 @@ def test_optax_skip_on_spike_is_apply_if_finite_on_nonfinite(
 
 @jax_backends
 @pytest.mark.parametrize("on_loss", [False, True], ids=["norm", "loss"])
+def test_optax_skip_on_spike_state_can_be_donated(backend, skip_ref, on_loss):
+    """``jax.jit(update, donate_argnums=...)`` on the state: ``optax.apply_if_finite``'s steps.
+
+    Found by fuzzing: ``init`` put one zero array in three counters, so the first donated
+    update raised "Attempt to donate the same buffer twice" (``optax.apply_if_finite``'s
+    state donates). With an unreachable sigma only the non-finite rule is left.
+    """
+    jax = backend.module
+    optax = pytest.importorskip("optax")
+    ao = pytest.importorskip("anyclip.optax")
+    grads = skip_ref["nonfinite/grads"]
+    params = [backend.asarray(np.ones(s), "float32") for s in sgen.SHAPES]
+    ours = ao.skip_on_spike(optax.adam(0.1), 32, 1e30, on_loss=on_loss, max_consecutive_errors=1)
+    theirs = optax.apply_if_finite(optax.adam(0.1), 1)
+    s1, s2 = ours.init(params), theirs.init(params)
+    step1 = jax.jit(ours.update, donate_argnums=(0, 1))
+    step2 = jax.jit(theirs.update, donate_argnums=(0, 1))
+    extra = {"loss": backend.asarray(1.0, "float32")} if on_loss else {}
+    for row in grads:
+        u1, s1 = step1(
+            [backend.asarray(a, "float32") for a in _split(row, sgen.SHAPES)], s1, None, **extra
+        )
+        u2, s2 = step2([backend.asarray(a, "float32") for a in _split(row, sgen.SHAPES)], s2)
+        for a, b in zip(u1, u2, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        for f in ("notfinite_count", "last_finite", "total_notfinite"):
+            assert np.asarray(getattr(s1, f)) == np.asarray(getattr(s2, f)), f
+        for a, b in zip(
+            jax.tree.leaves(s1.inner_state), jax.tree.leaves(s2.inner_state), strict=True
+        ):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@jax_backends
+@pytest.mark.parametrize("on_loss", [False, True], ids=["norm", "loss"])
 def test_optax_skip_on_spike_eager_steps_reuse_one_program(backend, jax_compiles, on_loss):
     # Eagerly, each update used to trace, lower and compile a new lax.cond (its branches,
     # made at each step, closed over the step's arrays): ~60 ms a step. After the first

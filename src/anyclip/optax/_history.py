@@ -456,14 +456,15 @@ def skip_on_spike(
 
     def init_fn(params: Any) -> SkipOnSpikeState:
         dt = _state_dtype(params)
-        zero = jnp.zeros([], jnp.int32)
+        # an array per counter: a state whose leaves share a buffer cannot be donated
+        # (jax.jit(..., donate_argnums=...): "Attempt to donate the same buffer twice")
         return SkipOnSpikeState(
             norms=_history.init_history(jnp, length, dt),
             losses=_history.init_history(jnp, length, dt) if on_loss else None,
-            notfinite_count=zero,
+            notfinite_count=jnp.zeros([], jnp.int32),
             last_finite=jnp.array(True),
-            total_notfinite=zero,
-            skipped=zero,
+            total_notfinite=jnp.zeros([], jnp.int32),
+            skipped=jnp.zeros([], jnp.int32),
             inner_state=inner.init(params),
         )
 

@@ -951,6 +951,48 @@ def test_optax_skip_on_spike_is_apply_if_finite_on_nonfinite(
 
 
 @jax_backends
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_optax_skip_on_spike_records_tfs_half_norm_under_jit(backend, dtype):
+    """Under ``jax.jit`` the recorded norm of half-precision updates is rounded to the dtype.
+
+    The rule's norm is TF's ``global_norm`` in the updates' dtype (a value of that dtype,
+    within the few ULP of TF's half-precision sums: here 1 ULP of TF's live values), kept
+    in the float32 history. Found by fuzzing: under ``jax.jit`` XLA dropped the norm's
+    rounding to the dtype before the cast up (a cast down then up), so the history held
+    values of no half-precision dtype (15.811388 where the eager norm is bfloat16's
+    15.8125; each of 40 random bfloat16 trees, float16 ones were rounded), and the spike test read
+    other statistics than the eager run's.
+    """
+    tf = pytest.importorskip("tensorflow")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    jax = backend.module
+    optax = pytest.importorskip("optax")
+    ao = pytest.importorskip("anyclip.optax")
+    rng = np.random.default_rng(11)
+    half = getattr(ml_dtypes, dtype) if dtype == "bfloat16" else np.float16
+    shapes = [(3, 4), (3,)]
+    # values exact in the dtype, so that TF's and JAX's inputs are the same numbers
+    rows = [
+        [(rng.standard_normal(s) * 3).astype(half).astype(np.float32) for s in shapes]
+        for _ in range(5)
+    ]
+    tx = ao.skip_on_spike(optax.sgd(0.1), 8, 1e30)
+    state = tx.init([backend.asarray(np.zeros(s), dtype) for s in shapes])
+    update = jax.jit(tx.update)
+    for row in rows:
+        _, state = update([backend.asarray(a, dtype) for a in row], state)
+    assert str(state.norms.window.dtype) == "float32"
+    got = np.asarray(state.norms.window)[: len(rows)]
+    np.testing.assert_array_equal(got, got.astype(half).astype(np.float32))  # rounded
+    want = np.array(
+        [tf.linalg.global_norm([tf.constant(a, dtype=dtype) for a in row]).numpy() for row in rows],
+        np.float32,
+    )
+    ulp = float(ml_dtypes.finfo(half).eps) * 2.0 ** np.floor(np.log2(want))
+    assert np.all(np.abs(got - want) <= ulp), (got, want)
+
+
+@jax_backends
 @pytest.mark.parametrize("on_loss", [False, True], ids=["norm", "loss"])
 def test_optax_skip_on_spike_state_can_be_donated(backend, skip_ref, on_loss):
     """``jax.jit(update, donate_argnums=...)`` on the state: ``optax.apply_if_finite``'s steps.

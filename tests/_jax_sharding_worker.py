@@ -9,6 +9,7 @@ unsharded data in float64 (NumPy), within ``ULP_DIST`` float32 ULP.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import re
@@ -497,6 +498,45 @@ def nonfinite() -> None:
                 )
 
 
+def nonfinite_half_complex() -> None:
+    """The inf norms of sharded float16, bfloat16 and complex64 arrays keep a NaN (TF's max).
+
+    Found by fuzzing: these dtypes take the generic kernels, whose maximum did not carry the
+    NaN flag beside the values, so XLA:CPU's max all-reduce dropped a NaN of a later device
+    (a column ``[nan, 1]`` on each of 8 devices gave ``-inf`` in float16 and bfloat16: every
+    device's NaN became ``-inf`` before its maximum). Expected: NumPy's maximum of the
+    unsharded absolute values (NaN where one is NaN, as TF's ``reduce_max``).
+    """
+    rng = np.random.default_rng(2)
+    for dtype in (jnp.float16, jnp.bfloat16, jnp.complex64):
+        v = rng.standard_normal((16, 8)).astype(np.float32)
+        if dtype == jnp.complex64:
+            v = v + 1j * rng.standard_normal((16, 8)).astype(np.float32)
+        v[-1, 0] = math.nan  # in the last device's rows
+        v[3, 5] = math.nan  # and in an earlier device's
+        host = np.asarray(jnp.asarray(v, dtype))
+        a64 = np.abs(host.astype(np.complex128 if dtype == jnp.complex64 else np.float64))
+        for kind in (AxisType.Auto, AxisType.Explicit):
+            m = jax.make_mesh((8,), ("x",), axis_types=(kind,))
+            for spec, axis, want in (
+                (P("x", None), None, np.max(a64)),
+                (P("x", None), 0, np.max(a64, 0)),
+                (P(None, "x"), 1, np.max(a64, 1)),
+                (P("x", None), (0, 1), np.max(np.sum(a64, axis=1))),
+                (P(None, "x"), (1, 0), np.max(np.sum(a64, axis=0))),
+            ):
+                x = jax.device_put(host, NamedSharding(m, spec))
+                for mode in ("eager", "jit"):
+                    f = functools.partial(anyclip.norm, ord=math.inf, axis=axis)
+                    got = (f if mode == "eager" else jax.jit(f))(x)
+                    np.testing.assert_allclose(  # NaN where NaN
+                        np.abs(np.asarray(got).astype(np.complex128)),
+                        want,
+                        rtol=1e-2,
+                        err_msg=f"{np.dtype(dtype).name} {kind} {spec} axis={axis} {mode}",
+                    )
+
+
 def eager_history_state() -> None:
     """The history transforms eagerly on sharded updates, their state made by ``init``.
 
@@ -565,6 +605,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "shard_map_rules": shard_map_rules,
     "eager_accumulate": eager_accumulate,
     "nonfinite": nonfinite,
+    "nonfinite_half_complex": nonfinite_half_complex,
     "eager_history_state": eager_history_state,
     "wrong_group": wrong_group,
 }

@@ -37,6 +37,7 @@ CHECKS = (
     "shard_map_rules",
     "eager_accumulate",
     "nonfinite",
+    "nonfinite_half_complex",
     "eager_history_state",
     "wrong_group",
 )

@@ -951,6 +951,83 @@ def test_optax_skip_on_spike_is_apply_if_finite_on_nonfinite(
 
 
 @jax_backends
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_optax_skip_on_spike_records_tfs_half_norm_under_jit(backend, dtype):
+    """Under ``jax.jit`` the recorded norm of half-precision updates is rounded to the dtype.
+
+    The rule's norm is TF's ``global_norm`` in the updates' dtype (a value of that dtype,
+    within the few ULP of TF's half-precision sums: here 1 ULP of TF's live values), kept
+    in the float32 history. Found by fuzzing: under ``jax.jit`` XLA dropped the norm's
+    rounding to the dtype before the cast up (a cast down then up), so the history held
+    values of no half-precision dtype (15.811388 where the eager norm is bfloat16's
+    15.8125; each of 40 random bfloat16 trees, float16 ones were rounded), and the spike test read
+    other statistics than the eager run's.
+    """
+    tf = pytest.importorskip("tensorflow")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    jax = backend.module
+    optax = pytest.importorskip("optax")
+    ao = pytest.importorskip("anyclip.optax")
+    rng = np.random.default_rng(11)
+    half = getattr(ml_dtypes, dtype) if dtype == "bfloat16" else np.float16
+    shapes = [(3, 4), (3,)]
+    # values exact in the dtype, so that TF's and JAX's inputs are the same numbers
+    rows = [
+        [(rng.standard_normal(s) * 3).astype(half).astype(np.float32) for s in shapes]
+        for _ in range(5)
+    ]
+    tx = ao.skip_on_spike(optax.sgd(0.1), 8, 1e30)
+    state = tx.init([backend.asarray(np.zeros(s), dtype) for s in shapes])
+    update = jax.jit(tx.update)
+    for row in rows:
+        _, state = update([backend.asarray(a, dtype) for a in row], state)
+    assert str(state.norms.window.dtype) == "float32"
+    got = np.asarray(state.norms.window)[: len(rows)]
+    np.testing.assert_array_equal(got, got.astype(half).astype(np.float32))  # rounded
+    want = np.array(
+        [tf.linalg.global_norm([tf.constant(a, dtype=dtype) for a in row]).numpy() for row in rows],
+        np.float32,
+    )
+    ulp = float(ml_dtypes.finfo(half).eps) * 2.0 ** np.floor(np.log2(want))
+    assert np.all(np.abs(got - want) <= ulp), (got, want)
+
+
+@jax_backends
+@pytest.mark.parametrize("on_loss", [False, True], ids=["norm", "loss"])
+def test_optax_skip_on_spike_state_can_be_donated(backend, skip_ref, on_loss):
+    """``jax.jit(update, donate_argnums=...)`` on the state: ``optax.apply_if_finite``'s steps.
+
+    Found by fuzzing: ``init`` put one zero array in three counters, so the first donated
+    update raised "Attempt to donate the same buffer twice" (``optax.apply_if_finite``'s
+    state donates). With an unreachable sigma only the non-finite rule is left.
+    """
+    jax = backend.module
+    optax = pytest.importorskip("optax")
+    ao = pytest.importorskip("anyclip.optax")
+    grads = skip_ref["nonfinite/grads"]
+    params = [backend.asarray(np.ones(s), "float32") for s in sgen.SHAPES]
+    ours = ao.skip_on_spike(optax.adam(0.1), 32, 1e30, on_loss=on_loss, max_consecutive_errors=1)
+    theirs = optax.apply_if_finite(optax.adam(0.1), 1)
+    s1, s2 = ours.init(params), theirs.init(params)
+    step1 = jax.jit(ours.update, donate_argnums=(0, 1))
+    step2 = jax.jit(theirs.update, donate_argnums=(0, 1))
+    extra = {"loss": backend.asarray(1.0, "float32")} if on_loss else {}
+    for row in grads:
+        u1, s1 = step1(
+            [backend.asarray(a, "float32") for a in _split(row, sgen.SHAPES)], s1, None, **extra
+        )
+        u2, s2 = step2([backend.asarray(a, "float32") for a in _split(row, sgen.SHAPES)], s2)
+        for a, b in zip(u1, u2, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        for f in ("notfinite_count", "last_finite", "total_notfinite"):
+            assert np.asarray(getattr(s1, f)) == np.asarray(getattr(s2, f)), f
+        for a, b in zip(
+            jax.tree.leaves(s1.inner_state), jax.tree.leaves(s2.inner_state), strict=True
+        ):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@jax_backends
 @pytest.mark.parametrize("on_loss", [False, True], ids=["norm", "loss"])
 def test_optax_skip_on_spike_eager_steps_reuse_one_program(backend, jax_compiles, on_loss):
     # Eagerly, each update used to trace, lower and compile a new lax.cond (its branches,
@@ -1718,6 +1795,79 @@ def test_optax_quantile_clip_mixed_dtypes_are_autoclips(
     tx = ao.quantile_clip(**kwargs)
     rows = _mixed_grads(torch, dtypes, 24, seed=4)
     _optax_mixed_steps(backend, tx, theirs, dtypes, rows, ref.step, compiled)
+
+
+def _optax_dict_steps(
+    backend: Backend, tx: Any, theirs: list, dtypes: tuple[str, ...], rows: Any, ref_step: Any
+) -> None:
+    """:func:`_optax_mixed_steps` on dicts ``{"p2": ..., "p1": ..., "p0": ...}``, built in
+    the reverse of their keys' order (JAX's, as ``jax.jit`` rebuilds them: that of
+    ``theirs``); the steps alternate between eager calls and ``jax.jit``, each taking the
+    state the other made."""
+    jax = backend.module
+    keys = [f"p{i}" for i in range(len(theirs))]
+
+    def tree(leaves: list) -> dict:
+        return {k: leaf for k, leaf in reversed(list(zip(keys, leaves, strict=True)))}
+
+    zeros = [
+        backend.asarray(np.zeros(tuple(p.shape)), d) for p, d in zip(theirs, dtypes, strict=True)
+    ]
+    state = tx.init(tree(zeros))
+    jitted = jax.jit(tx.update)
+    for i, row in enumerate(rows):
+        for p, g in zip(theirs, row, strict=True):
+            p.grad = g.clone()
+        ref_step()
+        g = [
+            backend.asarray(x.float().numpy(), "float32").astype(d)
+            for x, d in zip(row, dtypes, strict=True)
+        ]
+        out, state = (jitted if i % 2 else tx.update)(tree(g), state)
+        for k, p in zip(keys, theirs, strict=True):
+            _optax_mixed_equal(out[k], p.grad, f"step {i}, leaf {k}")
+
+
+@jax_backends
+@pytest.mark.parametrize("dtypes", [("float32", "float32"), *OPTAX_MIXED_DTYPES], ids="-".join)
+def test_optax_quantile_clip_takes_dict_leaves_in_jaxs_order(backend, dtypes):
+    """A dict's leaves keep their history rows eagerly and under ``jax.jit``: autoclip's steps.
+
+    Found by fuzzing: the rows followed the dict's insertion order eagerly and JAX's sorted
+    order under ``jax.jit`` (which rebuilds the dicts it is given), so a state made by one and
+    used by the other (a checkpoint, an eager step before a jitted loop) clipped each leaf
+    with another leaf's history: 3 of 4 rows swapped on a 4-leaf dict.
+    """
+    torch = pytest.importorskip("torch")
+    ao = pytest.importorskip("anyclip.optax")
+    ref_cls = pytest.importorskip("autoclip.torch.quantile").QuantileClip
+    kwargs = {"quantile": 0.3, "history_length": 6}
+    theirs = _mixed_params(torch, dtypes)
+    ref = ref_cls(theirs, **kwargs)
+    rows = _mixed_grads(torch, dtypes, 24, seed=5)
+    _optax_dict_steps(backend, ao.quantile_clip(**kwargs), theirs, dtypes, rows, ref.step)
+
+
+@jax_backends
+@pytest.mark.parametrize("dtypes", [("float16", "float32"), ("bfloat16", "float32")], ids="-".join)
+def test_optax_zclip_first_leaf_is_jaxs_first(backend, dtypes):
+    """zclip's norm in the dtype of the first leaf in JAX's order, eagerly and under ``jax.jit``.
+
+    zclip (live) casts every gradient to its model's first parameter's dtype; the leaves here
+    are a dict's, whose first leaf under ``jax.jit`` is its first key in sorted order. Found by
+    fuzzing: eagerly the first leaf was the dict's first inserted, so the same updates gave a
+    float32 norm eagerly (357.15) and an overflowed float16 one under ``jax.jit`` (inf).
+    """
+    torch = pytest.importorskip("torch")
+    ao = pytest.importorskip("anyclip.optax")
+    zclip = pytest.importorskip("zclip")
+    kwargs = {"warmup_steps": 3, "max_grad_norm": 0.5}
+    model, theirs = _zclip_model(torch, dtypes)
+    ref = zclip.ZClip(**kwargs)
+    rows = _mixed_grads(torch, dtypes, 12, seed=6)
+    for row in rows:  # norms past float16's squares: the norm's dtype shows
+        row[1].mul_(40.0)
+    _optax_dict_steps(backend, ao.zclip(**kwargs), theirs, dtypes, rows, lambda: ref.step(model))
 
 
 #: Variances whose float64 root torch's CPU ``pow(x, 0.5)`` rounds 1 ULP off Python's

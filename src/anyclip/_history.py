@@ -34,6 +34,7 @@ from typing import Any, NamedTuple, TypeVar
 from anyclip._compat import HALF_PRECISION, _namespace_of, device, dtype_name, library
 from anyclip._core import global_scale
 from anyclip._if_finite import INT_MAX, if_finite_step, saturating_increment
+from anyclip._kernels._tforder_xp import rounded_cast
 from anyclip._numerics import constant, lerp, quiet, rounded_here, sqrt, torch_readable
 from anyclip._policy_dtypes import widest_float
 from anyclip._typing import Namespace
@@ -395,7 +396,7 @@ def quantile_step(
     batch shape) records only the entries that had a gradient.
     """
     given = norm
-    norm = xp.astype(norm, h.window.dtype, copy=False)
+    norm = rounded_cast(xp, norm, h.window.dtype)  # a half-precision norm's rounding kept
     inf = _c(xp, math.inf, norm)
     threshold = xp.where(h.count == _c(xp, 0, h.count), inf, window_quantile(xp, h, quantile))
     if formula == "tf":
@@ -456,7 +457,7 @@ def zclip_step(
     on a spike when ``skip_update_on_spike``.
     """
     dtype = h.mean.dtype
-    x = xp.astype(norm, dtype, copy=False)  # read only: no copy
+    x = rounded_cast(xp, norm, dtype)  # a half-precision norm's rounding kept under jit
     one = _c(xp, 1.0, x)
     warm_len = h.window.shape[-1]
     warm = h.count < _c(xp, warm_len, h.count)
@@ -597,10 +598,12 @@ def spike_step(
     std``, one-sided (a value below the mean passes) and ``<=``, so NaN statistics (one
     previous value: the second step when ``length < 6``) refuse the step.
     """
-    x = xp.astype(norm, norms.window.dtype)
+    # a half-precision norm (and loss) widened with its rounding kept: under jax.jit XLA
+    # dropped a cast down before the cast up, and recorded the unrounded value
+    x = rounded_cast(xp, norm, norms.window.dtype)
     finite = xp.isfinite(x)
     if losses is not None:
-        lv = xp.astype(loss, losses.window.dtype)
+        lv = rounded_cast(xp, loss, losses.window.dtype)
         finite = xp.logical_and(finite, xp.isfinite(lv))
     length = norms.window.shape[-1]
     # OLMo-core keeps at most length + 1 values (this one included) and tests that number

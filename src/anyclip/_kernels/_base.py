@@ -27,6 +27,7 @@ from anyclip._compat import (
     is_dtensor,
     is_functorch_wrapped,
     library,
+    may_be_sharded,
 )
 from anyclip._gradients import product
 from anyclip._kernels._tfaxes import tf_sum_or_none
@@ -414,12 +415,28 @@ class Kernels:
     def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
         """``max(x, axis, keepdims=True)`` of a non-empty ``x``: NaN wherever a NaN is reduced.
 
-        TF's ``reduce_max`` propagates NaN; so does every backend's on one device. JAX arrays
-        sharded across devices override it (:class:`~anyclip._kernels._jax.JaxKernels`). A dask
-        array of unknown chunk sizes (``x[x > 0]``) may be empty:
-        :class:`~anyclip._kernels._dask.DaskKernels` start from the lowest value.
+        TF's ``reduce_max`` propagates NaN; so does every backend's on one device. Across the
+        devices of a JAX array it does not: XLA:CPU's ``maximum`` all-reduce drops a NaN met
+        after a number (``jnp.max`` of a sharded array with a NaN in its last shard is
+        finite), so a floating JAX array that may be sharded (of any dtype: these kernels
+        serve JAX's float16, bfloat16 and complex inputs, whose absolute values are reduced
+        here) reduces its values with NaN replaced by ``-inf`` and a NaN flag beside them
+        (the same ``max`` reduction, which XLA may combine into one all-reduce), and NaN is
+        put back where a flag is set. The gradient is ``max``'s. A dask array of unknown
+        chunk sizes (``x[x > 0]``) may be empty: :class:`~anyclip._kernels._dask.DaskKernels`
+        start from the lowest value.
         """
-        return xp.max(x, axis=axis, keepdims=True)
+        if (
+            library(xp) != "jax"
+            or not xp.isdtype(x.dtype, "real floating")
+            or not may_be_sharded(x)
+        ):
+            return xp.max(x, axis=axis, keepdims=True)
+        nan = xp.isnan(x)
+        low = constant(xp, -math.inf, x.dtype, x)
+        top = xp.max(xp.where(nan, low, x), axis=axis, keepdims=True)
+        flag = xp.max(xp.astype(nan, x.dtype), axis=axis, keepdims=True)
+        return xp.where(flag > 0, constant(xp, math.nan, x.dtype, x), top)
 
     def settle(self, xp: Namespace, r: Any) -> Any:
         """A reduction's result ``r``, made final (the identity here).

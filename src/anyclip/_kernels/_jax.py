@@ -734,23 +734,6 @@ class JaxKernels(Kernels):
             sums.append(halved(xp.sum(squares(flat))))
         return xp.sum(xp.stack(sums))
 
-    def reduce_max(self, xp: Namespace, x: Any, axis: tuple[int, ...] | int) -> Any:
-        """As :meth:`Kernels.reduce_max`; NaN kept across the devices of a sharded array.
-
-        XLA:CPU's ``maximum`` all-reduce across devices drops a NaN met after a number
-        (``jnp.max`` of a sharded array with a NaN in its last shard is finite), so a floating
-        array that may be sharded reduces its values with NaN replaced by ``-inf`` and a NaN
-        flag beside them (the same ``max`` reduction, which XLA may combine into one
-        all-reduce), and NaN is put back where a flag is set. The gradient is ``max``'s.
-        """
-        if not may_be_sharded(x) or not xp.isdtype(x.dtype, "real floating"):
-            return super().reduce_max(xp, x, axis)
-        nan = xp.isnan(x)
-        low = constant(xp, -math.inf, x.dtype, x)
-        top = xp.max(xp.where(nan, low, x), axis=axis, keepdims=True)
-        flag = xp.max(xp.astype(nan, x.dtype), axis=axis, keepdims=True)
-        return xp.where(flag > 0, constant(xp, math.nan, x.dtype, x), top)
-
     def cast_half_squares(self, xp: Namespace, arrays: Sequence[Any], acc: Any) -> Any:
         """As :meth:`Kernels.cast_half_squares`; a large eager array by a compiled block loop."""
         if acc is None or all(a.dtype == acc for a in arrays) or not _loop_ok(arrays):

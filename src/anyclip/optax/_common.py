@@ -1,7 +1,8 @@
-"""What the optax transforms share: their state's dtype, the cond that takes or skips a step.
+"""What the optax transforms share: leaf order, state dtype, the cond that takes or skips a step.
 
-The dtype their state and thresholds are kept in (:func:`_norm_dtype`), and the ``lax.cond``
-that takes or skips a wrapped transformation's step (:func:`_take_or_skip`).
+The order of a tree's leaves where a result depends on it (:func:`_jax_ordered`), the dtype
+their state and thresholds are kept in (:func:`_norm_dtype`), and the ``lax.cond`` that takes
+or skips a wrapped transformation's step (:func:`_take_or_skip`).
 
 Layer: adapter helpers, below the plain (:mod:`anyclip.optax._tf_clip`), scheduled
 (:mod:`anyclip.optax._scheduled`), history-based (:mod:`anyclip.optax._history`) and
@@ -21,7 +22,32 @@ from anyclip._compat import namespace
 from anyclip._policy_dtypes import resolve_accumulate_dtype
 from anyclip._pytree import flatten
 
-__all__ = ["_norm_dtype", "_take_or_skip"]
+__all__ = ["_jax_ordered", "_norm_dtype", "_take_or_skip"]
+
+
+def _jax_ordered(tree: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    """The leaves of ``tree`` (``None`` included) in JAX's order, and how to rebuild the tree.
+
+    :func:`anyclip.tree.flatten` walks a dict in its keys' insertion order; JAX walks it in
+    sorted key order, and ``jax.jit`` hands its function dicts rebuilt in that order. A rule
+    whose state or numbers follow the leaves' order (a history row per leaf, the first leaf's
+    dtype) takes them in JAX's order, which is the same eagerly, under ``jax.jit`` and for
+    dicts built in any order. The rebuild takes the leaves in that order and gives the
+    structure :func:`anyclip.tree.flatten`'s rebuild gives. A tree that JAX cannot walk to
+    the same leaves (a dict subclass it takes as one leaf) keeps the insertion order.
+    """
+    leaves, unflatten = flatten(tree)
+    positions = jax.tree.leaves(unflatten(list(range(len(leaves)))))
+    if sorted(p for p in positions if isinstance(p, int)) != list(range(len(leaves))):
+        positions = list(range(len(leaves)))
+
+    def rebuild(ordered: list[Any]) -> Any:
+        out: list[Any] = [None] * len(leaves)
+        for p, leaf in zip(positions, ordered, strict=True):
+            out[p] = leaf
+        return unflatten(out)
+
+    return [leaves[p] for p in positions], rebuild
 
 
 def _norm_dtype(params: Any, accumulate_dtype: Any) -> Any:

@@ -19,6 +19,7 @@ import copy
 import importlib.util
 import io
 import runpy
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -1702,6 +1703,23 @@ OPTAX_MIXED_DTYPES = [
 ]
 
 
+def _reference_steps(
+    backend: Any, theirs: list, rows: list, dtypes: list, ref_step: Any
+) -> Iterator[tuple[int, list]]:
+    """Each row of gradients given to ``theirs``, ``ref_step`` run; its JAX copy in ``dtypes``."""
+    for i, row in enumerate(rows):
+        for p, g in zip(theirs, row, strict=True):
+            p.grad = g.clone()
+        ref_step()
+        yield (
+            i,
+            [
+                backend.asarray(x.float().numpy(), "float32").astype(d)
+                for x, d in zip(row, dtypes, strict=True)
+            ],
+        )
+
+
 def _zclip_model(torch: Any, dtypes: tuple[str, ...]) -> tuple[Any, list]:
     """A module holding :func:`_mixed_params` of ``dtypes`` (zclip's ``step`` takes a model)."""
     model = torch.nn.Module()
@@ -1726,14 +1744,7 @@ def _optax_mixed_steps(
         [backend.asarray(np.zeros(tuple(p.shape)), d) for p, d in zip(theirs, dtypes, strict=True)]
     )
     update = jax.jit(tx.update) if compiled else tx.update
-    for i, row in enumerate(rows):
-        for p, g in zip(theirs, row, strict=True):
-            p.grad = g.clone()
-        ref_step()
-        g = [
-            backend.asarray(x.float().numpy(), "float32").astype(d)
-            for x, d in zip(row, dtypes, strict=True)
-        ]
+    for i, g in _reference_steps(backend, theirs, rows, dtypes, ref_step):
         out, state = update(g, state)
         for k, (o, p) in enumerate(zip(out, theirs, strict=True)):
             _optax_mixed_equal(o, p.grad, f"step {i}, leaf {k}")
@@ -1815,14 +1826,7 @@ def _optax_dict_steps(
     ]
     state = tx.init(tree(zeros))
     jitted = jax.jit(tx.update)
-    for i, row in enumerate(rows):
-        for p, g in zip(theirs, row, strict=True):
-            p.grad = g.clone()
-        ref_step()
-        g = [
-            backend.asarray(x.float().numpy(), "float32").astype(d)
-            for x, d in zip(row, dtypes, strict=True)
-        ]
+    for i, g in _reference_steps(backend, theirs, rows, dtypes, ref_step):
         out, state = (jitted if i % 2 else tx.update)(tree(g), state)
         for k, p in zip(keys, theirs, strict=True):
             _optax_mixed_equal(out[k], p.grad, f"step {i}, leaf {k}")

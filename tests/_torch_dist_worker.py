@@ -77,6 +77,14 @@ def check_scaled(out: torch.Tensor, full: torch.Tensor, scale64: float) -> None:
     np.testing.assert_allclose(out.double().numpy(), want, rtol=4 * 2.0**-24, atol=1e-30)
 
 
+def with_grads(values: list[torch.Tensor]) -> list[torch.nn.Parameter]:
+    """Zero parameters shaped (and placed) as ``values``, each with its value's copy as grad."""
+    params = [torch.nn.Parameter(torch.zeros_like(v)) for v in values]
+    for p, v in zip(params, values, strict=True):
+        p.grad = v.clone()
+    return params
+
+
 # ------------------------------------------------------------------ scenarios
 def ddp(world: int, rank: int) -> None:
     """Replicated gradients (DDP): no group, the same norm on every rank."""
@@ -213,9 +221,7 @@ def pipeline(world: int, rank: int) -> None:
     same_on_every_rank(float(norm))
 
     mesh = init_device_mesh("cpu", (world,))
-    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in mine]
-    for p, g in zip(params, mine, strict=True):
-        p.grad = g.clone()
+    params = with_grads(mine)
     with Counter() as c:
         cnorm = anyclip.torch.clip_grad_norm_(params, 1.0, group=mesh)
     c.check(1)
@@ -489,14 +495,8 @@ def nonfinite(world: int, rank: int) -> None:
     full[last][0] = math.nan  # array `last` is the last rank's
     mine_idx = [i for i in range(len(full)) if i % world == rank]
 
-    def stage(values: list[torch.Tensor]) -> list[torch.nn.Parameter]:
-        params = [torch.nn.Parameter(torch.zeros_like(v)) for v in values]
-        for p, v in zip(params, values, strict=True):
-            p.grad = v.clone()
-        return params
-
     # inf norm over a group, then the in-place clipping: NaN norm, NaN gradients everywhere
-    params = stage([full[i] for i in mine_idx])
+    params = with_grads([full[i] for i in mine_idx])
     with Counter() as c:
         norm = anyclip.torch.clip_grad_norm_(params, 1.0, norm_type="inf", group=dist.group.WORLD)
     c.check(1)
@@ -518,7 +518,7 @@ def nonfinite(world: int, rank: int) -> None:
     assert float(count) == float(torch_count), (float(count), float(torch_count))
 
     # a rank without gradients joins: it gets the others' NaN too
-    held = [] if rank == 0 else stage([full[i] for i in mine_idx])
+    held = [] if rank == 0 else with_grads([full[i] for i in mine_idx])
     with Counter() as c:
         jnorm = anyclip.torch.clip_grad_norm_(held, 1.0, norm_type=math.inf, group=dist.group.WORLD)
     c.check(1)
@@ -934,9 +934,7 @@ def empty_shards(world: int, rank: int) -> None:
             got = anyclip.torch.get_total_norm(dts, order)
         c.check(2)
         assert float(value(got)) == float(want), (order, value(got), want)
-        params = [torch.nn.Parameter(torch.zeros_like(d)) for d in dts]
-        for p, d in zip(params, dts, strict=True):
-            p.grad = d.clone()
+        params = with_grads(dts)
         with Counter() as c:
             norm = anyclip.torch.clip_grad_norm_(params, 0.5, norm_type=order)
         c.check(2)

@@ -187,7 +187,7 @@ def _core_tree_norm(
         elif ord == math.inf:
             total = None
             for x in arrays:
-                if any(d != d for d in x.shape):  # NaN: dask, unknown chunks: maybe empty
+                if known_size(x.shape) is None:  # dask, unknown chunks: maybe empty
                     a = xp.abs(x)
                     every = tuple(range(a.ndim))
                     s = xp.reshape(kernels_for(xp, [a]).reduce_max(xp, a, every), ())
